@@ -1,0 +1,36 @@
+//! The OpenVPN 2.6 wire protocol in TCP mode, without I/O.
+//!
+//! This crate never opens a socket, reads a clock or touches a file. Bytes, tun packets and
+//! time go in as arguments; bytes, packets and events come out. Randomness comes in through
+//! one trait, [`rand_core::RngCore`] + [`rand_core::CryptoRng`], so tests run on seeded
+//! generators. OpenSSL is used over memory buffers only.
+//!
+//! Layers, bottom up:
+//!
+//! | module | what it is |
+//! |---|---|
+//! | [`framing`] | the 2-byte length prefix of every packet on a TCP stream |
+//! | [`packet`] | opcode / key-id byte, session ids, control packets with ACKs, data headers |
+//! | [`key`], [`static_key`] | the 256-byte two-key block and the static key file format |
+//! | [`digest`] | the `--auth` HMAC digests |
+//! | [`packet_id`] | replay protection for data and control packet ids |
+//! | [`wrap`] | control-channel protection: tls-auth (HMAC) and tls-crypt (v1) |
+//! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
+//! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
+//! | [`data`] | the data channel: AEAD and CBC+HMAC packets, pings, compression framing |
+//!
+//! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
+//! OpenVPN symbol they mirror so behaviour can be looked up upstream.
+
+pub mod data;
+pub mod digest;
+pub mod framing;
+pub mod kdf;
+pub mod key;
+pub mod packet;
+pub mod packet_id;
+pub mod reliable;
+pub mod static_key;
+pub mod wrap;
+
+pub use rand_core::{CryptoRng, RngCore};

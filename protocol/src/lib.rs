@@ -10,6 +10,7 @@
 //! | module | what it is |
 //! |---|---|
 //! | [`framing`] | the 2-byte length prefix of every packet on a TCP stream |
+//! | [`ids`] | newtypes: session id, key id, message id, peer id |
 //! | [`packet`] | opcode / key-id byte, session ids, control packets with ACKs, data headers |
 //! | [`key`], [`static_key`] | the 256-byte two-key block and the static key file format |
 //! | [`digest`] | the `--auth` HMAC digests |
@@ -25,6 +26,7 @@
 pub mod data;
 pub mod digest;
 pub mod framing;
+pub mod ids;
 pub mod kdf;
 pub mod key;
 pub mod packet;

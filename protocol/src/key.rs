@@ -112,6 +112,35 @@ impl KeyDirection {
     }
 }
 
+/// Which end of the control channel a peer is: the TLS client (the OpenVPN client) or the TLS
+/// server. Fixes the key directions that have no `key-direction` option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The TLS client.
+    Client,
+    /// The TLS server.
+    Server,
+}
+
+impl Role {
+    /// Data-channel key direction: `key[0]` carries client-to-server traffic, so the client
+    /// sends with it (normal) and the server receives with it (inverse).
+    pub const fn data_direction(self) -> KeyDirection {
+        match self {
+            Role::Client => KeyDirection::Normal,
+            Role::Server => KeyDirection::Inverse,
+        }
+    }
+
+    /// tls-crypt (v1) key direction: the server behaves as direction 0, the client as 1.
+    pub const fn tls_crypt_direction(self) -> KeyDirection {
+        match self {
+            Role::Client => KeyDirection::Inverse,
+            Role::Server => KeyDirection::Normal,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,14 +11,15 @@
 //! |---|---|
 //! | [`framing`] | the 2-byte length prefix of every packet on a TCP stream |
 //! | [`ids`] | newtypes: session id, key id, message id, peer id |
-//! | [`packet`] | opcode / key-id byte, session ids, control packets with ACKs, data headers |
-//! | [`key`], [`static_key`] | the 256-byte two-key block and the static key file format |
+//! | [`opcode`] | the opcode / key-id byte |
+//! | [`packet`] | control packets with ACK lists and remote session id, early-negotiation TLVs |
+//! | [`key`], [`static_key`] | the 256-byte two-key block, key directions, the static key file |
 //! | [`digest`] | the `--auth` HMAC digests |
 //! | [`packet_id`] | replay protection for data and control packet ids |
 //! | [`wrap`] | control-channel protection: tls-auth (HMAC) and tls-crypt (v1) |
 //! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
-//! | [`data`] | the data channel: AEAD and CBC+HMAC packets, pings, compression framing |
+//! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.
@@ -29,6 +30,7 @@ pub mod framing;
 pub mod ids;
 pub mod kdf;
 pub mod key;
+pub mod opcode;
 pub mod packet;
 pub mod packet_id;
 pub mod reliable;

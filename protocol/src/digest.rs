@@ -26,7 +26,7 @@ pub enum Digest {
 impl Digest {
     /// Output length in bytes (20, 32 or 64); also the number of HMAC key bytes OpenVPN takes
     /// from a 64-byte HMAC slot of a key block.
-    pub const fn len(self) -> usize {
+    pub const fn output_len(self) -> usize {
         match self {
             Digest::Sha1 => 20,
             Digest::Sha256 => 32,
@@ -71,7 +71,7 @@ impl std::fmt::Debug for HmacKey {
 }
 
 impl HmacKey {
-    /// Keys an HMAC with `key`. OpenVPN keys with exactly `digest.len()` bytes of the slot;
+    /// Keys an HMAC with `key`. OpenVPN keys with exactly `digest.output_len()` bytes of the slot;
     /// callers pass that prefix.
     pub fn new(digest: Digest, key: &[u8]) -> HmacKey {
         // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
@@ -92,21 +92,16 @@ impl HmacKey {
     }
 
     /// Output length in bytes.
-    pub fn len(&self) -> usize {
-        self.digest().len()
+    pub fn output_len(&self) -> usize {
+        self.digest().output_len()
     }
 
-    /// Always false: an HMAC has a non-empty output. Present for API symmetry with `len`.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// HMAC over the concatenation of `parts`, written to `out[..self.len()]`.
+    /// HMAC over the concatenation of `parts`, written to `out[..self.output_len()]`.
     ///
     /// # Panics
-    /// If `out` is shorter than [`HmacKey::len`]; callers size it from the digest.
+    /// If `out` is shorter than [`HmacKey::output_len`]; callers size it from the digest.
     pub fn compute_into(&self, parts: &[&[u8]], out: &mut [u8]) {
-        let n = self.len();
+        let n = self.output_len();
         match self {
             HmacKey::Sha1(m) => finish(m.clone(), parts, &mut out[..n]),
             HmacKey::Sha256(m) => finish(m.clone(), parts, &mut out[..n]),
@@ -117,7 +112,7 @@ impl HmacKey {
     /// Compares the HMAC over `parts` with `tag` in constant time.
     pub fn verify(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
         let mut buf = [0u8; MAX_DIGEST_LEN];
-        let n = self.len();
+        let n = self.output_len();
         self.compute_into(parts, &mut buf);
         tag.len() == n && bool::from(buf[..n].ct_eq(tag))
     }
@@ -161,11 +156,11 @@ mod tests {
             let mut out = [0u8; MAX_DIGEST_LEN];
             // Split input to prove `parts` are concatenated.
             key.compute_into(&[&data[..5], &data[5..]], &mut out);
-            assert_eq!(hex::encode(&out[..digest.len()]), want);
-            assert!(key.verify(&[data], &out[..digest.len()]));
+            assert_eq!(hex::encode(&out[..digest.output_len()]), want);
+            assert!(key.verify(&[data], &out[..digest.output_len()]));
             out[0] ^= 1;
-            assert!(!key.verify(&[data], &out[..digest.len()]));
-            assert!(!key.verify(&[data], &out[..digest.len() - 1]));
+            assert!(!key.verify(&[data], &out[..digest.output_len()]));
+            assert!(!key.verify(&[data], &out[..digest.output_len() - 1]));
         }
     }
 

@@ -20,7 +20,7 @@ pub const KEY2_LEN: usize = 4 * KEY_SLOT_LEN;
 pub struct Key {
     /// Cipher key slot; a cipher uses its first `key_len` bytes.
     pub cipher: [u8; KEY_SLOT_LEN],
-    /// HMAC key slot; an HMAC uses its first `digest.len()` bytes, an AEAD cipher takes its
+    /// HMAC key slot; an HMAC uses its first `digest.output_len()` bytes, an AEAD cipher takes its
     /// 8-byte implicit IV from the start of it.
     pub hmac: [u8; KEY_SLOT_LEN],
 }

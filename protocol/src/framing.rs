@@ -14,7 +14,7 @@
 //!
 //! [`FrameDecoder`] cuts complete packets out of the bytes received so far, without copying;
 //! [`FrameEncoder`] appends a length-prefixed packet to an output buffer. With the `codec`
-//! feature, [`FrameCodec`] is the same pair as a `tokio_util::codec` `Decoder`/`Encoder` for
+//! feature, `FrameCodec` is the same pair as a `tokio_util::codec` `Decoder`/`Encoder` for
 //! use with `Framed`.
 //!
 //! A framing error is fatal for the connection: after a bad length the stream cannot be

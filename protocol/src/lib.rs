@@ -27,6 +27,8 @@
 pub mod data;
 pub mod digest;
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod ids;
 pub mod kdf;
 pub mod key;

@@ -21,9 +21,10 @@
 //!
 //! Every [`WrapError`] from `unwrap` means "drop this packet silently": OpenVPN never answers
 //! a packet that fails tls-auth or tls-crypt (that is the point of both: an unauthenticated
-//! peer gets no response at all). In TCP mode a dropped control packet does not close the
-//! connection. `unwrap` is given whole framed packets, so a short packet is malformed
-//! ([`WrapError::Truncated`]), never "need more bytes".
+//! peer gets no response at all); counting or logging it is the caller's business. `unwrap` is
+//! given whole framed packets, so a short packet is malformed ([`WrapError::Truncated`]), never
+//! "need more bytes". A failed `unwrap` leaves `out` as it was and records nothing in the
+//! replay window.
 
 pub mod tls_auth;
 pub mod tls_crypt;

@@ -59,6 +59,24 @@ pub enum LabError {
         #[source]
         source: std::io::Error,
     },
+    /// A socket operation of the lab's own client failed.
+    #[error("{what} failed")]
+    Socket {
+        /// The operation.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Our protocol code refused or could not produce a packet in an exchange with a peer.
+    #[error("{what}")]
+    Protocol {
+        /// What was being done, with the bytes involved.
+        what: String,
+        /// The protocol crate's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Something the lab waited for did not happen in time.
     #[error("timed out after {waited:?} waiting for {what}; log so far:\n{log}")]
     Timeout {

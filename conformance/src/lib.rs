@@ -9,6 +9,8 @@
 //!   `ta.key`, made with the `openssl` and `openvpn` CLIs in a temporary directory.
 //! * [`upstream::UpstreamOpenvpn`] - a real `openvpn` 2.6 process inside a [`netns::Netns`],
 //!   with its log, killed on drop.
+//! * [`probe`] - the first exchange of a session (hard resets and an ACK) done with our
+//!   `protocol` crate against a real peer.
 //! * [`require_lab`] - fails a test loudly when it cannot run (not root, tool missing): a lab
 //!   test never passes by skipping.
 //!
@@ -17,6 +19,7 @@
 
 pub mod netns;
 pub mod pki_fixture;
+pub mod probe;
 pub mod upstream;
 
 mod error;

@@ -64,8 +64,8 @@ fn packets(hex_lines: &str) -> Vec<Vec<u8>> {
 fn logged_key(keys: &str, label: &str) -> [u8; 32] {
     let line = keys
         .lines()
-        .filter(|l| l.starts_with("server:") && l.contains(label))
-        .last()
+        .rev()
+        .find(|l| l.starts_with("server:") && l.contains(label))
         .unwrap_or_else(|| panic!("no '{label}' in keys.txt"));
     let hex: String = line
         .rsplit(": ")

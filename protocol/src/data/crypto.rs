@@ -183,7 +183,9 @@ impl DataKey {
     /// With `offset >= `[`DATA_HEADROOM`](super::DATA_HEADROOM) and
     /// [`DATA_TAILROOM`](super::DATA_TAILROOM) bytes of spare capacity nothing is allocated;
     /// otherwise the plaintext is copied into a new buffer first. `rng` supplies the CBC IV
-    /// (AEAD ignores it).
+    /// (AEAD ignores it); drivers should pass a userspace CSPRNG seeded from the OS (e.g.
+    /// `rand_chacha::ChaCha20Rng::from_entropy`) rather than `OsRng`, which costs a system call
+    /// per packet.
     ///
     /// Errors: [`DataError::PacketIdExhausted`] after packet id [`PACKET_ID_MAX`] was used (the
     /// packet is dropped), [`DataError::Crypto`] on an internal OpenSSL failure.

@@ -142,7 +142,7 @@ impl ReplayWindow {
 
     fn record(&mut self, id: u32, time: u32, now: u64) {
         let stamp = now.saturating_add(2);
-        if time > self.time || self.filled == 0 {
+        if time > self.time {
             self.time = time;
             self.reset(id, stamp);
             return;
@@ -223,6 +223,18 @@ mod tests {
             assert!(w.check_and_record(id, 0, 0).is_err());
         }
         assert_eq!(w.highest(), 5);
+    }
+
+    #[test]
+    fn ids_skipped_before_the_first_packet_are_unseen() {
+        // Upstream slides the window from id 0, so ids below the first one received are
+        // still acceptable once (short form).
+        let mut w = ReplayWindow::default();
+        w.check_and_record(10, 0, 0).unwrap();
+        for id in [7, 9, 1] {
+            assert_eq!(w.check_and_record(id, 0, 0), Ok(()));
+        }
+        assert!(w.check_and_record(9, 0, 0).is_err());
     }
 
     #[test]

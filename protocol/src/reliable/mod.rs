@@ -9,7 +9,7 @@
 //! | [`ReliableSend`] | numbering, at most 6 messages in flight, retransmission with doubling timeout, fast retransmit |
 //! | [`ReliableRecv`] | a 12-message reorder window, duplicates, in-order delivery |
 //! | [`AckState`] | ids still to acknowledge, the MRU list of re-acks, ACK arrays for packets |
-//! | [`segment`] helpers | how many ciphertext bytes fit in one control packet |
+//! | [`PayloadLimits`], [`max_control_payload`] | how many ciphertext bytes fit in one control packet |
 //! | [`Reliable`] | the three glued together, with the driving contract |
 //!
 //! This layer handles ids and payload bytes only; it neither parses nor writes packets. The

@@ -91,6 +91,31 @@ impl AckList {
     pub fn contains(&self, id: MessageId) -> bool {
         self.as_slice().contains(&id)
     }
+
+    /// Moves `id` to the front, dropping it from where it was or, when absent and the list is
+    /// full, dropping the last (oldest) entry.
+    pub(crate) fn move_to_front(&mut self, id: MessageId) {
+        let len = self.len();
+        let end = match self.as_slice().iter().position(|&x| x == id) {
+            Some(pos) => pos,
+            None if len < RELIABLE_ACK_SIZE => {
+                self.len += 1;
+                len
+            }
+            None => len - 1,
+        };
+        self.ids.copy_within(0..end, 1);
+        self.ids[0] = id;
+    }
+
+    /// Removes the first `n` ids.
+    pub(crate) fn drop_front(&mut self, n: usize) {
+        let len = self.len();
+        let n = n.min(len);
+        self.ids.copy_within(n..len, 0);
+        self.ids[len - n..len].fill(MessageId(0));
+        self.len -= n as u8;
+    }
 }
 
 impl PartialEq for AckList {

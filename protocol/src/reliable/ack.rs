@@ -1,121 +1,8 @@
 //! ACK bookkeeping: the ids still to acknowledge and the most-recently-acknowledged list used
 //! to fill free ACK slots with re-acks (`struct reliable_ack`, `ks->rec_ack`, `ks->lru_acks`).
 
-use std::fmt;
-
 use crate::ids::MessageId;
-
-use super::{CONTROL_SEND_ACK_MAX, RELIABLE_ACK_SIZE};
-
-/// Up to [`RELIABLE_ACK_SIZE`] message ids, in wire order: the ACK array of one control
-/// packet. Fixed size, no allocation.
-#[derive(Clone, Copy, Default)]
-pub struct AckList {
-    ids: [MessageId; RELIABLE_ACK_SIZE],
-    len: u8,
-}
-
-impl AckList {
-    /// An empty list.
-    pub const fn new() -> AckList {
-        AckList {
-            ids: [MessageId(0); RELIABLE_ACK_SIZE],
-            len: 0,
-        }
-    }
-
-    /// A list holding `ids` in order; `None` if there are more than [`RELIABLE_ACK_SIZE`].
-    pub fn from_slice(ids: &[MessageId]) -> Option<AckList> {
-        let mut list = AckList::new();
-        for &id in ids {
-            if !list.try_push(id) {
-                return None;
-            }
-        }
-        Some(list)
-    }
-
-    /// Appends `id`; `false` (and no change) when the list is full.
-    pub fn try_push(&mut self, id: MessageId) -> bool {
-        let len = usize::from(self.len);
-        let Some(slot) = self.ids.get_mut(len) else {
-            return false;
-        };
-        *slot = id;
-        self.len += 1;
-        true
-    }
-
-    /// The ids in wire order.
-    pub fn as_slice(&self) -> &[MessageId] {
-        &self.ids[..usize::from(self.len)]
-    }
-
-    /// Number of ids.
-    pub fn len(&self) -> usize {
-        usize::from(self.len)
-    }
-
-    /// Whether the list holds no id.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Whether `id` is in the list.
-    pub fn contains(&self, id: MessageId) -> bool {
-        self.as_slice().contains(&id)
-    }
-
-    /// Moves `id` to the front, dropping it from where it was or, when absent and the list is
-    /// full, dropping the last (oldest) entry.
-    fn move_to_front(&mut self, id: MessageId) {
-        let len = self.len();
-        let end = match self.as_slice().iter().position(|&x| x == id) {
-            Some(pos) => pos,
-            None if len < RELIABLE_ACK_SIZE => {
-                self.len += 1;
-                len
-            }
-            None => len - 1,
-        };
-        self.ids.copy_within(0..end, 1);
-        self.ids[0] = id;
-    }
-
-    /// Removes the first `n` ids.
-    fn drop_front(&mut self, n: usize) {
-        let len = self.len();
-        let n = n.min(len);
-        self.ids.copy_within(n..len, 0);
-        self.ids[len - n..len].fill(MessageId(0));
-        self.len -= n as u8;
-    }
-}
-
-impl PartialEq for AckList {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_slice() == other.as_slice()
-    }
-}
-
-impl Eq for AckList {}
-
-impl fmt::Debug for AckList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list()
-            .entries(self.as_slice().iter().map(|id| id.0))
-            .finish()
-    }
-}
-
-impl<'a> IntoIterator for &'a AckList {
-    type Item = &'a MessageId;
-    type IntoIter = std::slice::Iter<'a, MessageId>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.as_slice().iter()
-    }
-}
+use crate::packet::{AckList, CONTROL_SEND_ACK_MAX, RELIABLE_ACK_SIZE};
 
 /// What this side still has to acknowledge, and what it acknowledged last.
 ///
@@ -147,7 +34,7 @@ impl AckState {
     /// Queues `id` for acknowledgement. `false` if it could not be queued (already pending
     /// counts as success; a full pending list does not).
     pub fn acknowledge(&mut self, id: MessageId) -> bool {
-        self.pending.contains(id) || self.pending.try_push(id)
+        self.pending.contains(id) || self.pending.push(id).is_ok()
     }
 
     /// Whether ids are waiting to be acknowledged: if no packet carrying a message goes out
@@ -182,11 +69,8 @@ impl AckState {
         }
         self.pending.drop_front(n);
         let total = self.mru.len().min(max);
-        let mut out = AckList::new();
-        for &id in &self.mru.as_slice()[..total] {
-            out.try_push(id);
-        }
-        out
+        // `total` is at most RELIABLE_ACK_SIZE, so the slice always fits.
+        AckList::from_slice(&self.mru.as_slice()[..total]).unwrap_or_default()
     }
 
     /// [`take`](Self::take) for a packet that carries a message
@@ -256,19 +140,6 @@ mod tests {
         assert_eq!(
             ids(&acks.take_for_ack_packet().expect("pending")),
             [9, 4, 5, 6, 7, 0, 1, 2]
-        );
-    }
-
-    #[test]
-    fn ack_list_basics() {
-        let list = AckList::from_slice(&[MessageId(7), MessageId(3)]).expect("fits");
-        assert_eq!(format!("{list:?}"), "[7, 3]");
-        assert!(list.contains(MessageId(3)));
-        assert_eq!(list.into_iter().count(), 2);
-        assert!(AckList::from_slice(&[MessageId(0); 9]).is_none());
-        assert_eq!(
-            AckList::from_slice(&[MessageId(0); 8]).map(|l| l.len()),
-            Some(8)
         );
     }
 }

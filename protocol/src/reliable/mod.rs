@@ -26,13 +26,14 @@ use bytes::{Bytes, BytesMut};
 
 use crate::ids::MessageId;
 
-pub use ack::{AckList, AckState};
+pub use crate::packet::{AckList, CONTROL_SEND_ACK_MAX, RELIABLE_ACK_SIZE};
+pub use ack::AckState;
 pub use recv::{Received, ReliableRecv};
 pub use segment::{
     ack_size, max_control_payload, PayloadLimits, PeerFamily, TlsMtu, WrapOverhead,
-    IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD, MESSAGE_ID_LEN, MIN_CONTROL_PAYLOAD,
-    TLS_AUTH_PID_OVERHEAD, TLS_CHANNEL_BUF_SIZE, TLS_CHANNEL_MTU_MAX, TLS_CHANNEL_MTU_MIN,
-    TLS_CRYPT_OVERHEAD, TLS_MTU_DEFAULT,
+    IPV4_UDP_OVERHEAD, IPV6_UDP_OVERHEAD, MIN_CONTROL_PAYLOAD, TLS_AUTH_PID_OVERHEAD,
+    TLS_CHANNEL_BUF_SIZE, TLS_CHANNEL_MTU_MAX, TLS_CHANNEL_MTU_MIN, TLS_CRYPT_OVERHEAD,
+    TLS_MTU_DEFAULT,
 };
 pub use send::ReliableSend;
 
@@ -43,10 +44,6 @@ pub const TLS_RELIABLE_N_REC_BUFFERS: usize = 12;
 /// `N_ACK_RETRANSMIT`: ACKs of higher ids after which an unacknowledged message is resent
 /// before its timer.
 pub const N_ACK_RETRANSMIT: u32 = 3;
-/// `RELIABLE_ACK_SIZE`: most ids in one ACK array (a P_ACK_V1 carries up to this many).
-pub const RELIABLE_ACK_SIZE: usize = 8;
-/// `CONTROL_SEND_ACK_MAX`: most ids piggy-backed on a packet that carries a message.
-pub const CONTROL_SEND_ACK_MAX: usize = 4;
 /// Default `--tls-timeout`: the first retransmission timeout.
 pub const DEFAULT_TLS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Where the doubling retransmission timeout stops growing. OpenVPN has no cap, but its

@@ -15,6 +15,7 @@
 use crate::ids::SessionId;
 
 use super::{ReliableError, CONTROL_SEND_ACK_MAX};
+use crate::packet::MESSAGE_ID_LEN;
 
 /// `TLS_CHANNEL_BUF_SIZE`: upper bound of a control packet, whatever `tls-mtu` says.
 pub const TLS_CHANNEL_BUF_SIZE: usize = 2048;
@@ -26,8 +27,6 @@ pub const TLS_CHANNEL_MTU_MIN: u16 = 154;
 pub const TLS_CHANNEL_MTU_MAX: u16 = TLS_CHANNEL_BUF_SIZE as u16;
 /// Payload floor: when the overhead leaves less than this, OpenVPN still sends 16 bytes.
 pub const MIN_CONTROL_PAYLOAD: usize = 16;
-/// Size of the message packet id field.
-pub const MESSAGE_ID_LEN: usize = 4;
 /// IP + UDP header budget for an IPv4 peer (`datagram_overhead`).
 pub const IPV4_UDP_OVERHEAD: usize = 28;
 /// IP + UDP header budget for an IPv6 peer (`datagram_overhead`).

@@ -196,12 +196,22 @@ pub fn common_name(leaf: &X509Ref) -> Result<String, CertCheckError> {
 /// certificates can never map to one identity.
 pub fn client_identity(leaf: &X509Ref) -> Result<String, CertCheckError> {
     let cn = common_name(leaf)?;
-    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@');
-    if cn.chars().all(allowed) && cn != "." && cn != ".." {
+    if is_valid_identity(&cn) {
         Ok(cn)
     } else {
         Err(CertCheckError::InvalidIdentity { cn })
     }
+}
+
+/// Whether `name` is usable as a client identity (and so as a file name): non-empty, only
+/// letters, digits and `-_.@`, not `.` or `..`.
+pub fn is_valid_identity(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'))
 }
 
 /// The subject as OpenVPN prints and compares it: RDNs in certificate order, short names,

@@ -152,6 +152,16 @@ pub fn context(
     verify: SslVerifyMode,
     max: Option<SslVersion>,
 ) -> SslContext {
+    context_builder(ca, identity, verify, max).build()
+}
+
+/// [`context`] before `build`, for tests that add to it.
+pub fn context_builder(
+    ca: &X509,
+    identity: Option<&Identity>,
+    verify: SslVerifyMode,
+    max: Option<SslVersion>,
+) -> SslContextBuilder {
     let mut b = SslContextBuilder::new(SslMethod::tls()).unwrap();
     b.set_min_proto_version(Some(SslVersion::TLS1_2)).unwrap();
     b.set_max_proto_version(max).unwrap();
@@ -169,7 +179,7 @@ pub fn context(
         b.check_private_key().unwrap();
     }
     b.set_verify(verify);
-    b.build()
+    b
 }
 
 /// A server context: requires a client certificate (`PEER | FAIL_IF_NO_PEER_CERT`).

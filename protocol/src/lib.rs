@@ -18,6 +18,7 @@
 //! | [`packet_id`] | replay protection for data and control packet ids |
 //! | [`wrap`] | control-channel protection: tls-auth (HMAC) and tls-crypt (v1) |
 //! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
+//! | [`tls`] | the control channel's TLS engine: OpenSSL over memory buffers, one record per message |
 //! | [`session`] | control-channel sessions; so far the packet link under them |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
@@ -39,6 +40,7 @@ pub mod packet_id;
 pub mod reliable;
 pub mod session;
 pub mod static_key;
+pub mod tls;
 pub mod wrap;
 
 pub use rand_core::{CryptoRng, RngCore};

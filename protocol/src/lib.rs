@@ -20,6 +20,8 @@
 //! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
+//! | [`km2`] | key method 2 inside TLS: the key-exchange messages, peer-info, the OCC options string |
+//! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.
@@ -32,6 +34,8 @@ pub mod fuzz;
 pub mod ids;
 pub mod kdf;
 pub mod key;
+pub mod km2;
+pub mod ncp;
 pub mod opcode;
 pub mod packet;
 pub mod packet_id;

@@ -5,8 +5,9 @@
 //! V4,dev-type tun,link-mtu 1543,tun-mtu 1500,proto TCPv4_CLIENT,keydir 1,auth SHA1,keysize 128,tls-auth,key-method 2,tls-client
 //! ```
 //!
-//! Field order: `V4`, `dev-type`, `link-mtu`, `tun-mtu`, `proto`, [`comp-lzo`], [`keydir`],
-//! [`cipher`], `auth`, `keysize`, [`tls-auth`], `key-method 2`, `tls-client|tls-server`.
+//! Field order: `V4`, `dev-type`, `link-mtu`, `tun-mtu`, `proto`, `comp-lzo` (optional),
+//! `keydir` (optional), `cipher` (optional), `auth`, `keysize`, `tls-auth` (optional),
+//! `key-method 2`, `tls-client|tls-server`.
 //! OpenVPN only warns when the peer's string differs from what it expects, unless it runs
 //! `--opt-verify`; the receiver reads `cipher` from it for "poor man's NCP" and checks for
 //! `comp-lzo`. [`OccSettings::options_string`] builds ours; [`OccOptions::parse`] reads the

@@ -22,6 +22,8 @@
 //! | [`session`] | control-channel sessions; so far the packet link under them |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
+//! | [`km2`] | key method 2 inside TLS: the key-exchange messages, peer-info, the OCC options string |
+//! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.
@@ -34,6 +36,8 @@ pub mod fuzz;
 pub mod ids;
 pub mod kdf;
 pub mod key;
+pub mod km2;
+pub mod ncp;
 pub mod opcode;
 pub mod packet;
 pub mod packet_id;

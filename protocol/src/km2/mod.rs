@@ -89,7 +89,7 @@ pub const USER_PASS_LEN_PKCS11: usize = 4096;
 
 /// `TLS_CHANNEL_BUF_SIZE`: the plaintext buffer one TLS record is read into; a key-method-2
 /// message longer than this cannot be received by OpenVPN.
-pub const TLS_CHANNEL_BUF_SIZE: usize = 2048;
+pub use crate::reliable::TLS_CHANNEL_BUF_SIZE;
 
 /// The random material of one side of a key-method-2 exchange (OpenVPN's `struct key_source`).
 ///

@@ -20,10 +20,13 @@
 //! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
+//! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
+//! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.
 
+pub mod control_msg;
 pub mod data;
 pub mod digest;
 pub mod framing;
@@ -35,6 +38,7 @@ pub mod key;
 pub mod opcode;
 pub mod packet;
 pub mod packet_id;
+pub mod push;
 pub mod reliable;
 pub mod static_key;
 pub mod wrap;

@@ -24,10 +24,13 @@
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
 //! | [`km2`] | key method 2 inside TLS: the key-exchange messages, peer-info, the OCC options string |
 //! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
+//! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
+//! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.
 
+pub mod control_msg;
 pub mod data;
 pub mod digest;
 pub mod framing;
@@ -41,6 +44,7 @@ pub mod ncp;
 pub mod opcode;
 pub mod packet;
 pub mod packet_id;
+pub mod push;
 pub mod reliable;
 pub mod session;
 pub mod static_key;

@@ -122,6 +122,76 @@ pub fn data_decrypt(data: &[u8]) {
     }
 }
 
+/// Parses `data` as the key-method-2 message of each role; an accepted message must re-emit to
+/// the bytes it was parsed from.
+pub fn key_method_2(data: &[u8]) {
+    if let Ok((msg, used)) = crate::km2::ClientKeyMethod2::parse(data) {
+        let mut out = BytesMut::new();
+        assert!(
+            msg.emit(&mut out).is_ok(),
+            "a parsed client km2 must be valid"
+        );
+        assert_eq!(
+            &out[..],
+            &data[..used],
+            "client km2 round trip changed the bytes"
+        );
+    }
+    if let Ok((msg, used)) = crate::km2::ServerKeyMethod2::parse(data) {
+        let mut out = BytesMut::new();
+        assert!(
+            msg.emit(&mut out).is_ok(),
+            "a parsed server km2 must be valid"
+        );
+        assert_eq!(
+            &out[..],
+            &data[..used],
+            "server km2 round trip changed the bytes"
+        );
+    }
+}
+
+/// Splits `data` as TLS plaintext into control messages and runs every `PUSH_REPLY` through a
+/// pull policy with filters and strict mode; nothing may panic, and strict mode must never
+/// let a route outside its network through.
+pub fn control_messages(data: &[u8]) {
+    use crate::control_msg::{split_messages, ControlMessage};
+    use crate::push::{
+        FilterAction, OptionKind, PullFilter, PullPolicy, PushedOption, StrictPolicy,
+    };
+    let allowed: ipnet::IpNet = "10.0.0.0/8".parse().unwrap_or_default();
+    let policy = PullPolicy {
+        filters: vec![
+            PullFilter::new(FilterAction::Ignore, "route-gateway"),
+            PullFilter::new(FilterAction::Accept, "route"),
+            PullFilter::new(FilterAction::Reject, "redirect"),
+        ],
+        route_nopull: false,
+        strict: Some(
+            StrictPolicy::new()
+                .allow(
+                    StrictPolicy::TUNNEL_BASICS
+                        .into_iter()
+                        .chain([OptionKind::Route]),
+                )
+                .allow_networks([allowed]),
+        ),
+    };
+    for message in split_messages(data).flatten() {
+        if let ControlMessage::PushReply { options } = message {
+            let Ok(part) = policy.process(&options) else {
+                continue;
+            };
+            for option in &part.outcome.accepted {
+                if let PushedOption::Route(route) = option {
+                    let net = ipnet::IpNet::V4(route.net());
+                    assert!(allowed.contains(&net), "strict mode let {route:?} through");
+                }
+            }
+        }
+    }
+}
+
 /// A deterministic byte source for CBC IVs (fuzzing must be reproducible).
 struct CountingRng(u8);
 
@@ -152,6 +222,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn control_messages_entry_point_sees_routes() {
+        control_messages(
+            b"PUSH_REPLY,route 10.1.0.0 255.255.0.0,route 192.168.0.0 255.255.0.0,ping 10\0",
+        );
+    }
+
+    #[test]
     fn entry_points_accept_odd_input() {
         let inputs: [&[u8]; 5] = [
             b"",
@@ -166,6 +243,8 @@ mod tests {
             tls_auth_unwrap(input);
             tls_crypt_unwrap(input);
             data_decrypt(input);
+            key_method_2(input);
+            control_messages(input);
         }
     }
 }

@@ -77,6 +77,15 @@ impl PeerPolicy {
     }
 }
 
+/// The control-channel sessions of `protocol` run the policy through this hook (their TLS
+/// engine installs its own verify callback, so the policy must travel with the session).
+impl protocol::tls::PeerVerifier for PeerPolicy {
+    fn verify_peer(&self, leaf: &X509Ref) -> Result<(), protocol::tls::PeerCertError> {
+        self.check(leaf)
+            .map_err(|e| protocol::tls::PeerCertError::Other(Box::new(e)))
+    }
+}
+
 /// The OpenVPN server side of the control channel.
 pub fn control_channel_server(
     identity: &Identity,

@@ -230,3 +230,79 @@ fn connect_proxy_mtls() {
     let (_, c) = run(Some(&client_id), "elsewhere");
     assert!(c.is_err());
 }
+
+/// Pumps ciphertext between two in-memory `protocol` TLS engines until neither moves; returns
+/// each side's first error, if any (later calls only report that the session finished).
+fn pump(
+    client: &mut protocol::tls::TlsSession,
+    server: &mut protocol::tls::TlsSession,
+) -> (
+    Result<(), protocol::tls::TlsError>,
+    Result<(), protocol::tls::TlsError>,
+) {
+    let keep_first = |kept: &mut Result<(), _>, new: Result<(), _>| {
+        if kept.is_ok() {
+            *kept = new;
+        }
+    };
+    let mut results = (client.process(), server.process());
+    for _ in 0..50 {
+        let mut moved = false;
+        while let Some(bytes) = client.poll_ciphertext(1200) {
+            server.feed_ciphertext(&bytes);
+            moved = true;
+        }
+        keep_first(&mut results.1, server.process());
+        while let Some(bytes) = server.poll_ciphertext(1200) {
+            client.feed_ciphertext(&bytes);
+            moved = true;
+        }
+        keep_first(&mut results.0, client.process());
+        if !moved {
+            break;
+        }
+    }
+    results
+}
+
+#[test]
+fn peer_policy_travels_with_protocol_sessions() {
+    use std::sync::Arc;
+
+    use protocol::key::Role;
+    use protocol::tls::{TlsError, TlsSession};
+
+    let ca = ca();
+    let v = Validity::days_from(now(), 1);
+    let client_id = issue(&ca, CertProfile::Client, "vpn-shoot-client", v);
+    let server_id = issue(&ca, CertProfile::Server, "vpn-seed-server", v);
+    let no_eku = leaf_without_eku(&ca, "no-eku");
+    let client_ctx =
+        control_channel_client(&client_id, &trust(&ca), &PeerPolicy::server_peer()).unwrap();
+
+    // A proper server certificate passes `remote-cert-tls server` inside the session.
+    let good = control_channel_server(&server_id, &trust(&ca), &PeerPolicy::client_peer()).unwrap();
+    let mut c = TlsSession::new(
+        &client_ctx,
+        Role::Client,
+        Arc::new(PeerPolicy::server_peer()),
+    )
+    .unwrap();
+    let mut s = TlsSession::new(&good, Role::Server, Arc::new(PeerPolicy::client_peer())).unwrap();
+    let (rc, rs) = pump(&mut c, &mut s);
+    assert!(rc.is_ok() && rs.is_ok(), "{rc:?} {rs:?}");
+    assert!(c.is_handshake_done() && s.is_handshake_done());
+
+    // A server certificate without EKU passes OpenSSL but not the policy the session carries.
+    let bad = control_channel_server(&no_eku, &trust(&ca), &PeerPolicy::default()).unwrap();
+    let mut c = TlsSession::new(
+        &client_ctx,
+        Role::Client,
+        Arc::new(PeerPolicy::server_peer()),
+    )
+    .unwrap();
+    let mut s = TlsSession::new(&bad, Role::Server, Arc::new(PeerPolicy::default())).unwrap();
+    let (rc, _) = pump(&mut c, &mut s);
+    assert!(matches!(rc, Err(TlsError::PeerRejected(_))), "{rc:?}");
+    assert!(!c.is_handshake_done());
+}

@@ -151,6 +151,16 @@ pub fn key_method_2(data: &[u8]) {
     }
 }
 
+/// `bytes` as `emit` writes them back: the flag nibble of the key-method byte is accepted
+/// and ignored on receive (as upstream does) and always written as 0.
+fn km2_canonical(bytes: &[u8]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    if let Some(method) = v.get_mut(crate::km2::LITERAL_LEN) {
+        *method &= crate::km2::KEY_METHOD_MASK;
+    }
+    v
+}
+
 /// Splits `data` as TLS plaintext into control messages and runs every `PUSH_REPLY` through a
 /// pull policy with filters and strict mode; nothing may panic, and strict mode must never
 /// let a route outside its network through.

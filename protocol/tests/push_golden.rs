@@ -270,3 +270,44 @@ fn control_messages_split_at_nul_and_trailing_piece_is_discarded() {
     ));
     assert_eq!(got[3], Err(ControlMsgError::Unterminated { len: 18 }));
 }
+
+/// DEVIATIONS.md P2: an option of 256 bytes or more is dropped whole, never cut into pieces.
+#[test]
+fn overlong_pushed_option_is_dropped_whole() {
+    let long_route = format!("route 10.0.0.0 255.0.0.0 {}", "1".repeat(240));
+    let outcome = receive(
+        &format!("PUSH_REPLY,ping 10,{long_route},ping-restart 60"),
+        &PullPolicy::default(),
+    );
+    assert_eq!(
+        outcome.accepted,
+        vec![PushedOption::Ping(10), PushedOption::PingRestart(60)]
+    );
+    assert_eq!(outcome.dropped.len(), 1);
+    assert!(matches!(
+        outcome.dropped[0].reason,
+        DropReason::TooLong { .. }
+    ));
+}
+
+/// DEVIATIONS.md P5: at most 64 continuation parts; the 65th refuses the whole push.
+#[test]
+fn too_many_continuation_parts_refuse_the_push() {
+    let policy = PullPolicy::default();
+    let mut collector = PushCollector::new();
+    for _ in 0..64 {
+        assert_eq!(
+            collector
+                .push_part(&policy, ",ping 10,push-continuation 2")
+                .unwrap(),
+            None
+        );
+    }
+    assert!(collector
+        .push_part(&policy, ",ping 10,push-continuation 2")
+        .is_err());
+    assert!(
+        !collector.in_progress(),
+        "a refused push leaves nothing behind"
+    );
+}

@@ -1,5 +1,19 @@
-//! The tokio I/O shared by `vpn-server` and `vpn-client`: tun device, netlink address and route
-//! setup, the framed TCP transport, the HTTP CONNECT dialer and acceptor, the PROXY protocol
-//! acceptor, the admin HTTP endpoints and shutdown.
+//! The tokio I/O shared by `vpn-server` and `vpn-client`.
 //!
-//! Not built yet: see the `vpn-server` / `vpn-client` issue.
+//! * [`tun`] - a layer-3 tun device under tokio, reading whole IP packets into caller buffers
+//!   with headroom for in-place encryption.
+//! * [`netlink`] - link state, MTU, txqueuelen, addresses and routes over rtnetlink, in the
+//!   network namespace of the calling thread.
+//! * [`transport`] - the framed OpenVPN TCP transport (`TCP_NODELAY`, split halves).
+//! * [`http`] - the HTTP CONNECT request/response heads, without I/O.
+//! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
+//!   acceptor (proxy side, for tests and the demo).
+//!
+//! Not built yet: the PROXY protocol acceptor, the admin HTTP endpoints and shutdown (see the
+//! `vpn-server` / `vpn-client` issue).
+
+pub mod http;
+pub mod http_connect;
+pub mod netlink;
+pub mod transport;
+pub mod tun;

@@ -1,0 +1,266 @@
+//! `netio::tun` and `netio::netlink` inside a lab namespace: a tun device gets link settings,
+//! addresses and routes through netlink (checked with our route listing and with `ip -n NS`),
+//! a datagram routed into the tun is read from the tun fd byte by byte, and a reply written
+//! into the tun reaches the sending socket.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use conformance::netns::Netns;
+use conformance::require_lab;
+use netio::netlink::{Family, IpPrefix, Netlink, Route};
+use netio::tun::Tun;
+
+const TUN: &str = "vpnt-tun0";
+const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+const ROUTED: &str = "10.200.0.0/16";
+/// An address inside `ROUTED`, i.e. behind the tun.
+const PEER: Ipv4Addr = Ipv4Addr::new(10, 200, 1, 1);
+/// What the data path would reserve for the OpenVPN header in front of a packet.
+const HEADROOM: usize = 24;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn ip_n(ns: &Netns, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns.name()])
+        .args(args)
+        .output()
+        .expect("ip -n");
+    assert!(out.status.success(), "ip {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn p(s: &str) -> IpPrefix {
+    s.parse().expect("prefix")
+}
+
+/// RFC 1071 ones'-complement sum.
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[test]
+fn tun_gets_link_settings_addresses_and_routes() {
+    require_lab(&[]);
+    let ns = Netns::new().expect("netns");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let tun = Tun::open(TUN).expect("open tun");
+            assert_eq!(tun.name(), TUN);
+            let nl = Netlink::open().expect("netlink");
+            nl.set_mtu(TUN, 1400).await.expect("mtu");
+            nl.set_txqueuelen(TUN, 500).await.expect("txqueuelen");
+            nl.set_link_up(TUN).await.expect("up");
+            let link = nl.link(TUN).await.expect("link");
+            assert!(link.up);
+            assert_eq!((link.mtu, link.txqueuelen), (Some(1400), Some(500)));
+
+            nl.add_address(TUN, IpPrefix::new(LOCAL.into(), 24).expect("prefix"))
+                .await
+                .expect("address v4");
+            nl.add_address(TUN, p("fd00:99::1/64"))
+                .await
+                .expect("address v6");
+            let addrs = nl.addresses(TUN).await.expect("addresses");
+            assert!(addrs.contains(&p("10.99.0.1/24")), "{addrs:?}");
+            assert!(addrs.contains(&p("fd00:99::1/64")), "{addrs:?}");
+
+            let v4 = Route {
+                gateway: Some(GATEWAY.into()),
+                metric: Some(77),
+                ..Route::via_dev(p(ROUTED), TUN)
+            };
+            let v6 = Route {
+                metric: Some(5),
+                ..Route::via_dev(p("fd00:200::/48"), TUN)
+            };
+            nl.add_route(&v4).await.expect("route v4");
+            nl.add_route(&v6).await.expect("route v6");
+            let again = nl.add_route(&v4).await.expect_err("duplicate route");
+            assert_eq!(again.raw_os_error(), Some(17), "EEXIST expected: {again}");
+
+            let routes = nl.routes(Family::V4).await.expect("routes v4");
+            let ours = routes
+                .iter()
+                .find(|r| r.dst == p(ROUTED))
+                .unwrap_or_else(|| panic!("route missing: {routes:?}"));
+            assert_eq!(ours.dev.as_deref(), Some(TUN));
+            assert_eq!(ours.gateway, Some(IpAddr::V4(GATEWAY)));
+            assert_eq!(ours.metric, Some(77));
+            let routes6 = nl.routes(Family::V6).await.expect("routes v6");
+            assert!(
+                routes6
+                    .iter()
+                    .any(|r| r.dst == p("fd00:200::/48") && r.metric == Some(5)),
+                "{routes6:?}"
+            );
+
+            // The same state as iproute2 sees it, while the tun (and so its routes) still exists.
+            let shown = ip_n(&ns, &["route"]);
+            assert!(
+                shown.contains(&format!("{ROUTED} via {GATEWAY} dev {TUN} metric 77")),
+                "{shown}"
+            );
+            let shown6 = ip_n(&ns, &["-6", "route"]);
+            assert!(
+                shown6.contains(&format!("fd00:200::/48 dev {TUN} metric 5")),
+                "{shown6}"
+            );
+            let link = ip_n(&ns, &["link", "show", TUN]);
+            assert!(
+                link.contains("mtu 1400") && link.contains("qlen 500"),
+                "{link}"
+            );
+            assert!(ip_n(&ns, &["addr", "show", TUN]).contains("inet 10.99.0.1/24"));
+        })
+    })
+    .expect("run_in");
+}
+
+#[test]
+fn datagram_routed_into_the_tun_is_read_and_a_reply_written_back() {
+    require_lab(&[]);
+    let ns = Netns::new().expect("netns");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let tun = Tun::open(TUN).expect("open tun");
+            let nl = Netlink::open().expect("netlink");
+            nl.set_link_up(TUN).await.expect("up");
+            nl.add_address(TUN, p("10.99.0.1/24"))
+                .await
+                .expect("address");
+            nl.add_route(&Route::via_dev(p(ROUTED), TUN))
+                .await
+                .expect("route");
+
+            // A UDP socket of this namespace sends to an address routed into the tun.
+            let sock = tokio::net::UdpSocket::bind((LOCAL, 0)).await.expect("bind");
+            let port = sock.local_addr().expect("addr").port();
+            sock.send_to(b"into the tun", (PEER, 7777))
+                .await
+                .expect("send_to");
+
+            // Skip anything else the kernel sends into the tun (e.g. IPv6 solicitations).
+            let mut buf = BytesMut::new();
+            let request = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let n = tun.recv(&mut buf, HEADROOM, 1500).await.expect("recv");
+                    assert_eq!(buf.len(), HEADROOM + n);
+                    let pkt = &buf[HEADROOM..];
+                    if pkt[0] >> 4 == 4 && pkt[9] == 17 && pkt[16..20] == PEER.octets() {
+                        return pkt.to_vec();
+                    }
+                }
+            })
+            .await
+            .expect("datagram never reached the tun");
+            assert!(
+                buf[..HEADROOM].iter().all(|&b| b == 0),
+                "headroom untouched"
+            );
+
+            // IPv4 without options, UDP, from our address to the routed one, valid header
+            // checksum, our ports and payload.
+            assert_eq!(request[0], 0x45);
+            assert_eq!(
+                usize::from(u16::from_be_bytes([request[2], request[3]])),
+                request.len()
+            );
+            assert_eq!(request.len(), 20 + 8 + 12);
+            assert_eq!(&request[12..16], &LOCAL.octets());
+            assert_eq!(checksum(&request[..20]), 0, "IP header checksum");
+            assert_eq!(u16::from_be_bytes([request[20], request[21]]), port);
+            assert_eq!(u16::from_be_bytes([request[22], request[23]]), 7777);
+            assert_eq!(&request[28..], b"into the tun");
+
+            // The answer written into the tun reaches the socket.
+            tun.send(&udp_reply(&request, b"out of the tun"))
+                .await
+                .expect("send reply");
+            let mut got = [0u8; 64];
+            let (n, from) = tokio::time::timeout(Duration::from_secs(5), sock.recv_from(&mut got))
+                .await
+                .expect("reply never arrived")
+                .expect("recv_from");
+            assert_eq!(&got[..n], b"out of the tun");
+            assert_eq!(from, (PEER, 7777).into());
+        })
+    })
+    .expect("run_in");
+}
+
+/// A UDP/IPv4 reply to `request`: addresses and ports swapped, `payload`, IP checksum set,
+/// UDP checksum 0 (allowed for IPv4).
+fn udp_reply(request: &[u8], payload: &[u8]) -> Vec<u8> {
+    let total = 20 + 8 + payload.len();
+    let mut reply = vec![0u8; total];
+    reply[0] = 0x45;
+    reply[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    reply[8] = 64;
+    reply[9] = 17;
+    reply[12..16].copy_from_slice(&request[16..20]);
+    reply[16..20].copy_from_slice(&request[12..16]);
+    let c = checksum(&reply[..20]);
+    reply[10..12].copy_from_slice(&c.to_be_bytes());
+    reply[20..22].copy_from_slice(&request[22..24]);
+    reply[22..24].copy_from_slice(&request[20..22]);
+    reply[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    reply[28..].copy_from_slice(payload);
+    reply
+}
+
+#[test]
+fn routes_and_addresses_can_be_removed() {
+    require_lab(&[]);
+    let ns = Netns::new().expect("netns");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let _tun = Tun::open(TUN).expect("open tun");
+            let nl = Netlink::open().expect("netlink");
+            nl.set_link_up(TUN).await.expect("up");
+            nl.add_address(TUN, p("10.99.0.1/24"))
+                .await
+                .expect("address");
+            let route = Route {
+                metric: Some(9),
+                ..Route::via_dev(p(ROUTED), TUN)
+            };
+            nl.add_route(&route).await.expect("route");
+            nl.del_route(&route).await.expect("del route");
+            let routes = nl.routes(Family::V4).await.expect("routes");
+            assert!(!routes.iter().any(|r| r.dst == p(ROUTED)), "{routes:?}");
+            nl.del_address(TUN, p("10.99.0.1/24"))
+                .await
+                .expect("del address");
+            let left = nl.addresses(TUN).await.expect("addresses");
+            assert!(!left.contains(&p("10.99.0.1/24")), "{left:?}");
+            nl.set_link_down(TUN).await.expect("down");
+            assert!(!nl.link(TUN).await.expect("link").up);
+            let missing = nl.link("nonexistent0").await.expect_err("no such link");
+            assert!(
+                matches!(missing, netio::netlink::NetlinkError::NoSuchLink { .. }),
+                "{missing:?}"
+            );
+            // Checked while the tun exists: its routes would vanish with it anyway.
+            assert!(!ip_n(&ns, &["route"]).contains(ROUTED));
+            assert!(!ip_n(&ns, &["addr"]).contains("10.99.0.1"));
+        })
+    })
+    .expect("run_in");
+}

@@ -1,0 +1,147 @@
+//! A layer-3 tun device (`IFF_TUN | IFF_NO_PI`): one read or write is one whole IP packet, with
+//! no packet-information prefix.
+//!
+//! The device is opened through `tun-tap` (which does the `TUNSETIFF` ioctl in its own small C
+//! shim), switched to non-blocking and registered with tokio through [`AsyncFd`]; that last
+//! step is this crate's only `unsafe` call, alone in the `register` submodule. The device exists as long as the [`Tun`] is alive (it is not made
+//! persistent) and lives in the network namespace of the thread that created it.
+//!
+//! Reads go into a caller-supplied [`BytesMut`] after a caller-chosen headroom, so the data
+//! path can prepend the OpenVPN header and encrypt in place without copying.
+//!
+//! Not done yet: multi-queue (`IFF_MULTI_QUEUE`, one fd per worker). `tun-tap` cannot ask for
+//! it; it needs either a crate that can (`tun-rs`) or our own ioctl.
+
+use std::io;
+
+use bytes::BytesMut;
+use tokio::io::unix::AsyncFd;
+use tun_tap::{Iface, Mode};
+
+mod register;
+
+/// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
+pub const IFNAMSIZ_MAX: usize = 15;
+
+/// An open tun device registered with the tokio reactor.
+#[derive(Debug)]
+pub struct Tun {
+    fd: AsyncFd<Iface>,
+}
+
+impl Tun {
+    /// Creates (or attaches to an existing, persistent) tun device named `name` in the calling
+    /// thread's network namespace. A name with `%d` (e.g. `tun%d`) or an empty name lets the
+    /// kernel pick; [`Tun::name`] tells which.
+    ///
+    /// Must be called inside a tokio runtime with I/O enabled.
+    pub fn open(name: &str) -> Result<Self, TunError> {
+        if name.len() > IFNAMSIZ_MAX || name.bytes().any(|b| b == 0 || b == b'/' || b == b' ') {
+            return Err(TunError::BadName {
+                name: name.to_owned(),
+            });
+        }
+        let iface =
+            Iface::without_packet_info(name, Mode::Tun).map_err(|source| TunError::Open {
+                name: name.to_owned(),
+                source,
+            })?;
+        iface.set_non_blocking().map_err(|source| TunError::Open {
+            name: name.to_owned(),
+            source,
+        })?;
+        let fd = register::register(iface).map_err(|source| TunError::Register {
+            name: name.to_owned(),
+            source,
+        })?;
+        tracing::debug!(name = fd.get_ref().name(), "tun device open");
+        Ok(Self { fd })
+    }
+
+    /// The interface name the kernel assigned.
+    pub fn name(&self) -> &str {
+        self.fd.get_ref().name()
+    }
+
+    /// Waits for one packet and reads it into `buf` after `headroom` bytes.
+    ///
+    /// `buf` is cleared and resized to `headroom + max_len` for the read, then truncated to
+    /// `headroom + n`: the packet is `buf[headroom..]`, `n` is returned. The headroom bytes
+    /// are left zeroed for the caller to overwrite. `max_len` should be at least the tun MTU;
+    /// a longer packet is truncated by the kernel. Reuse one `buf` across calls to avoid
+    /// reallocating.
+    pub async fn recv(
+        &self,
+        buf: &mut BytesMut,
+        headroom: usize,
+        max_len: usize,
+    ) -> io::Result<usize> {
+        buf.clear();
+        buf.resize(headroom + max_len, 0);
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let Some(slot) = buf.get_mut(headroom..) else {
+                return Err(io::Error::from(io::ErrorKind::InvalidInput));
+            };
+            match guard.try_io(|inner| inner.get_ref().recv(slot)) {
+                Ok(Ok(n)) => {
+                    buf.truncate(headroom + n);
+                    return Ok(n);
+                }
+                Ok(Err(err)) => {
+                    buf.truncate(headroom);
+                    return Err(err);
+                }
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Writes one whole IP packet. A short write (which a tun device should never do) is an
+    /// error.
+    pub async fn send(&self, packet: &[u8]) -> io::Result<()> {
+        loop {
+            let mut guard = self.fd.writable().await?;
+            match guard.try_io(|inner| inner.get_ref().send(packet)) {
+                Ok(Ok(n)) if n == packet.len() => return Ok(()),
+                Ok(Ok(n)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("tun accepted {n} of {} bytes", packet.len()),
+                    ))
+                }
+                Ok(Err(err)) => return Err(err),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+/// Why a tun device could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TunError {
+    /// The name is too long or contains a byte the kernel refuses.
+    #[error("invalid tun device name {name:?}")]
+    BadName {
+        /// The name asked for.
+        name: String,
+    },
+    /// Opening `/dev/net/tun`, the `TUNSETIFF` ioctl or `O_NONBLOCK` failed.
+    #[error("cannot open tun device {name:?}")]
+    Open {
+        /// The name asked for.
+        name: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Registering the fd with the tokio reactor failed (e.g. no runtime).
+    #[error("cannot register tun device {name:?} with the runtime")]
+    Register {
+        /// The name asked for.
+        name: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}

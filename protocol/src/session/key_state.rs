@@ -167,7 +167,13 @@ impl KeyState {
     /// The data key exists and every control message we sent on this key was acknowledged,
     /// so the peer holds its data key too: safe to send with (OpenVPN's S_ACTIVE).
     pub(crate) fn is_active(&self) -> bool {
-        self.data.is_some() && self.reliable.all_acked()
+        let tls_idle = match &self.phase {
+            Phase::Handshake { tls } | Phase::Established { tls, .. } => {
+                tls.pending_ciphertext_len() == 0
+            }
+            Phase::PreStart | Phase::Failed => true,
+        };
+        self.data.is_some() && tls_idle && self.stream.is_empty() && self.reliable.all_acked()
     }
 
     pub(crate) fn install(&mut self, key: DataKey) {

@@ -208,7 +208,7 @@ impl Pair {
     }
 
     /// Moves everything that is ready; returns whether anything happened.
-    fn pump_once(&mut self) -> bool {
+    pub fn pump_once(&mut self) -> bool {
         let now = self.now();
         let unix = self.unix();
         let mut progress = false;

@@ -19,7 +19,7 @@
 //! | [`wrap`] | control-channel protection: tls-auth (HMAC) and tls-crypt (v1) |
 //! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
 //! | [`tls`] | the control channel's TLS engine: OpenSSL over memory buffers, one record per message |
-//! | [`session`] | control-channel sessions; so far the packet link under them |
+//! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
 //! | [`km2`] | key method 2 inside TLS: the key-exchange messages, peer-info, the OCC options string |

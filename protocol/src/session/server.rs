@@ -82,9 +82,11 @@ impl ServerEndpoint {
 pub struct ClientSettings {
     /// Per-client `push` lines (client-config-dir), after the configuration's.
     pub push: Vec<String>,
-    /// `ifconfig-ipv6 ...` text, pushed in the per-client part.
+    /// The arguments of the pushed `ifconfig-ipv6` (e.g. `fd00::1000/64 fd00::1`), in the
+    /// per-client part.
     pub ifconfig_ipv6: Option<String>,
-    /// `ifconfig ...` text, pushed in the per-client part.
+    /// The arguments of the pushed `ifconfig` (e.g. `192.168.123.2 255.255.255.0`), in the
+    /// per-client part.
     pub ifconfig: Option<String>,
 }
 

@@ -13,6 +13,8 @@
 //!
 //! * the tun gets the pushed 192.168.123.2/24, the pushed routes appear, traffic crosses;
 //! * `pull-filter ignore "route 10.99"` keeps that route out while another pushed route is in;
+//! * a direct connection (no proxy) after a remote that refuses, with `route-nopull`: the
+//!   address is set, no route is;
 //! * the server is killed and started again: the client reconnects by itself within 5 s of
 //!   the new server listening, and traffic crosses again.
 
@@ -98,7 +100,13 @@ impl Lab {
     /// Starts upstream OpenVPN in SEED (tls-auth SHA256, the 192.168.123.0/24 pool, `pushes`)
     /// and waits until it is up.
     fn start_server(&self, pushes: &[&str]) -> UpstreamOpenvpn<'_> {
+        self.start_server_with(&[], pushes)
+    }
+
+    /// [`Lab::start_server`] with extra config lines (a later line wins, e.g. `local`).
+    fn start_server_with(&self, lines: &[&str], pushes: &[&str]) -> UpstreamOpenvpn<'_> {
         let mut extra = vec!["auth SHA256".to_owned()];
+        extra.extend(lines.iter().map(|l| (*l).to_owned()));
         extra.extend(pushes.iter().map(|p| format!("push \"{p}\"")));
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let config = tcp_server_config(&self.pki, SERVER_PORT, ControlWrap::TlsAuth, &extra);
@@ -439,5 +447,34 @@ fn client_reconnects_by_itself_after_the_server_restarts() {
         assert!(lab
             .ip_shoot(&["addr", "show", "dev", "tun0"])
             .contains(CLIENT_TUN));
+    });
+}
+
+#[test]
+fn direct_connection_with_route_nopull_gets_the_address_but_no_pushed_route() {
+    let lab = Lab::new();
+    // The server also listens on the veth address, so SHOOT can reach it without the proxy.
+    let _server = lab.start_server_with(
+        &[&format!("local {SEED_VETH}")],
+        &["route 10.99.0.0 255.255.0.0"],
+    );
+    let mut settings = lab.settings();
+    settings.http_proxy = None;
+    settings.remotes = vec![
+        // Nothing listens there: the client moves on to the next remote.
+        Remote::new(SEED_VETH.to_string(), SERVER_PORT + 1),
+        Remote::new(SEED_VETH.to_string(), SERVER_PORT),
+    ];
+    settings.pull.route_nopull = true;
+    let echo = lab.echo_listener(5001);
+    with_client(&lab, settings, async |client| {
+        let echo = serve_echo(echo);
+        wait_for_tun_address(&lab, client).await;
+        let routes = lab.ip_shoot(&["route"]);
+        assert!(!routes.contains("10.99."), "route-nopull: {routes}");
+        transfer(5001)
+            .await
+            .expect("traffic over a direct connection");
+        echo.abort();
     });
 }

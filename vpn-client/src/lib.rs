@@ -141,7 +141,7 @@ impl Client<'_> {
             tracing::info!(
                 retry_in_s = pause.as_secs_f32(),
                 next = %self.settings.remotes[index % self.settings.remotes.len()],
-                "disconnected; retrying"
+                "retrying after a pause"
             );
             tokio::select! {
                 biased;

@@ -16,7 +16,9 @@
 //! * a direct connection (no proxy) after a remote that refuses, with `route-nopull`: the
 //!   address is set, no route is;
 //! * the server is killed and started again: the client reconnects by itself within 5 s of
-//!   the new server listening, and traffic crosses again.
+//!   the new server listening, and traffic crosses again;
+//! * the server is frozen (SIGSTOP) with `keepalive 1 3`: the client's ping-restart ends the
+//!   session and a new one comes up once the server runs again.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -475,6 +477,42 @@ fn direct_connection_with_route_nopull_gets_the_address_but_no_pushed_route() {
         transfer(5001)
             .await
             .expect("traffic over a direct connection");
+        echo.abort();
+    });
+}
+
+#[test]
+fn client_restarts_on_ping_restart_when_the_server_freezes() {
+    use rustix::process::{kill_process, Pid, Signal};
+    let lab = Lab::new();
+    // Pushes `ping 1`, `ping-restart 3`.
+    let server = lab.start_server_with(&["keepalive 1 3"], &[]);
+    let pid = Pid::from_raw(i32::try_from(server.pid()).expect("pid")).expect("pid");
+    let echo = lab.echo_listener(5001);
+    with_client(&lab, lab.settings(), async |client| {
+        let echo = serve_echo(echo);
+        wait_for_tun_address(&lab, client).await;
+        transfer(5001).await.expect("traffic before the freeze");
+        // The TCP connection stays open while the server is stopped: only the client's
+        // ping-restart (3 s of silence) can end it.
+        kill_process(pid, Signal::STOP).expect("SIGSTOP");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        kill_process(pid, Signal::CONT).expect("SIGCONT");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server.log().matches("Peer Connection Initiated").count() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "no second session after ping-restart; server log:\n{}",
+                server.log()
+            );
+            assert!(!client.is_finished(), "the client stopped");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Err(e) = transfer(5001).await {
+            assert!(Instant::now() < deadline, "traffic after ping-restart: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         echo.abort();
     });
 }

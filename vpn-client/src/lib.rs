@@ -16,10 +16,12 @@
 //! while the tunnel is up) and the session's timer. After each input it follows the session's
 //! driving contract: write what `poll_transmit` returns, then handle `poll_event`, then sleep
 //! no longer than `poll_timeout`. One task rather than one per direction keeps the session
-//! free of locks; the session's `&mut` API makes the two directions share it anyway. Nothing
-//! is allocated per packet: a tun packet is read into one reused buffer after
-//! [`SEND_HEADROOM`] bytes, encrypted there in place and written as is; a received packet is
-//! split off the receive buffer and decrypted in place.
+//! free of locks; the session's `&mut` API makes the two directions share it anyway (splitting
+//! them into tasks, and coalescing several packets into one socket write, is later performance
+//! work). No buffer is allocated per packet in the steady state: a tun packet is read into one
+//! reused buffer after [`SEND_HEADROOM`] bytes, encrypted there in place and written as is; a
+//! received packet is split off the receive buffer (whose space is reclaimed once the packet
+//! is written to the tun) and decrypted in place.
 //!
 //! # Reconnecting
 //!
@@ -190,7 +192,7 @@ impl Client<'_> {
         };
         let ended = conn.drive(tunnel, self.shutdown).await;
         if let Ok(Ended::Retry { .. }) = &ended {
-            // Tell the server we are going if the session can still say so.
+            // Close our direction (FIN) rather than leave it to the drop's RST.
             let _ = conn.writer.shutdown().await;
         }
         ended
@@ -213,6 +215,11 @@ impl Connection {
     ) -> Result<Ended, RunError> {
         let mut tun_buf = BytesMut::new();
         loop {
+            // A flood on one source must not starve the timers (pings, renegotiation).
+            let now = Instant::now();
+            if self.session.poll_timeout().is_some_and(|t| t <= now) {
+                self.session.handle_timeout(now, unix_now());
+            }
             // The driving contract: transmit, then events, then the timer.
             if let Err(e) = self.transmit().await {
                 tracing::warn!(error = %e, "write to the server failed");
@@ -254,8 +261,8 @@ impl Connection {
             let timeout = self.session.poll_timeout();
             let mtu = usize::from(tunnel.mtu());
             let tun = tunnel.tun().filter(|_| self.up);
+            // Unbiased: the socket and the tun take turns under load.
             tokio::select! {
-                biased;
                 () = shutdown.cancelled() => {
                     tracing::info!("shutting down: closing the session");
                     self.session.close(Instant::now());

@@ -1,0 +1,558 @@
+//! `vpn-client`: the shoot side. An OpenVPN 2.6 compatible TCP client that dials out directly
+//! or through an HTTP CONNECT proxy (with Gardener's routing header), applies the pushed
+//! `ifconfig`, `ifconfig-ipv6`, `route` and `route-ipv6` that passed the pull policy to a tun
+//! device, carries packets between the tun and the server, and reconnects by itself.
+//!
+//! [`run`] is the whole client: give it [`Settings`] and a [`CancellationToken`]; it returns
+//! when the token is cancelled, the server sends `HALT`, or the local setup fails (tun,
+//! netlink, TLS material). Everything else - a refused TCP connection, a proxy error, a TCP
+//! close, `ping-restart`, `RESTART`, `AUTH_FAILED`, a failed handshake - ends only the current
+//! connection, and the next attempt follows after the `connect-retry` pause.
+//!
+//! # The loop of one connection
+//!
+//! One task drives one [`ClientSession`] with a `select!` over four sources: the cancellation
+//! token, the next framed packet from the socket, the next packet from the tun device (only
+//! while the tunnel is up) and the session's timer. After each input it follows the session's
+//! driving contract: write what `poll_transmit` returns, then handle `poll_event`, then sleep
+//! no longer than `poll_timeout`. One task rather than one per direction keeps the session
+//! free of locks; the session's `&mut` API makes the two directions share it anyway (splitting
+//! them into tasks, and coalescing several packets into one socket write, is later performance
+//! work). No buffer is allocated per packet in the steady state: a tun packet is read into one
+//! reused buffer after [`SEND_HEADROOM`] bytes, encrypted there in place and written as is; a
+//! received packet is split off the receive buffer (whose space is reclaimed once the packet
+//! is written to the tun) and decrypted in place.
+//!
+//! # Reconnecting
+//!
+//! Attempts go through the remotes in order. A connection that never came up moves on to the
+//! next remote and doubles the pause (from `connect-retry`, capped at its maximum); a tunnel
+//! that was up and then dropped reconnects to the same remote after the initial pause (a
+//! `RESTART` with the `N` flag moves on). The tun device is kept across reconnects; see
+//! [`tunnel`](crate::tunnel) for how addresses and routes are reconciled.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::BytesMut;
+use protocol::data::DATA_TAILROOM;
+use protocol::framing::{FrameDecoder, DEFAULT_STREAM_MAXLEN};
+use protocol::session::{ClientConfig, ClientSession, CloseReason, Event, SessionError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+pub use tokio_util::sync::CancellationToken;
+
+pub use protocol::session::SEND_HEADROOM;
+pub use settings::{
+    HttpProxy, Remote, Settings, SettingsError, TlsMaterial, TunSettings, DEFAULT_CONNECT_RETRY,
+    DEFAULT_CONNECT_RETRY_MAX, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TUN_MTU,
+};
+pub use tunnel::TunnelError;
+
+mod settings;
+pub mod tunnel;
+
+use tunnel::{chain, Plan, Tunnel};
+
+/// Why [`run`] returned normally.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// The cancellation token was cancelled.
+    Shutdown,
+    /// The server sent `HALT`.
+    Halted {
+        /// The text of the `HALT` message.
+        message: String,
+    },
+}
+
+/// Why [`run`] gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The settings cannot work (no remote, bad PEM, TLS context).
+    #[error("invalid settings")]
+    Settings(#[from] SettingsError),
+    /// The tun device, its addresses or netlink failed.
+    #[error("tun device setup failed")]
+    Tunnel(#[from] TunnelError),
+    /// Reading from the tun device failed.
+    #[error("tun device read failed")]
+    TunRead(#[source] io::Error),
+}
+
+/// Runs the client until `shutdown` is cancelled or the server sends `HALT`; see the crate
+/// docs. Must run inside a tokio runtime with I/O and time enabled, on a thread in the network
+/// namespace the tun device and routes belong to.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<Stopped, RunError> {
+    let config = settings.client_config()?;
+    let mut tunnel = Tunnel::new(settings.tun.clone())?;
+    let mut client = Client {
+        settings: &settings,
+        config,
+        shutdown: &shutdown,
+    };
+    let result = client.reconnect_loop(&mut tunnel).await;
+    tunnel.teardown().await;
+    match &result {
+        Ok(stopped) => tracing::info!(?stopped, "client stopped"),
+        Err(e) => tracing::error!(error = %chain(e), "client failed"),
+    }
+    result
+}
+
+/// How one connection ended.
+#[derive(Debug)]
+enum Ended {
+    Shutdown,
+    Halt(String),
+    /// Try again; `up` tells whether the tunnel had come up.
+    Retry {
+        up: bool,
+        next_remote: bool,
+    },
+}
+
+struct Client<'a> {
+    settings: &'a Settings,
+    config: ClientConfig,
+    shutdown: &'a CancellationToken,
+}
+
+impl Client<'_> {
+    async fn reconnect_loop(&mut self, tunnel: &mut Tunnel) -> Result<Stopped, RunError> {
+        let mut backoff =
+            Backoff::new(self.settings.connect_retry, self.settings.connect_retry_max);
+        let mut index = 0usize;
+        loop {
+            let remote = &self.settings.remotes[index % self.settings.remotes.len()];
+            let pause = match self.connection(remote, tunnel).await? {
+                Ended::Shutdown => return Ok(Stopped::Shutdown),
+                Ended::Halt(message) => return Ok(Stopped::Halted { message }),
+                Ended::Retry { up, next_remote } => {
+                    if up {
+                        backoff.reset();
+                    }
+                    if next_remote || !up {
+                        index = index.wrapping_add(1);
+                    }
+                    backoff.next_pause()
+                }
+            };
+            tracing::info!(
+                retry_in_s = pause.as_secs_f32(),
+                next = %self.settings.remotes[index % self.settings.remotes.len()],
+                "retrying after a pause"
+            );
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return Ok(Stopped::Shutdown),
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+
+    /// One connection: dial, handshake, tunnel, until it ends.
+    async fn connection(
+        &mut self,
+        remote: &Remote,
+        tunnel: &mut Tunnel,
+    ) -> Result<Ended, RunError> {
+        let retry = Ended::Retry {
+            up: false,
+            next_remote: true,
+        };
+        let dialed = tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => return Ok(Ended::Shutdown),
+            r = dial(self.settings, remote) => r,
+        };
+        let (stream, leftover) = match dialed {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%remote, error = %chain(&e), "connection attempt failed");
+                return Ok(retry);
+            }
+        };
+        let (read, write) = stream.into_split();
+        let mut conn = Connection {
+            session: ClientSession::new(
+                self.config.clone(),
+                Box::new(rand_core::OsRng),
+                Instant::now(),
+            ),
+            reader: FrameReader {
+                io: read,
+                buf: leftover,
+                decoder: FrameDecoder::with_max_len(frame_max_len(self.settings.tun.mtu)),
+            },
+            writer: write,
+            up: false,
+        };
+        let ended = conn.drive(tunnel, self.shutdown).await;
+        if let Ok(Ended::Retry { .. }) = &ended {
+            // Close our direction (FIN) rather than leave it to the drop's RST.
+            let _ = conn.writer.shutdown().await;
+        }
+        ended
+    }
+}
+
+/// One connection's session and socket.
+struct Connection {
+    session: ClientSession,
+    reader: FrameReader,
+    writer: OwnedWriteHalf,
+    up: bool,
+}
+
+impl Connection {
+    async fn drive(
+        &mut self,
+        tunnel: &mut Tunnel,
+        shutdown: &CancellationToken,
+    ) -> Result<Ended, RunError> {
+        let mut tun_buf = BytesMut::new();
+        loop {
+            // A flood on one source must not starve the timers (pings, renegotiation).
+            let now = Instant::now();
+            if self.session.poll_timeout().is_some_and(|t| t <= now) {
+                self.session.handle_timeout(now, unix_now());
+            }
+            // The driving contract: transmit, then events, then the timer.
+            if let Err(e) = self.transmit().await {
+                tracing::warn!(error = %e, "write to the server failed");
+                return Ok(self.retry(false));
+            }
+            while let Some(event) = self.session.poll_event() {
+                match event {
+                    Event::Connected(c) => {
+                        tracing::info!(
+                            cipher = c.cipher.name(),
+                            peer_id = ?c.peer_id.map(|p| p.get()),
+                            tls_ekm = c.tls_ekm,
+                            dyn_tls_crypt = c.dyn_tls_crypt,
+                            "TLS up, keys exchanged, push received"
+                        );
+                        for option in &c.push.accepted {
+                            tracing::info!(?option, "pushed option accepted");
+                        }
+                        for dropped in &c.push.dropped {
+                            tracing::info!(option = dropped.text, reason = ?dropped.reason, "pushed option dropped");
+                        }
+                        tunnel.apply(&Plan::from_push(&c.push.accepted)).await?;
+                        let mtu = usize::from(tunnel.mtu());
+                        tun_buf = BytesMut::with_capacity(SEND_HEADROOM + mtu + DATA_TAILROOM);
+                        self.up = true;
+                        tracing::info!("tunnel up");
+                    }
+                    Event::KeyRenegotiated { key_id } => {
+                        tracing::info!(key_id = key_id.get(), "data key renegotiated")
+                    }
+                    Event::Closed(reason) => {
+                        // Last words (an ACK, an EXIT) may be queued.
+                        let _ = self.transmit().await;
+                        return Ok(self.closed(reason));
+                    }
+                    Event::ClientIdentified(_) => {}
+                }
+            }
+            let timeout = self.session.poll_timeout();
+            let mtu = usize::from(tunnel.mtu());
+            let tun = tunnel.tun().filter(|_| self.up);
+            // Unbiased: the socket and the tun take turns under load.
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    tracing::info!("shutting down: closing the session");
+                    self.session.close(Instant::now());
+                    let _ = self.transmit().await;
+                    let _ = self.writer.shutdown().await;
+                    return Ok(Ended::Shutdown);
+                }
+                frame = self.reader.next() => match frame {
+                    Ok(Some(packet)) => {
+                        match self.session.handle_packet(Instant::now(), unix_now(), packet) {
+                            Ok(Some(payload)) => {
+                                if let Some(tun) = tunnel.tun() {
+                                    if let Err(e) = tun.send(&payload).await {
+                                        tracing::debug!(error = %e, "tun write failed; packet dropped");
+                                    }
+                                }
+                            }
+                            Ok(None) | Err(SessionError::Fatal) => {}
+                            Err(e) => tracing::debug!(error = %chain(&e), "received packet dropped"),
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::warn!("server closed the TCP connection");
+                        return Ok(self.retry(false));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %chain(&e), "TCP connection failed");
+                        return Ok(self.retry(false));
+                    }
+                },
+                read = recv_tun(tun, &mut tun_buf, mtu) => {
+                    read.map_err(RunError::TunRead)?;
+                    match self.session.send_tun_packet(Instant::now(), &mut tun_buf, SEND_HEADROOM) {
+                        Ok(()) => {
+                            if let Err(e) = self.writer.write_all(&tun_buf).await {
+                                tracing::warn!(error = %e, "write to the server failed");
+                                return Ok(self.retry(false));
+                            }
+                        }
+                        Err(e) => tracing::debug!(error = %chain(&e), "tun packet dropped"),
+                    }
+                }
+                () = sleep_until(timeout) => {
+                    self.session.handle_timeout(Instant::now(), unix_now());
+                }
+            }
+        }
+    }
+
+    /// Writes everything the session has queued.
+    async fn transmit(&mut self) -> io::Result<()> {
+        while let Some(out) = self.session.poll_transmit(Instant::now(), unix_now()) {
+            self.writer.write_all(&out).await?;
+        }
+        Ok(())
+    }
+
+    fn retry(&self, next_remote: bool) -> Ended {
+        Ended::Retry {
+            up: self.up,
+            next_remote,
+        }
+    }
+
+    /// What the session's end means for the client, logged.
+    fn closed(&self, reason: CloseReason) -> Ended {
+        match reason {
+            CloseReason::Local => Ended::Shutdown,
+            CloseReason::Halt(signal) => {
+                tracing::warn!(message = signal.message, "server sent HALT: stopping");
+                Ended::Halt(signal.message)
+            }
+            CloseReason::Restart(signal) => {
+                tracing::info!(
+                    message = signal.message,
+                    next_remote = signal.next_remote,
+                    "server sent RESTART"
+                );
+                self.retry(signal.next_remote)
+            }
+            CloseReason::AuthFailed { reason } => {
+                tracing::error!(
+                    reason = reason.as_deref().unwrap_or(""),
+                    "AUTH_FAILED: the server refused our credentials; retrying as upstream does"
+                );
+                self.retry(false)
+            }
+            CloseReason::PingRestart(after) => {
+                tracing::warn!(
+                    silent_s = after.as_secs(),
+                    "ping-restart: nothing received from the server"
+                );
+                self.retry(false)
+            }
+            other => {
+                tracing::warn!(reason = %chain(&other), "session ended");
+                self.retry(false)
+            }
+        }
+    }
+}
+
+/// Connects to `remote`, directly or through the proxy, with `connect-timeout`.
+async fn dial(settings: &Settings, remote: &Remote) -> Result<(TcpStream, BytesMut), DialError> {
+    let timeout = settings.connect_timeout;
+    match &settings.http_proxy {
+        None => {
+            tracing::info!(%remote, "connecting");
+            let attempt = async {
+                let addrs: Vec<SocketAddr> =
+                    tokio::net::lookup_host((remote.host.as_str(), remote.port))
+                        .await
+                        .map_err(|source| DialError::Resolve { source })?
+                        .collect();
+                let mut last = None;
+                for addr in addrs {
+                    match netio::transport::connect_nodelay(addr).await {
+                        Ok(stream) => return Ok(stream),
+                        Err(source) => last = Some(DialError::Connect { addr, source }),
+                    }
+                }
+                Err(last.unwrap_or(DialError::NoAddress))
+            };
+            let stream = tokio::time::timeout(timeout, attempt)
+                .await
+                .map_err(|_| DialError::Timeout { after: timeout })??;
+            tracing::info!(%remote, "TCP connected");
+            Ok((stream, BytesMut::new()))
+        }
+        Some(proxy) => {
+            tracing::info!(%remote, proxy = %format_args!("{}:{}", proxy.host, proxy.port), "connecting through HTTP proxy");
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((proxy.host.as_str(), proxy.port))
+                .await
+                .map_err(|source| DialError::Resolve { source })?
+                .collect();
+            let tunnel =
+                netio::http_connect::connect_via_proxy(&addrs, &proxy.request(remote), timeout)
+                    .await
+                    .map_err(DialError::Proxy)?;
+            tracing::info!(
+                %remote,
+                status = tunnel.response.status,
+                reason = tunnel.response.reason,
+                "proxy answered 200: tunnel to the server open"
+            );
+            Ok((tunnel.stream, tunnel.leftover))
+        }
+    }
+}
+
+/// Why one connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum DialError {
+    #[error("cannot resolve the host")]
+    Resolve {
+        #[source]
+        source: io::Error,
+    },
+    #[error("the host resolved to no address")]
+    NoAddress,
+    #[error("TCP connect to {addr} failed")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no connection within {after:?}")]
+    Timeout { after: Duration },
+    #[error("HTTP proxy")]
+    Proxy(#[source] netio::http_connect::ConnectError),
+}
+
+/// Framed packets from the socket; cancel-safe (bytes stay in `buf` across cancelled reads).
+struct FrameReader {
+    io: OwnedReadHalf,
+    buf: BytesMut,
+    decoder: FrameDecoder,
+}
+
+/// Bytes reserved before each socket read.
+const READ_CHUNK: usize = 16 * 1024;
+
+impl FrameReader {
+    /// The next packet (without its length prefix); `None` on a clean close between packets.
+    async fn next(&mut self) -> Result<Option<BytesMut>, FrameReadError> {
+        loop {
+            if let Some(packet) = self.decoder.decode(&mut self.buf)? {
+                return Ok(Some(packet));
+            }
+            self.buf.reserve(READ_CHUNK);
+            if self.io.read_buf(&mut self.buf).await? == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(FrameReadError::Truncated)
+                };
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum FrameReadError {
+    #[error("bad packet length")]
+    Frame(#[from] protocol::framing::FrameError),
+    #[error("connection closed in the middle of a packet")]
+    Truncated,
+    #[error("socket read failed")]
+    Io(#[from] io::Error),
+}
+
+/// The longest packet accepted from the server: upstream's stream buffer grows with the MTU.
+fn frame_max_len(tun_mtu: u16) -> u16 {
+    DEFAULT_STREAM_MAXLEN.saturating_add(tun_mtu.saturating_sub(DEFAULT_TUN_MTU))
+}
+
+/// One packet from the tun into `buf` after [`SEND_HEADROOM`]; never resolves without a
+/// device.
+async fn recv_tun(
+    tun: Option<&netio::tun::Tun>,
+    buf: &mut BytesMut,
+    mtu: usize,
+) -> io::Result<usize> {
+    match tun {
+        Some(tun) => tun.recv(buf, SEND_HEADROOM, mtu).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `deadline`; never resolves without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// `connect-retry` pauses: `initial`, doubling after each attempt that did not bring the tunnel
+/// up, capped at `max`; back to `initial` once a tunnel came up.
+#[derive(Debug, Clone)]
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max: max.max(initial),
+            next: initial,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.initial;
+    }
+
+    fn next_pause(&mut self) -> Duration {
+        let pause = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        pause
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_the_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
+        let pauses: Vec<u64> = (0..5).map(|_| b.next_pause().as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 5, 5]);
+        b.reset();
+        assert_eq!(b.next_pause().as_secs(), 1);
+    }
+
+    #[test]
+    fn frame_limit_follows_the_mtu() {
+        assert_eq!(frame_max_len(1500), 1768);
+        assert_eq!(frame_max_len(1400), 1768);
+        assert_eq!(frame_max_len(9000), 1768 + 7500);
+    }
+}

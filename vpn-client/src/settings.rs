@@ -1,0 +1,291 @@
+//! [`Settings`]: everything the client's event loop needs, already typed. The OpenVPN config
+//! file parser (`protocol::config`) and the vpn2 environment variables are mapped onto this;
+//! nothing here reads a file or an environment variable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use netio::http::{BasicAuth, ConnectRequest, CustomHeader, HttpVersion};
+use openssl::ssl::SslContext;
+use pki::tls::{control_channel_client, PeerPolicy};
+use pki::{CaBundle, Identity};
+use protocol::data::DataCipher;
+use protocol::digest::Digest;
+use protocol::ncp::DataCiphers;
+use protocol::push::PullPolicy;
+use protocol::session::{
+    ClientConfig, ControlProtection, SessionConfig, DEFAULT_HAND_WINDOW, DEFAULT_RENEG_SEC,
+};
+use protocol::tls::PeerVerifier;
+
+/// Upstream's default `--connect-retry`: the first pause between connection attempts.
+pub const DEFAULT_CONNECT_RETRY: Duration = Duration::from_secs(1);
+/// Upstream's default `--connect-retry` maximum: the longest pause.
+pub const DEFAULT_CONNECT_RETRY_MAX: Duration = Duration::from_secs(300);
+/// Upstream's default `--connect-timeout`: TCP connect plus proxy exchange.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = netio::http_connect::DEFAULT_CONNECT_TIMEOUT;
+/// Default `--tun-mtu`.
+pub const DEFAULT_TUN_MTU: u16 = 1500;
+
+/// The client's runtime settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `remote HOST PORT` lines, tried in order (the list wraps around).
+    pub remotes: Vec<Remote>,
+    /// `http-proxy` with its `http-proxy-option`s; `None` dials the remotes directly.
+    pub http_proxy: Option<HttpProxy>,
+    /// `ca`, `cert`, `key`, `remote-cert-tls`, `verify-x509-name`.
+    pub tls: TlsMaterial,
+    /// `tls-auth` / `tls-crypt`.
+    pub protection: ControlProtection,
+    /// `data-ciphers`.
+    pub data_ciphers: DataCiphers,
+    /// `data-ciphers-fallback`.
+    pub data_ciphers_fallback: Option<DataCipher>,
+    /// `auth`.
+    pub auth: Digest,
+    /// `reneg-sec` (`None`: 0, off).
+    pub reneg_sec: Option<Duration>,
+    /// `hand-window`.
+    pub hand_window: Duration,
+    /// `pull-filter`, `route-nopull` and strict mode.
+    pub pull: PullPolicy,
+    /// `auth-user-pass` username and password.
+    pub credentials: Option<(Vec<u8>, Vec<u8>)>,
+    /// Local `ping` (a pushed one replaces it).
+    pub ping: Option<Duration>,
+    /// Local `ping-restart` (a pushed one replaces it).
+    pub ping_restart: Option<Duration>,
+    /// `dev`, `tun-mtu`, `txqueuelen`.
+    pub tun: TunSettings,
+    /// `connect-retry N`: the pause after the first failed attempt.
+    pub connect_retry: Duration,
+    /// `connect-retry N MAX`: the longest pause.
+    pub connect_retry_max: Duration,
+    /// `connect-timeout`: bound on one TCP connect (and proxy exchange).
+    pub connect_timeout: Duration,
+}
+
+impl Settings {
+    /// Settings with upstream 2.6's defaults for everything but the remotes, the TLS material
+    /// and the control-channel protection.
+    pub fn new(remotes: Vec<Remote>, tls: TlsMaterial, protection: ControlProtection) -> Settings {
+        Settings {
+            remotes,
+            http_proxy: None,
+            tls,
+            protection,
+            data_ciphers: DataCiphers::default_2_6(),
+            data_ciphers_fallback: None,
+            auth: Digest::Sha1,
+            reneg_sec: Some(DEFAULT_RENEG_SEC),
+            hand_window: DEFAULT_HAND_WINDOW,
+            pull: PullPolicy::default(),
+            credentials: None,
+            ping: None,
+            ping_restart: None,
+            tun: TunSettings::default(),
+            connect_retry: DEFAULT_CONNECT_RETRY,
+            connect_retry_max: DEFAULT_CONNECT_RETRY_MAX,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    /// The session configuration every connection starts from (the TLS context is built
+    /// here, once).
+    pub fn client_config(&self) -> Result<ClientConfig, SettingsError> {
+        if self.remotes.is_empty() {
+            return Err(SettingsError::NoRemote);
+        }
+        let (context, verifier) = self.tls.context()?;
+        let mut session = SessionConfig::new(context, self.protection.clone());
+        session.verifier = verifier;
+        session.data_ciphers = self.data_ciphers.clone();
+        session.data_ciphers_fallback = self.data_ciphers_fallback;
+        session.auth = self.auth;
+        session.reneg_sec = self.reneg_sec;
+        session.hand_window = self.hand_window;
+        session.tun_mtu = self.tun.mtu;
+        let mut config = ClientConfig::new(session);
+        config.pull = self.pull.clone();
+        config.credentials = self.credentials.clone();
+        config.ping = self.ping;
+        config.ping_restart = self.ping_restart;
+        Ok(config)
+    }
+}
+
+/// One `remote HOST PORT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// Host name or address literal. Through a proxy it is sent verbatim in the CONNECT
+    /// request; directly it is resolved here.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl Remote {
+    /// `remote HOST PORT`.
+    pub fn new(host: impl Into<String>, port: u16) -> Remote {
+        Remote {
+            host: host.into(),
+            port,
+        }
+    }
+}
+
+impl std::fmt::Display for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// `http-proxy HOST PORT` and its `http-proxy-option`s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpProxy {
+    /// The proxy's host name or address.
+    pub host: String,
+    /// The proxy's port.
+    pub port: u16,
+    /// `http-proxy-option VERSION` (upstream's default is 1.0).
+    pub version: HttpVersion,
+    /// `http-proxy-option CUSTOM-HEADER`s, in order (e.g. `Reversed-VPN:
+    /// outbound|1194||vpn-seed-server`).
+    pub custom_headers: Vec<CustomHeader>,
+    /// `http-proxy-option AGENT`.
+    pub user_agent: Option<String>,
+    /// Basic proxy authentication.
+    pub basic_auth: Option<BasicAuth>,
+}
+
+impl HttpProxy {
+    /// A proxy with upstream's defaults (HTTP/1.0, no extra headers).
+    pub fn new(host: impl Into<String>, port: u16) -> HttpProxy {
+        HttpProxy {
+            host: host.into(),
+            port,
+            version: HttpVersion::default(),
+            custom_headers: Vec::new(),
+            user_agent: None,
+            basic_auth: None,
+        }
+    }
+
+    /// The CONNECT request for `remote`.
+    pub fn request(&self, remote: &Remote) -> ConnectRequest {
+        let mut req = ConnectRequest::new(remote.host.clone(), remote.port);
+        req.version = self.version;
+        req.custom_headers = self.custom_headers.clone();
+        req.user_agent = self.user_agent.clone();
+        req.basic_auth = self.basic_auth.clone();
+        req
+    }
+}
+
+/// The client's certificate material.
+#[derive(Clone)]
+pub enum TlsMaterial {
+    /// PEM bytes (from files or inline blocks) and the checks on the server's certificate.
+    Pem {
+        /// `ca`: the trusted CA certificates.
+        ca: Vec<u8>,
+        /// `cert`: the client certificate (and its chain).
+        cert: Vec<u8>,
+        /// `key`: the client's private key (unencrypted).
+        key: Vec<u8>,
+        /// `remote-cert-tls`, `verify-x509-name`.
+        peer: PeerPolicy,
+    },
+    /// A context built elsewhere (e.g. by a test), with its leaf-certificate check.
+    Context {
+        /// The control-channel TLS context.
+        context: SslContext,
+        /// The check of the server's leaf certificate.
+        verifier: Arc<dyn PeerVerifier>,
+    },
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TlsMaterial::Pem { peer, .. } => f
+                .debug_struct("Pem")
+                .field("peer", peer)
+                .finish_non_exhaustive(),
+            TlsMaterial::Context { .. } => f.debug_struct("Context").finish_non_exhaustive(),
+        }
+    }
+}
+
+impl TlsMaterial {
+    fn context(&self) -> Result<(SslContext, Arc<dyn PeerVerifier>), SettingsError> {
+        match self {
+            TlsMaterial::Pem {
+                ca,
+                cert,
+                key,
+                peer,
+            } => {
+                let trust = CaBundle::from_pem(ca)
+                    .map_err(|source| SettingsError::Pem { what: "ca", source })?;
+                let identity =
+                    Identity::from_pem(cert, key).map_err(|source| SettingsError::Pem {
+                        what: "cert/key",
+                        source,
+                    })?;
+                let context =
+                    control_channel_client(&identity, &trust, peer).map_err(SettingsError::Tls)?;
+                Ok((context, Arc::new(peer.clone())))
+            }
+            TlsMaterial::Context { context, verifier } => {
+                Ok((context.clone(), Arc::clone(verifier)))
+            }
+        }
+    }
+}
+
+/// The tun device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunSettings {
+    /// `dev`: the interface name (`tun%d` lets the kernel pick).
+    pub name: String,
+    /// `tun-mtu` (a pushed `tun-mtu` replaces it).
+    pub mtu: u16,
+    /// `txqueuelen` (`None`: the kernel's default).
+    pub txqueuelen: Option<u32>,
+}
+
+impl Default for TunSettings {
+    fn default() -> Self {
+        TunSettings {
+            name: "tun0".to_owned(),
+            mtu: DEFAULT_TUN_MTU,
+            txqueuelen: None,
+        }
+    }
+}
+
+/// Settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// No `remote` was given.
+    #[error("no remote to connect to")]
+    NoRemote,
+    /// A PEM input could not be read.
+    #[error("cannot read the {what} PEM")]
+    Pem {
+        /// Which input.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: pki::pem::PemError,
+    },
+    /// The TLS context could not be built.
+    #[error("cannot build the TLS context")]
+    Tls(#[source] pki::tls::TlsError),
+}

@@ -1,0 +1,354 @@
+//! The client's side of the tunnel in the kernel: the tun device, its addresses and the pushed
+//! routes, configured over netlink from the accepted pushed options.
+//!
+//! The device is opened on the first `Connected` and **kept across reconnects** (as upstream's
+//! `persist-tun`): on every later `Connected` the addresses and routes are reconciled with the
+//! new push (what is no longer pushed is removed, what is new is added, what is unchanged stays
+//! untouched), so a reconnect that gets the same address does not disturb sockets bound to it.
+//! While the client reconnects, packets routed into the device wait in its queue (and are
+//! dropped by the kernel once it is full). [`Tunnel::teardown`] removes what we added and
+//! closes the device when the client stops.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
+use netio::tun::{Tun, TunError};
+use protocol::push::options::{RouteVia, Topology};
+use protocol::push::PushedOption;
+
+use crate::settings::TunSettings;
+
+/// `EEXIST`: the kernel already has this address or route.
+const EEXIST: i32 = 17;
+
+/// What one push asks of the device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Plan {
+    /// Interface addresses.
+    pub addresses: Vec<IpPrefix>,
+    /// Routes into the device: destination and metric.
+    pub routes: Vec<(IpPrefix, Option<u32>)>,
+    /// A pushed `tun-mtu`.
+    pub mtu: Option<u16>,
+}
+
+impl Plan {
+    /// The device configuration the accepted options describe. Options that would route
+    /// outside the tunnel (`redirect-gateway`, `redirect-private`, a route via `net_gateway`
+    /// or `remote_host`) are never applied; each is logged.
+    pub fn from_push(accepted: &[PushedOption]) -> Plan {
+        let mut plan = Plan::default();
+        // Upstream's default topology when the server pushes none.
+        let topology = accepted
+            .iter()
+            .find_map(|o| match o {
+                PushedOption::Topology(t) => Some(*t),
+                _ => None,
+            })
+            .unwrap_or(Topology::Net30);
+        let default_metric = accepted.iter().find_map(|o| match o {
+            PushedOption::RouteMetric(m) => Some(*m),
+            _ => None,
+        });
+        for option in accepted {
+            match option {
+                PushedOption::Ifconfig {
+                    local,
+                    remote_netmask,
+                } => plan.ifconfig(topology, *local, *remote_netmask),
+                PushedOption::IfconfigIpv6 { local, .. } => {
+                    match IpPrefix::new(IpAddr::V6(local.addr()), local.prefix_len()) {
+                        Ok(p) => plan.addresses.push(p),
+                        Err(e) => tracing::warn!(%local, error = %e, "ifconfig-ipv6 not applied"),
+                    }
+                }
+                PushedOption::Route(route) => match route.gateway {
+                    Some(RouteVia::NetGateway | RouteVia::RemoteHost) => tracing::warn!(
+                        network = %route.net(),
+                        "pushed route outside the tunnel not applied"
+                    ),
+                    // A literal gateway or vpn_gateway: on a tun device the route through the
+                    // device is the same route.
+                    _ => {
+                        let net = route.net();
+                        if let Ok(dst) = IpPrefix::new(IpAddr::V4(net.addr()), net.prefix_len()) {
+                            plan.routes
+                                .push((dst.network(), route.metric.or(default_metric)));
+                        }
+                    }
+                },
+                PushedOption::RouteIpv6(route) => {
+                    let net = route.network;
+                    if let Ok(dst) = IpPrefix::new(IpAddr::V6(net.addr()), net.prefix_len()) {
+                        plan.routes.push((dst.network(), route.metric));
+                    }
+                }
+                PushedOption::TunMtu(mtu) => plan.mtu = Some(*mtu),
+                PushedOption::RedirectGateway(_) | PushedOption::RedirectPrivate(_) => {
+                    tracing::warn!(
+                        ?option,
+                        "pushed gateway redirection not applied (never done by this client)"
+                    )
+                }
+                _ => {}
+            }
+        }
+        plan
+    }
+
+    fn ifconfig(&mut self, topology: Topology, local: Ipv4Addr, remote_netmask: Ipv4Addr) {
+        match topology {
+            Topology::Subnet => {
+                let mask = u32::from(remote_netmask);
+                let len = mask.leading_ones();
+                if mask.checked_shl(len).unwrap_or(0) != 0 {
+                    tracing::warn!(%remote_netmask, "ifconfig with a non-contiguous netmask not applied");
+                    return;
+                }
+                // `len` is at most 32, so the prefix is valid.
+                if let Ok(p) = IpPrefix::new(IpAddr::V4(local), len as u8) {
+                    self.addresses.push(p);
+                }
+            }
+            // net30 / p2p: our address and a host route to the peer address (what a
+            // point-to-point `local L peer R` address gives).
+            Topology::Net30 | Topology::P2p => {
+                self.addresses.push(IpPrefix::host(IpAddr::V4(local)));
+                self.routes
+                    .push((IpPrefix::host(IpAddr::V4(remote_netmask)), None));
+            }
+        }
+    }
+}
+
+/// The tun device and what we configured on it.
+#[derive(Debug)]
+pub(crate) struct Tunnel {
+    settings: TunSettings,
+    netlink: Netlink,
+    tun: Option<Tun>,
+    mtu: u16,
+    addresses: Vec<IpPrefix>,
+    routes: Vec<Route>,
+}
+
+impl Tunnel {
+    /// No device yet; netlink in the calling thread's namespace.
+    pub fn new(settings: TunSettings) -> Result<Tunnel, TunnelError> {
+        let netlink = Netlink::open().map_err(TunnelError::Netlink)?;
+        let mtu = settings.mtu;
+        Ok(Tunnel {
+            settings,
+            netlink,
+            tun: None,
+            mtu,
+            addresses: Vec::new(),
+            routes: Vec::new(),
+        })
+    }
+
+    /// The open device, if any.
+    pub fn tun(&self) -> Option<&Tun> {
+        self.tun.as_ref()
+    }
+
+    /// The device MTU in force.
+    pub fn mtu(&self) -> u16 {
+        self.mtu
+    }
+
+    /// Opens the device if needed and brings it to `plan`. A failed address is an error (the
+    /// tunnel cannot work without it); a failed route is logged and skipped, as upstream does.
+    pub async fn apply(&mut self, plan: &Plan) -> Result<(), TunnelError> {
+        if self.tun.is_none() {
+            let tun = Tun::open(&self.settings.name).map_err(TunnelError::Open)?;
+            tracing::info!(dev = tun.name(), "tun device opened");
+            self.tun = Some(tun);
+        }
+        let dev = self
+            .tun
+            .as_ref()
+            .map(|t| t.name().to_owned())
+            .unwrap_or_default();
+        let nl = &self.netlink;
+        self.mtu = plan.mtu.unwrap_or(self.settings.mtu);
+        nl.set_mtu(&dev, u32::from(self.mtu))
+            .await
+            .map_err(TunnelError::Netlink)?;
+        if let Some(len) = self.settings.txqueuelen {
+            nl.set_txqueuelen(&dev, len)
+                .await
+                .map_err(TunnelError::Netlink)?;
+        }
+        nl.set_link_up(&dev).await.map_err(TunnelError::Netlink)?;
+
+        let wanted_routes: Vec<Route> = plan
+            .routes
+            .iter()
+            .map(|(dst, metric)| Route {
+                metric: *metric,
+                ..Route::via_dev(*dst, dev.clone())
+            })
+            .collect();
+        // Remove what the new push no longer asks for.
+        for route in std::mem::take(&mut self.routes) {
+            if wanted_routes.contains(&route) {
+                self.routes.push(route);
+            } else if let Err(e) = nl.del_route(&route).await {
+                tracing::warn!(dst = %route.dst, error = %chain(&e), "cannot remove old route");
+            } else {
+                tracing::info!(dst = %route.dst, "old route removed");
+            }
+        }
+        for addr in std::mem::take(&mut self.addresses) {
+            if plan.addresses.contains(&addr) {
+                self.addresses.push(addr);
+            } else if let Err(e) = nl.del_address(&dev, addr).await {
+                tracing::warn!(%addr, error = %chain(&e), "cannot remove old address");
+            } else {
+                tracing::info!(%addr, "old address removed");
+            }
+        }
+        // Add what is new.
+        for addr in &plan.addresses {
+            if self.addresses.contains(addr) {
+                continue;
+            }
+            match nl.add_address(&dev, *addr).await {
+                Ok(()) => self.addresses.push(*addr),
+                Err(e) if e.raw_os_error() == Some(EEXIST) => self.addresses.push(*addr),
+                Err(source) => {
+                    return Err(TunnelError::Address {
+                        addr: *addr,
+                        source,
+                    })
+                }
+            }
+        }
+        tracing::info!(
+            dev,
+            mtu = self.mtu,
+            addresses = ?self.addresses.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "tun configured"
+        );
+        for route in wanted_routes {
+            if self.routes.contains(&route) {
+                continue;
+            }
+            match nl.add_route(&route).await {
+                Ok(()) => {
+                    tracing::info!(dst = %route.dst, dev, metric = ?route.metric, "route added");
+                    self.routes.push(route);
+                }
+                Err(e) if e.raw_os_error() == Some(EEXIST) => {
+                    tracing::info!(dst = %route.dst, "route already present (kept as is)")
+                }
+                Err(e) => {
+                    tracing::warn!(dst = %route.dst, error = %chain(&e), "route not added")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes our routes and addresses and closes the device.
+    pub async fn teardown(&mut self) {
+        let Some(tun) = self.tun.take() else {
+            return;
+        };
+        for route in std::mem::take(&mut self.routes) {
+            if let Err(e) = self.netlink.del_route(&route).await {
+                tracing::debug!(dst = %route.dst, error = %chain(&e), "route removal failed");
+            }
+        }
+        for addr in std::mem::take(&mut self.addresses) {
+            if let Err(e) = self.netlink.del_address(tun.name(), addr).await {
+                tracing::debug!(%addr, error = %chain(&e), "address removal failed");
+            }
+        }
+        tracing::info!(dev = tun.name(), "tun device closed");
+    }
+}
+
+/// The device could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelError {
+    /// The tun device could not be opened.
+    #[error("cannot open the tun device")]
+    Open(#[source] TunError),
+    /// A netlink request failed.
+    #[error("netlink request failed")]
+    Netlink(#[source] NetlinkError),
+    /// The pushed address could not be set.
+    #[error("cannot add address {addr}")]
+    Address {
+        /// The address.
+        addr: IpPrefix,
+        /// Why.
+        #[source]
+        source: NetlinkError,
+    },
+}
+
+/// An error with its sources, `: `-separated, for one log field.
+pub(crate) fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::push::PullPolicy;
+
+    fn plan(options: &str) -> Plan {
+        let outcome = PullPolicy::default().process(options).unwrap().outcome;
+        Plan::from_push(&outcome.accepted)
+    }
+
+    #[test]
+    fn subnet_topology_gives_one_prefix_and_routes_through_the_device() {
+        let p = plan(
+            "route 10.99.0.0 255.255.0.0,route-ipv6 fd00:99::/64,topology subnet,\
+             ifconfig 192.168.123.2 255.255.255.0,ifconfig-ipv6 fd00:123::1000/96 fd00:123::1,\
+             route-gateway 192.168.123.1,redirect-gateway def1,route 10.1.2.0 255.255.255.0 net_gateway",
+        );
+        assert_eq!(
+            p.addresses,
+            vec![
+                "192.168.123.2/24".parse().unwrap(),
+                "fd00:123::1000/96".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            p.routes,
+            vec![
+                ("10.99.0.0/16".parse().unwrap(), None),
+                ("fd00:99::/64".parse().unwrap(), None)
+            ]
+        );
+        assert_eq!(p.mtu, None);
+    }
+
+    #[test]
+    fn net30_topology_adds_a_host_route_to_the_peer_and_route_metric_applies() {
+        let p = plan(
+            "ifconfig 10.8.0.6 10.8.0.5,route-metric 7,route 10.99.0.0 255.255.0.0,tun-mtu 1400",
+        );
+        assert_eq!(p.addresses, vec!["10.8.0.6/32".parse().unwrap()]);
+        assert_eq!(
+            p.routes,
+            vec![
+                ("10.8.0.5/32".parse().unwrap(), None),
+                ("10.99.0.0/16".parse().unwrap(), Some(7))
+            ]
+        );
+        assert_eq!(p.mtu, Some(1400));
+    }
+}

@@ -77,6 +77,7 @@ impl fmt::Display for ConfigError {
         }
         match (&self.reason, &self.directive) {
             (ErrorReason::UnknownDirective, Some(d)) => write!(f, ": unknown directive '{d}'"),
+            (reason @ ErrorReason::MissingDirective { .. }, _) => write!(f, ": {reason}"),
             (reason, Some(d)) => write!(f, ": '{d}': {reason}"),
             (reason, None) => write!(f, ": {reason}"),
         }

@@ -1,5 +1,5 @@
 //! OpenVPN config files as text, parsed into a typed model ([`ServerOptions`],
-//! [`ClientOptions`], [`CcdOptions`]), and the vpn2 environment variables ([`env`]).
+//! [`ClientOptions`], [`CcdOptions`]), and the vpn2 environment variables ([`mod@env`]).
 //!
 //! This module never opens a file: the caller reads the text and passes a display name for
 //! errors. Directives that name a file (`ca`, `cert`, `key`, `tls-auth`, `tls-crypt`,
@@ -11,7 +11,7 @@
 //! Directives we accept without acting on them (`management`, `user`, ...) come back as
 //! [`Warning`]s beside the config, for the binary to log.
 //!
-//! Pipeline: [`lex`] (lines, comments, quoting via [`crate::push::tokenize`], inline blocks) →
+//! Pipeline: [`lex()`] (lines, comments, quoting via [`crate::push::tokenize`], inline blocks) →
 //! one pass over the directives into a collection of everything set, with line numbers →
 //! role checks and upstream's cross-directive validation → the typed model.
 //!

@@ -26,10 +26,12 @@
 //! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
 //! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
 //! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
+//! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.
 
+pub mod config;
 pub mod control_msg;
 pub mod data;
 pub mod digest;

@@ -156,12 +156,6 @@ pub enum ErrorReason {
         /// The topology as written, or `net30 (the default)`.
         topology: String,
     },
-    /// A Diffie-Hellman parameter file: we only do ECDHE.
-    #[error("'{file}': DH parameter files are not supported, we are ECDHE only: use 'dh none'")]
-    DhNotNone {
-        /// The file named.
-        file: String,
-    },
     /// Real compression (we only frame with the compression stubs).
     #[error(
         "'{value}': compression is not supported (only 'comp-lzo no' and 'compress stub|stub-v2')"
@@ -304,6 +298,9 @@ pub enum WarningKind {
         /// The role of the config.
         role: Role,
     },
+    /// `dh FILE`: finite-field DH parameters are not used; the TLS key exchange is ECDHE only.
+    #[error("DH parameter file ignored: key exchange is ECDHE only (as with `dh none`)")]
+    DhFileIgnored,
     /// Upstream ignores it in TCP mode (`explicit-exit-notify`).
     #[error("has no effect over TCP; ignored")]
     NoEffectOverTcp,

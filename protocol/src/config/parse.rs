@@ -404,11 +404,13 @@ impl Raw {
                 self.key = Some(path_source(a.s(0)));
             }
             "dh" => {
-                a.count(1, 1, "none")?;
+                a.count(1, 1, "none|FILE")?;
                 if a.s(0) != "none" {
-                    return Err(ErrorReason::DhNotNone {
-                        file: a.s(0).to_owned(),
-                    });
+                    // Older templates (GEP-14) name a DH parameter file. We offer ECDHE only
+                    // (every 2.6 peer supports it), so the file is not needed: warn, do not
+                    // refuse, so those configs start unchanged.
+                    self.warnings
+                        .push((line, name.to_owned(), WarningKind::DhFileIgnored));
                 }
                 self.server_only.push((name.to_owned(), line));
             }

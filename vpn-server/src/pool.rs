@@ -109,7 +109,8 @@ impl Pool {
         let mut size: Option<u32> = None;
         let mut v4_base = 0;
         if let Some(net) = v4 {
-            if !(IFCONFIG_POOL_MIN_NETBITS..=IFCONFIG_POOL_MAX_NETBITS_TUN).contains(&net.prefix_len())
+            if !(IFCONFIG_POOL_MIN_NETBITS..=IFCONFIG_POOL_MAX_NETBITS_TUN)
+                .contains(&net.prefix_len())
             {
                 return Err(PoolError::BadIpv4Network { net });
             }
@@ -161,13 +162,21 @@ impl Pool {
     /// The server's own IPv4 address and prefix (NET+1/len).
     pub fn server_v4(&self) -> Option<Ipv4Net> {
         let net = self.v4?;
-        Ipv4Net::new(Ipv4Addr::from(u32::from(net.network()) + 1), net.prefix_len()).ok()
+        Ipv4Net::new(
+            Ipv4Addr::from(u32::from(net.network()) + 1),
+            net.prefix_len(),
+        )
+        .ok()
     }
 
     /// The server's own IPv6 address and prefix (P+1/len).
     pub fn server_v6(&self) -> Option<Ipv6Net> {
         let net = self.v6?;
-        Ipv6Net::new(Ipv6Addr::from(u128::from(net.network()) + 1), net.prefix_len()).ok()
+        Ipv6Net::new(
+            Ipv6Addr::from(u128::from(net.network()) + 1),
+            net.prefix_len(),
+        )
+        .ok()
     }
 
     /// How many entries the pool has.
@@ -180,12 +189,14 @@ impl Pool {
         self.entries.iter().filter(|e| e.in_use).count() as u32
     }
 
-    /// The lease of entry `index` (whether in use or not).
-    fn lease(&self, index: u32) -> Lease {
+    /// The addresses of entry `index` (whether in use or not).
+    pub fn lease(&self, index: u32) -> Lease {
         Lease {
             index,
             v4: self.v4.map(|_| Ipv4Addr::from(self.v4_base + index)),
-            v6: self.v6.map(|_| Ipv6Addr::from(self.v6_base + u128::from(index))),
+            v6: self
+                .v6
+                .map(|_| Ipv6Addr::from(self.v6_base + u128::from(index))),
         }
     }
 
@@ -197,7 +208,9 @@ impl Pool {
         duplicate_cn: bool,
     ) -> Result<Lease, PoolError> {
         let cn = if duplicate_cn { None } else { common_name };
-        let index = self.find(cn).ok_or(PoolError::Exhausted { size: self.size() })?;
+        let index = self
+            .find(cn)
+            .ok_or(PoolError::Exhausted { size: self.size() })?;
         let entry = &mut self.entries[index];
         entry.in_use = true;
         entry.common_name = cn.map(str::to_owned);
@@ -337,10 +350,7 @@ mod tests {
             Err(PoolError::BadIpv4Network { .. })
         ));
         assert_eq!(Pool::new(None, None).unwrap_err(), PoolError::Empty);
-        assert_eq!(
-            Pool::new(Some(v4("10.0.0.0/29")), None).unwrap().size(),
-            5
-        );
+        assert_eq!(Pool::new(Some(v4("10.0.0.0/29")), None).unwrap().size(), 5);
     }
 
     #[test]
@@ -418,7 +428,7 @@ mod tests {
             let mut live: Vec<Lease> = Vec::new();
             for (op, arg) in ops {
                 match op {
-                    0 | 1 | 2 => {
+                    0..=2 => {
                         let cn = format!("cn{}", arg % 5);
                         match p.acquire(Some(&cn), op == 2) {
                             Ok(l) => {

@@ -139,7 +139,11 @@ impl<C: Copy + Eq + Hash> RoutingTable<C> {
 
     /// The number of routes.
     pub fn len(&self) -> usize {
-        self.v4.values().chain(self.v6.values()).map(HashMap::len).sum()
+        self.v4
+            .values()
+            .chain(self.v6.values())
+            .map(HashMap::len)
+            .sum()
     }
 
     /// Whether the table is empty.

@@ -284,13 +284,20 @@ mod tests {
         let ctx = openssl::ssl::SslContext::builder(openssl::ssl::SslMethod::tls())
             .unwrap()
             .build();
-        Settings::new(ctx, Arc::new(protocol::tls::AcceptAnyPeer), ControlProtection::None)
+        Settings::new(
+            ctx,
+            Arc::new(protocol::tls::AcceptAnyPeer),
+            ControlProtection::None,
+        )
     }
 
     #[test]
     fn pushes_in_upstream_order() {
         let mut s = settings();
-        s.push = vec!["route 10.99.0.0 255.255.0.0".into(), "route 10.98.0.0 255.255.0.0".into()];
+        s.push = vec![
+            "route 10.99.0.0 255.255.0.0".into(),
+            "route 10.98.0.0 255.255.0.0".into(),
+        ];
         assert_eq!(
             s.push_for(None),
             [
@@ -327,9 +334,15 @@ mod tests {
     #[test]
     fn route_matching() {
         let n = |s: &str| s.parse::<IpNet>().unwrap();
-        assert!(is_route_to("route 10.99.0.0 255.255.0.0", n("10.99.0.0/16")));
+        assert!(is_route_to(
+            "route 10.99.0.0 255.255.0.0",
+            n("10.99.0.0/16")
+        ));
         assert!(is_route_to("route 10.99.0.1", n("10.99.0.1/32")));
-        assert!(!is_route_to("route 10.99.0.0 255.255.0.0", n("10.99.0.0/24")));
+        assert!(!is_route_to(
+            "route 10.99.0.0 255.255.0.0",
+            n("10.99.0.0/24")
+        ));
         assert!(is_route_to("route-ipv6 fd00:1::/64", n("fd00:1::/64")));
         assert!(!is_route_to("route-gateway 10.99.0.0", n("10.99.0.0/32")));
     }
@@ -337,8 +350,14 @@ mod tests {
     #[test]
     fn client_options_fall_back_to_default() {
         let mut s = settings();
-        let own = ClientOptions { disable: true, ..ClientOptions::default() };
-        let dflt = ClientOptions { push: vec!["x".into()], ..ClientOptions::default() };
+        let own = ClientOptions {
+            disable: true,
+            ..ClientOptions::default()
+        };
+        let dflt = ClientOptions {
+            push: vec!["x".into()],
+            ..ClientOptions::default()
+        };
         s.clients.insert("a".into(), own.clone());
         assert_eq!(s.client_options(Some("a")), Some(&own));
         assert_eq!(s.client_options(Some("b")), None);

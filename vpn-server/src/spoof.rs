@@ -177,9 +177,18 @@ mod tests {
         let (s, _) = addresses(&v6_packet("fd00::1", "fd00::2")).unwrap();
         assert_eq!(s, "fd00::1".parse::<IpAddr>().unwrap());
         assert_eq!(addresses(&[]), Err(IpHeaderError::Short { len: 0 }));
-        assert_eq!(addresses(&[0x45; 19]), Err(IpHeaderError::Short { len: 19 }));
-        assert_eq!(addresses(&[0x60; 39]), Err(IpHeaderError::Short { len: 39 }));
-        assert_eq!(addresses(&[0x50; 40]), Err(IpHeaderError::Version { version: 5 }));
+        assert_eq!(
+            addresses(&[0x45; 19]),
+            Err(IpHeaderError::Short { len: 19 })
+        );
+        assert_eq!(
+            addresses(&[0x60; 39]),
+            Err(IpHeaderError::Short { len: 39 })
+        );
+        assert_eq!(
+            addresses(&[0x50; 40]),
+            Err(IpHeaderError::Version { version: 5 })
+        );
     }
 
     #[test]
@@ -215,7 +224,10 @@ mod tests {
     #[test]
     fn link_local_and_multicast_are_ignored() {
         let f = filter();
-        assert_eq!(f.check(&v6_packet("fe80::1", "ff02::2")), SpoofVerdict::Ignored);
+        assert_eq!(
+            f.check(&v6_packet("fe80::1", "ff02::2")),
+            SpoofVerdict::Ignored
+        );
         assert_eq!(f.check(&v6_packet("::", "ff02::16")), SpoofVerdict::Ignored);
         assert_eq!(
             f.check(&v4_packet([192, 168, 123, 9], [224, 0, 0, 251])),

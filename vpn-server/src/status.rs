@@ -218,7 +218,15 @@ mod tests {
         assert_eq!(datetime(4_102_444_799), "2099-12-31 23:59:59");
     }
 
-    fn snapshot(real: SocketAddr, title: &str, now: u64, rx: u64, tx: u64, since: u64, id: u64) -> StatusSnapshot {
+    fn snapshot(
+        real: SocketAddr,
+        title: &str,
+        now: u64,
+        rx: u64,
+        tx: u64,
+        since: u64,
+        id: u64,
+    ) -> StatusSnapshot {
         let route = |p: &str| RouteStatus {
             prefix: p.parse().unwrap(),
             common_name: "shoot-client".into(),
@@ -277,7 +285,15 @@ mod tests {
     fn matches_upstream_tcp4_fixture() {
         let title = TCP4.lines().next().unwrap().trim_start_matches("TITLE,");
         let real: SocketAddr = "127.0.0.1:59364".parse().unwrap();
-        let ours = render(&snapshot(real, title, 1_795_320_809, 2438, 2449, 1_795_320_798, 0));
+        let ours = render(&snapshot(
+            real,
+            title,
+            1_795_320_809,
+            2438,
+            2449,
+            1_795_320_798,
+            0,
+        ));
         assert_eq!(normalized(&ours), normalized(TCP4));
     }
 
@@ -285,7 +301,15 @@ mod tests {
     fn matches_upstream_tcp6_fixture() {
         let title = TCP6.lines().next().unwrap().trim_start_matches("TITLE,");
         let real: SocketAddr = "[::1]:40000".parse().unwrap();
-        let ours = render(&snapshot(real, title, 1_795_320_818, 2367, 2373, 1_795_320_817, 5));
+        let ours = render(&snapshot(
+            real,
+            title,
+            1_795_320_818,
+            2367,
+            2373,
+            1_795_320_817,
+            5,
+        ));
         assert_eq!(normalized(&ours), normalized(TCP6));
     }
 
@@ -303,7 +327,14 @@ mod tests {
         assert_eq!(lines[1], "TIME,1970-01-01 00:01:00,60");
         assert_eq!(lines[2], CLIENT_LIST_HEADER);
         assert_eq!(lines[3], ROUTING_TABLE_HEADER);
-        assert_eq!(&lines[4..], ["GLOBAL_STATS,Max bcast/mcast queue length,0", "GLOBAL_STATS,dco_enabled,0", "END"]);
+        assert_eq!(
+            &lines[4..],
+            [
+                "GLOBAL_STATS,Max bcast/mcast queue length,0",
+                "GLOBAL_STATS,dco_enabled,0",
+                "END"
+            ]
+        );
         assert!(lines[0].starts_with("TITLE,OpenVPN "));
     }
 }

@@ -306,6 +306,16 @@ impl ServerSession {
         self.fail(now, reason, close);
     }
 
+    /// Tells an accepted client that the server is going away: sends `RESTART[,flags msg]`
+    /// (reference 10.1) on the control channel. The session stays open so the message and
+    /// its ACK can cross; the client then closes the connection (or call [`close`](Self::close)
+    /// after a drain period). Does nothing before the client was accepted.
+    pub fn send_restart(&mut self, signal: crate::control_msg::ServerSignal) {
+        if matches!(self.phase, ServerPhase::Accepted { .. }) {
+            self.conn.send_control(&ControlMessage::Restart(signal));
+        }
+    }
+
     /// Starts a soft reset now (if the current key is established).
     pub fn renegotiate(&mut self, now: Instant) {
         self.conn.renegotiate(now);

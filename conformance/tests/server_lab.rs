@@ -1,0 +1,424 @@
+//! Our `vpn-server` in a lab namespace (SEED) against upstream OpenVPN 2.6 clients in their own
+//! namespaces (SHOOT1..3), each joined to SEED by a veth pair:
+//!
+//! ```text
+//!   SHOOTi  vc{i} 10.200.i.2/30 ───── vs{i} 10.200.i.1/30  SEED  (vpn-server on [::]:1194,
+//!   tun0 192.168.123.x/24 (pushed)                              tun0 192.168.123.1/24,
+//!                                                               route 10.251.0.0/16 dev tun0)
+//! ```
+//!
+//! One test, so the three clients share one server: three distinct pool addresses; a 4 MiB TCP
+//! transfer with a SHA-256 checksum from SEED to a client's tun address; an iroute network
+//! reached through its client; a spoofed source from a client never reaching SEED while the
+//! server's counter records the drop; the status file; graceful shutdown with RESTART.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use conformance::netns::Netns;
+use conformance::pki_fixture::TestPki;
+use conformance::require_lab;
+use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
+use openssl::sha::sha256;
+use pki::tls::{control_channel_server, PeerPolicy};
+use pki::{CaBundle, Identity};
+use protocol::digest::Digest;
+use protocol::key::KeyDirection;
+use protocol::session::{ControlProtection, Keepalive};
+use protocol::static_key;
+use tokio_util::sync::CancellationToken;
+use vpn_server::{ClientOptions, Server, Settings, StatusFile};
+
+const PORT: u16 = 1194;
+const TIMEOUT: Duration = Duration::from_secs(30);
+const IROUTE: &str = "10.251.0.0/16";
+const IROUTE_HOST: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 1);
+const SERVER_TUN: Ipv4Addr = Ipv4Addr::new(192, 168, 123, 1);
+
+fn read(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Issues a client certificate with `cn` from the fixture's CA (same extensions as the
+/// fixture's own client certificate). Returns (cert, key).
+fn issue_client(pki: &TestPki, cn: &str) -> (PathBuf, PathBuf) {
+    let d = pki.dir();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let key = format!("{cn}.key");
+    let csr = format!("{cn}.csr");
+    let crt = format!("{cn}.crt");
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        &key,
+    ]);
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        &key,
+        "-subj",
+        &format!("/CN={cn}"),
+        "-out",
+        &csr,
+    ]);
+    let serial = format!(
+        "{}",
+        100 + cn.len() + cn.bytes().map(usize::from).sum::<usize>()
+    );
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-set_serial",
+        &serial,
+        "-days",
+        "30",
+        "-extfile",
+        "ext.cnf",
+        "-extensions",
+        "client",
+        "-out",
+        &crt,
+    ]);
+    (d.join(crt), d.join(key))
+}
+
+fn settings(pki: &TestPki, status: PathBuf) -> Settings {
+    let trust = CaBundle::from_pem(&read(pki.ca_cert())).expect("CA");
+    let id = Identity::from_pem(&read(pki.server_cert()), &read(pki.server_key())).expect("id");
+    let policy = PeerPolicy::client_peer();
+    let ctx = control_channel_server(&id, &trust, &policy).expect("server context");
+    let key = static_key::parse(&pki.ta_key_text().expect("ta.key")).expect("ta.key");
+    let mut s = Settings::new(
+        ctx,
+        Arc::new(policy),
+        ControlProtection::TlsAuth {
+            key,
+            direction: KeyDirection::Normal,
+            digest: Digest::Sha256,
+        },
+    );
+    s.listen = vec![SocketAddr::from(([0u16; 8], PORT))];
+    s.auth = Digest::Sha256;
+    s.keepalive = Some(Keepalive {
+        ping: 10,
+        ping_restart: 60,
+    });
+    s.routes = vec![IROUTE.parse().expect("net")];
+    s.clients.insert(
+        "shoot1".into(),
+        ClientOptions {
+            iroutes: vec![IROUTE.parse().expect("net")],
+            ..ClientOptions::default()
+        },
+    );
+    s.handshake_timeout = Duration::from_secs(20);
+    s.drain_timeout = Duration::from_secs(3);
+    s.status = Some(StatusFile {
+        path: status,
+        interval: Duration::from_secs(1),
+    });
+    s
+}
+
+/// The IPv4 address on `tun0` in `ns`.
+fn tun_address(ns: &Netns) -> Ipv4Addr {
+    let out = ns
+        .run(["ip", "-4", "-o", "addr", "show", "dev", "tun0"])
+        .expect("ip addr");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cidr = text
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no inet on tun0: {text}"));
+    cidr.split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("address")
+}
+
+/// Serves `len` deterministic bytes once on `listener`; returns their SHA-256.
+fn serve_bytes(listener: TcpListener, len: usize) -> (std::thread::JoinHandle<()>, [u8; 32]) {
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+    let digest = sha256(&data);
+    let handle = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        s.write_all(&data).expect("write");
+    });
+    (handle, digest)
+}
+
+/// Connects from `ns` to `addr`, reads to EOF; returns (bytes, SHA-256).
+fn fetch(ns: &Netns, addr: SocketAddr) -> (usize, [u8; 32]) {
+    ns.run_in(move || {
+        let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect through the tunnel");
+        s.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).expect("read");
+        (buf.len(), sha256(&buf))
+    })
+    .expect("run in namespace")
+}
+
+struct CancelOnDrop(CancellationToken);
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+#[test]
+fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
+    require_lab(&["openvpn", "openssl"]);
+    let pki = TestPki::generate().expect("pki");
+    let seed = Netns::new().expect("seed");
+    let shoots: Vec<Netns> = (0..3).map(|_| Netns::new().expect("shoot")).collect();
+    for (i, shoot) in shoots.iter().enumerate() {
+        let n = i + 1;
+        Netns::veth_pair(&seed, &format!("vs{n}"), shoot, &format!("vc{n}")).expect("veth");
+        seed.run([
+            "ip",
+            "addr",
+            "add",
+            &format!("10.200.{n}.1/30"),
+            "dev",
+            &format!("vs{n}"),
+        ])
+        .expect("seed addr");
+        shoot
+            .run([
+                "ip",
+                "addr",
+                "add",
+                &format!("10.200.{n}.2/30"),
+                "dev",
+                &format!("vc{n}"),
+            ])
+            .expect("shoot addr");
+    }
+    let status_dir = tempfile::tempdir().expect("tempdir");
+    let status_path = status_dir.path().join("openvpn.status");
+    let settings = settings(&pki, status_path.clone());
+
+    let token = CancellationToken::new();
+    std::thread::scope(|scope| {
+        let _cancel = CancelOnDrop(token.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let server_token = token.clone();
+        let seed_ref = &seed;
+        let server_thread = scope.spawn(move || {
+            seed_ref
+                .run_in(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    rt.block_on(async move {
+                        let server = Server::bind(settings).await.expect("bind");
+                        ready_tx.send(server.stats()).expect("ready");
+                        let started = Instant::now();
+                        let r = server.run(server_token).await;
+                        (r.is_ok(), started.elapsed())
+                    })
+                })
+                .expect("run in seed")
+        });
+        let stats = ready_rx.recv_timeout(TIMEOUT).expect("server ready");
+
+        // (a) Three upstream clients at once get three distinct pool addresses.
+        let clients: Vec<UpstreamOpenvpn<'_>> = shoots
+            .iter()
+            .enumerate()
+            .map(|(i, shoot)| {
+                let n = i + 1;
+                let (cert, key) = issue_client(&pki, &format!("shoot{n}"));
+                let config = tcp_client_config(&pki, PORT, ControlWrap::TlsAuth, &["auth SHA256"])
+                    .replace(
+                        &format!("remote 127.0.0.1 {PORT}"),
+                        &format!("remote 10.200.{n}.1 {PORT}"),
+                    )
+                    .replace(
+                        &format!("cert {}", pki.client_cert().display()),
+                        &format!("cert {}", cert.display()),
+                    )
+                    .replace(
+                        &format!("key {}", pki.client_key().display()),
+                        &format!("key {}", key.display()),
+                    );
+                UpstreamOpenvpn::start(shoot, &config, 3).expect("start upstream client")
+            })
+            .collect();
+        for c in &clients {
+            c.wait_for_log(INITIALIZED_MARKER, TIMEOUT)
+                .expect("client up");
+        }
+        let addrs: Vec<Ipv4Addr> = shoots.iter().map(tun_address).collect();
+        let mut distinct = addrs.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            3,
+            "three distinct pool addresses: {addrs:?}"
+        );
+        for a in &addrs {
+            let o = a.octets();
+            assert!(
+                o[..3] == [192, 168, 123] && (2..=254).contains(&o[3]),
+                "{a} outside the pool"
+            );
+        }
+
+        // (b) A 4 MiB transfer from a server in SHOOT2 (on its tun address) to SEED.
+        let shoot2_addr = addrs[1];
+        let listener = shoots[1]
+            .run_in(move || TcpListener::bind((shoot2_addr, 5001)))
+            .expect("run in shoot2")
+            .expect("listen in shoot2");
+        let (server, want) = serve_bytes(listener, 4 << 20);
+        let (len, got) = fetch(&seed, SocketAddr::from((addrs[1], 5001)));
+        server.join().expect("byte server");
+        assert_eq!(len, 4 << 20);
+        assert_eq!(got, want, "checksum of the transfer through the tunnel");
+
+        // (c1) The iroute of shoot1: SEED reaches 10.251.0.1 (on SHOOT1's loopback) through it.
+        shoots[0]
+            .run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{IROUTE_HOST}/32"),
+                "dev",
+                "lo",
+            ])
+            .expect("iroute host address");
+        let listener = shoots[0]
+            .run_in(|| TcpListener::bind((IROUTE_HOST, 5002)))
+            .expect("run in shoot1")
+            .expect("listen on the iroute address");
+        let (server, want) = serve_bytes(listener, 256 << 10);
+        let (len, got) = fetch(&seed, SocketAddr::from((IROUTE_HOST, 5002)));
+        server.join().expect("iroute byte server");
+        assert_eq!((len, got), (256 << 10, want), "iroute transfer");
+
+        // (c2) Anti-spoofing: SHOOT3 sends UDP to SEED from its own address (arrives) and from
+        // a second address on its tun (never arrives; counted).
+        let sink = seed
+            .run_in(|| UdpSocket::bind((SERVER_TUN, 5003)))
+            .expect("run in seed")
+            .expect("udp sink");
+        sink.set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let spoofed_src = Ipv4Addr::new(192, 168, 123, 200);
+        shoots[2]
+            .run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{spoofed_src}/32"),
+                "dev",
+                "tun0",
+            ])
+            .expect("second address on the client's tun");
+        // An address inside shoot1's iroute: another client's network is no source for shoot3.
+        let other_iroute = Ipv4Addr::new(10, 251, 0, 9);
+        shoots[2]
+            .run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{other_iroute}/32"),
+                "dev",
+                "tun0",
+            ])
+            .expect("third address on the client's tun");
+        let own_src = addrs[2];
+        let before = stats.spoofed.load(Ordering::Relaxed);
+        shoots[2]
+            .run_in(move || {
+                for src in [own_src, spoofed_src, other_iroute] {
+                    let s = UdpSocket::bind((src, 0)).expect("bind source");
+                    for _ in 0..3 {
+                        s.send_to(format!("from {src}").as_bytes(), (SERVER_TUN, 5003))
+                            .expect("send");
+                    }
+                }
+            })
+            .expect("run in shoot3");
+        let mut seen: Vec<IpAddr> = Vec::new();
+        let mut buf = [0u8; 64];
+        while let Ok((_, from)) = sink.recv_from(&mut buf) {
+            seen.push(from.ip());
+        }
+        assert!(
+            seen.contains(&IpAddr::V4(own_src)),
+            "the legitimate source arrives: {seen:?}"
+        );
+        assert!(
+            seen.iter().all(|s| *s == IpAddr::V4(own_src)),
+            "spoofed sources reached SEED: {seen:?}"
+        );
+        let dropped = stats.spoofed.load(Ordering::Relaxed) - before;
+        assert!(dropped >= 6, "spoofed packets counted: {dropped}");
+
+        // The status file lists the three clients and shoot1's iroute.
+        std::thread::sleep(Duration::from_millis(1500));
+        let text = std::fs::read_to_string(&status_path).expect("status file");
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("CLIENT_LIST,"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        for (i, a) in addrs.iter().enumerate() {
+            assert!(
+                rows.iter()
+                    .any(|r| r.starts_with(&format!("CLIENT_LIST,shoot{},", i + 1))
+                        && r.contains(&format!(",{a},"))
+                        && r.ends_with(",AES-256-GCM")),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains(&format!("ROUTING_TABLE,{IROUTE},shoot1,")),
+            "{text}"
+        );
+        assert!(text.ends_with("END\n"), "{text}");
+
+        // Graceful shutdown: clients are told (RESTART), the server drains and returns Ok.
+        token.cancel();
+        let (ok, took) = server_thread.join().expect("server thread");
+        assert!(ok, "run returned an error");
+        assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+        for c in &clients {
+            c.wait_for_log("server-pushed-connection-reset", Duration::from_secs(5))
+                .expect("client saw RESTART");
+        }
+        drop(clients);
+    });
+}

@@ -1,0 +1,165 @@
+//! `max-clients` and the handshake deadline: idle TCP connections fill every slot, a further
+//! connection is closed at once, the idle ones are closed by the deadline, and then an
+//! upstream OpenVPN 2.6 client gets in (so half-open connections cannot lock clients out).
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use conformance::netns::Netns;
+use conformance::pki_fixture::TestPki;
+use conformance::require_lab;
+use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
+use pki::tls::{control_channel_server, PeerPolicy};
+use pki::{CaBundle, Identity};
+use protocol::digest::Digest;
+use protocol::key::KeyDirection;
+use protocol::session::ControlProtection;
+use protocol::static_key;
+use tokio_util::sync::CancellationToken;
+use vpn_server::{Server, Settings};
+
+const HANDSHAKE: Duration = Duration::from_secs(2);
+
+const PORT: u16 = 1194;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn read(path: PathBuf) -> Vec<u8> {
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn settings(pki: &TestPki) -> Settings {
+    let trust = CaBundle::from_pem(&read(pki.ca_cert())).expect("CA");
+    let id = Identity::from_pem(&read(pki.server_cert()), &read(pki.server_key())).expect("id");
+    let policy = PeerPolicy::client_peer();
+    let ctx = control_channel_server(&id, &trust, &policy).expect("server context");
+    let key = static_key::parse(&pki.ta_key_text().expect("ta.key")).expect("ta.key");
+    let mut s = Settings::new(
+        ctx,
+        Arc::new(policy),
+        ControlProtection::TlsAuth {
+            key,
+            direction: KeyDirection::Normal,
+            digest: Digest::Sha256,
+        },
+    );
+    s.listen = vec![SocketAddr::from(([0u16; 8], PORT))];
+    s.auth = Digest::Sha256;
+    s.max_clients = 2;
+    s.handshake_timeout = HANDSHAKE;
+    s
+}
+
+/// Waits until the server closes `s` (EOF or reset), reading past whatever it sends;
+/// returns how long that took.
+fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = [0u8; 256];
+    while start.elapsed() < limit {
+        s.set_read_timeout(Some(limit - start.elapsed() + Duration::from_millis(1)))
+            .expect("timeout");
+        match s.read(&mut buf) {
+            Ok(0) => return Some(start.elapsed()),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Some(start.elapsed())
+            }
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+struct CancelOnDrop(CancellationToken);
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+#[test]
+fn idle_connections_cannot_lock_clients_out() {
+    require_lab(&["openvpn", "openssl"]);
+    let pki = TestPki::generate().expect("pki");
+    let seed = Netns::new().expect("seed");
+    let shoot = Netns::new().expect("shoot");
+    Netns::veth_pair(&seed, "vs1", &shoot, "vc1").expect("veth");
+    seed.run(["ip", "addr", "add", "10.200.1.1/30", "dev", "vs1"])
+        .expect("addr");
+    shoot
+        .run(["ip", "addr", "add", "10.200.1.2/30", "dev", "vc1"])
+        .expect("addr");
+    let settings = settings(&pki);
+    let token = CancellationToken::new();
+    std::thread::scope(|scope| {
+        let _cancel = CancelOnDrop(token.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let server_token = token.clone();
+        let seed_ref = &seed;
+        let server_thread = scope.spawn(move || {
+            seed_ref
+                .run_in(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("runtime");
+                    rt.block_on(async move {
+                        let server = Server::bind(settings).await.expect("bind");
+                        ready_tx.send(server.stats()).expect("ready");
+                        server.run(server_token).await.is_ok()
+                    })
+                })
+                .expect("run in seed")
+        });
+        let stats = ready_rx.recv_timeout(TIMEOUT).expect("server ready");
+        let target = SocketAddr::from(([10, 200, 1, 1], PORT));
+        let connect = || {
+            shoot
+                .run_in(move || TcpStream::connect_timeout(&target, TIMEOUT))
+                .expect("run in shoot")
+                .expect("connect")
+        };
+        // Two idle connections take both slots (give the accept loop a moment for each).
+        let mut idle: Vec<TcpStream> = (0..2)
+            .map(|_| {
+                let s = connect();
+                std::thread::sleep(Duration::from_millis(100));
+                s
+            })
+            .collect();
+        // A third is closed at once.
+        let mut third = connect();
+        let t = closed_within(&mut third, Duration::from_secs(1)).expect("third connection closed");
+        assert!(t < Duration::from_secs(1));
+        assert_eq!(stats.refused_max_clients.load(Ordering::Relaxed), 1);
+        // The idle ones are closed by the handshake deadline.
+        for s in &mut idle {
+            closed_within(s, HANDSHAKE + Duration::from_secs(3))
+                .expect("idle connection closed by the deadline");
+        }
+        assert_eq!(stats.handshake_timeouts.load(Ordering::Relaxed), 2);
+        // Keep the idle sockets open on our side: the slots were freed by the server anyway.
+        let config = tcp_client_config(
+            &pki,
+            PORT,
+            ControlWrap::TlsAuth,
+            &["auth SHA256", "connect-retry 1 1"],
+        )
+        .replace(
+            &format!("remote 127.0.0.1 {PORT}"),
+            &format!("remote 10.200.1.1 {PORT}"),
+        );
+        let client = UpstreamOpenvpn::start(&shoot, &config, 3).expect("client");
+        client
+            .wait_for_log(INITIALIZED_MARKER, TIMEOUT)
+            .expect("client gets in");
+        assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+        token.cancel();
+        assert!(server_thread.join().expect("server thread"), "run failed");
+        drop(idle);
+        drop(client);
+    });
+}

@@ -1,0 +1,368 @@
+//! [`Settings`]: the typed runtime settings of the server. The config-file parser (and the
+//! vpn2 environment variables) map onto it; nothing here reads files or strings.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use openssl::ssl::SslContext;
+use protocol::data::DataCipher;
+use protocol::digest::Digest;
+use protocol::ncp::DataCiphers;
+use protocol::session::{
+    ControlProtection, Keepalive, ServerConfig, SessionConfig, DEFAULT_HAND_WINDOW,
+    DEFAULT_RENEG_SEC,
+};
+use protocol::tls::PeerVerifier;
+
+/// OpenVPN's default port.
+pub const DEFAULT_PORT: u16 = 1194;
+
+/// The default IPv4 pool: `server 192.168.123.0 255.255.255.0` (design decision 4).
+pub const DEFAULT_POOL_V4: Ipv4Net = match Ipv4Net::new(Ipv4Addr::new(192, 168, 123, 0), 24) {
+    Ok(n) => n,
+    Err(_) => panic!("constant network"),
+};
+
+/// Upstream's default `--max-clients` (1024).
+pub const DEFAULT_MAX_CLIENTS: usize = 1024;
+
+/// How long a connection may take from accept to an established tunnel by default.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = DEFAULT_HAND_WINDOW;
+
+/// How long shutdown waits for clients to acknowledge `RESTART` and close.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `ifconfig-push LOCAL NETMASK` (topology subnet): a fixed IPv4 address for one client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfconfigPush {
+    /// The client's address.
+    pub local: Ipv4Addr,
+    /// The netmask (or, in net30, the remote end), pushed verbatim.
+    pub remote_netmask: Ipv4Addr,
+}
+
+/// `ifconfig-ipv6-push ADDR/LEN [REMOTE]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfconfigIpv6Push {
+    /// The client's address and prefix length.
+    pub local: Ipv6Net,
+    /// The server side (default: the server's own IPv6 address).
+    pub remote: Option<Ipv6Addr>,
+}
+
+/// One client's `client-config-dir` file, already parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// `iroute` / `iroute-ipv6`: networks behind this client.
+    pub iroutes: Vec<IpNet>,
+    /// `ifconfig-push`: replaces the pool address.
+    pub ifconfig_push: Option<IfconfigPush>,
+    /// `ifconfig-ipv6-push`.
+    pub ifconfig_ipv6_push: Option<IfconfigIpv6Push>,
+    /// `push "..."` lines for this client (after the server's).
+    pub push: Vec<String>,
+    /// `push-reset`: drop the server's own `push` lines for this client.
+    pub push_reset: bool,
+    /// `disable`: refuse this client.
+    pub disable: bool,
+}
+
+/// The status file (`status FILE N` with `status-version 2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusFile {
+    /// Where to write it (atomically: a temporary file renamed over it).
+    pub path: PathBuf,
+    /// How often.
+    pub interval: Duration,
+}
+
+/// Everything the server runs with. Build with [`Settings::new`] and adjust the fields.
+#[derive(Clone)]
+pub struct Settings {
+    /// TCP listen addresses. `[::]:port` is one dual-stack socket (IPv4 arrives v4-mapped),
+    /// as `proto tcp6-server` in vpn2.
+    pub listen: Vec<SocketAddr>,
+    /// The control channel's TLS context (e.g. `pki::tls::control_channel_server`).
+    pub tls: SslContext,
+    /// The client-certificate check (`remote-cert-tls client`, `verify-x509-name`).
+    pub verifier: Arc<dyn PeerVerifier>,
+    /// tls-auth / tls-crypt and its key.
+    pub protection: ControlProtection,
+    /// `data-ciphers`.
+    pub data_ciphers: DataCiphers,
+    /// `data-ciphers-fallback` (or `cipher`).
+    pub data_ciphers_fallback: Option<DataCipher>,
+    /// `auth`.
+    pub auth: Digest,
+    /// `keepalive N M`.
+    pub keepalive: Option<Keepalive>,
+    /// `reneg-sec` (`None`: 0, off).
+    pub reneg_sec: Option<Duration>,
+    /// `hand-window`.
+    pub hand_window: Duration,
+    /// `tun-mtu`.
+    pub tun_mtu: u16,
+    /// `dev` (e.g. `tun0`; `tun%d` lets the kernel choose).
+    pub dev: String,
+    /// `txqueuelen`.
+    pub txqueuelen: Option<u32>,
+    /// `server NET MASK` (topology subnet); `None` for no IPv4 pool (vpn2 runs IPv6-only).
+    pub pool_v4: Option<Ipv4Net>,
+    /// `server-ipv6 P/len`.
+    pub pool_v6: Option<Ipv6Net>,
+    /// The configuration's `push "..."` lines, in order.
+    pub push: Vec<String>,
+    /// `client-config-dir`, by certificate CN.
+    pub clients: HashMap<String, ClientOptions>,
+    /// `client-config-dir/DEFAULT`: for a CN without its own file.
+    pub default_client: Option<ClientOptions>,
+    /// `route` / `route-ipv6` on the server: kernel routes into the tun device.
+    pub routes: Vec<IpNet>,
+    /// `client-to-client`.
+    pub client_to_client: bool,
+    /// `duplicate-cn`.
+    pub duplicate_cn: bool,
+    /// `max-clients`: concurrent connections (handshaking ones included).
+    pub max_clients: usize,
+    /// A connection without an established tunnel after this long is closed, so idle or
+    /// half-open connections cannot hold `max-clients` slots.
+    pub handshake_timeout: Duration,
+    /// How long shutdown waits for clients after telling them.
+    pub drain_timeout: Duration,
+    /// `status FILE N`.
+    pub status: Option<StatusFile>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field("data_ciphers", &self.data_ciphers)
+            .field("auth", &self.auth)
+            .field("keepalive", &self.keepalive)
+            .field("dev", &self.dev)
+            .field("pool_v4", &self.pool_v4)
+            .field("pool_v6", &self.pool_v6)
+            .field("push", &self.push)
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .field("routes", &self.routes)
+            .field("client_to_client", &self.client_to_client)
+            .field("duplicate_cn", &self.duplicate_cn)
+            .field("max_clients", &self.max_clients)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Settings {
+    /// OpenVPN 2.6 server defaults around a TLS context, a peer check and a control-channel
+    /// protection: `[::]:1194`, `dev tun0`, the `192.168.123.0/24` pool, no IPv6 pool,
+    /// `data-ciphers AES-256-GCM:AES-128-GCM:CHACHA20-POLY1305`, `auth SHA1`.
+    pub fn new(
+        tls: SslContext,
+        verifier: Arc<dyn PeerVerifier>,
+        protection: ControlProtection,
+    ) -> Settings {
+        Settings {
+            listen: vec![SocketAddr::new(
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                DEFAULT_PORT,
+            )],
+            tls,
+            verifier,
+            protection,
+            data_ciphers: DataCiphers::default_2_6(),
+            data_ciphers_fallback: None,
+            auth: Digest::Sha1,
+            keepalive: None,
+            reneg_sec: Some(DEFAULT_RENEG_SEC),
+            hand_window: DEFAULT_HAND_WINDOW,
+            tun_mtu: 1500,
+            dev: "tun0".into(),
+            txqueuelen: None,
+            pool_v4: Some(DEFAULT_POOL_V4),
+            pool_v6: None,
+            push: Vec::new(),
+            clients: HashMap::new(),
+            default_client: None,
+            routes: Vec::new(),
+            client_to_client: false,
+            duplicate_cn: false,
+            max_clients: DEFAULT_MAX_CLIENTS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            status: None,
+        }
+    }
+
+    /// The client-config-dir entry for `common_name` (its own, else `DEFAULT`).
+    pub fn client_options(&self, common_name: Option<&str>) -> Option<&ClientOptions> {
+        common_name
+            .and_then(|cn| self.clients.get(cn))
+            .or(self.default_client.as_ref())
+    }
+
+    /// The session configuration every connection shares. Its `push` list stays empty: the
+    /// pushes are per client ([`Settings::push_for`]) so `push-reset` and the iroute rule can
+    /// apply.
+    pub fn server_config(&self) -> ServerConfig {
+        let mut session = SessionConfig::new(self.tls.clone(), self.protection.clone());
+        session.verifier = Arc::clone(&self.verifier);
+        session.data_ciphers = self.data_ciphers.clone();
+        session.data_ciphers_fallback = self.data_ciphers_fallback;
+        session.auth = self.auth;
+        session.reneg_sec = self.reneg_sec;
+        session.hand_window = self.hand_window;
+        session.tun_mtu = self.tun_mtu;
+        let mut config = ServerConfig::new(session);
+        config.keepalive = self.keepalive;
+        config
+    }
+
+    /// The `push` part of one client's `PUSH_REPLY` (before keepalive and the per-client
+    /// options): the configuration's `push` lines, what the `server` helper adds
+    /// (`route-gateway NET+1`, `topology subnet`) and `tun-ipv6` for `server-ipv6`
+    /// (reference 10.4, 10.5), then the client's own `push` lines. `push-reset` drops the
+    /// inherited part; a pushed `route` equal to one of the client's own iroutes is left out
+    /// (reference 10.6).
+    pub fn push_for(&self, client: Option<&ClientOptions>) -> Vec<String> {
+        let mut push = Vec::new();
+        if !client.is_some_and(|c| c.push_reset) {
+            push.extend(self.push.iter().cloned());
+            if let Some(net) = self.pool_v4 {
+                let gateway = Ipv4Addr::from(u32::from(net.network()) + 1);
+                push.push(format!("route-gateway {gateway}"));
+                push.push("topology subnet".into());
+            }
+            if self.pool_v6.is_some() {
+                push.push("tun-ipv6".into());
+            }
+        }
+        if let Some(c) = client {
+            push.extend(c.push.iter().cloned());
+            push.retain(|line| !c.iroutes.iter().any(|n| is_route_to(line, *n)));
+        }
+        push
+    }
+}
+
+/// Whether a push line is `route NET MASK` / `route-ipv6 NET/LEN` for exactly `net`.
+fn is_route_to(line: &str, net: IpNet) -> bool {
+    let mut words = line.split_whitespace();
+    let (Some(verb), Some(dest)) = (words.next(), words.next()) else {
+        return false;
+    };
+    match (verb, net) {
+        ("route", IpNet::V4(n)) => {
+            let mask = words
+                .next()
+                .and_then(|m| m.parse::<Ipv4Addr>().ok())
+                .unwrap_or(Ipv4Addr::BROADCAST);
+            let (Ok(addr), Ok(len)) = (dest.parse::<Ipv4Addr>(), ipnet::ipv4_mask_to_prefix(mask))
+            else {
+                return false;
+            };
+            Ipv4Net::new(addr, len).is_ok_and(|p| p.trunc() == n.trunc())
+        }
+        ("route-ipv6", IpNet::V6(n)) => dest
+            .parse::<Ipv6Net>()
+            .is_ok_and(|p| p.trunc() == n.trunc()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        let ctx = openssl::ssl::SslContext::builder(openssl::ssl::SslMethod::tls())
+            .unwrap()
+            .build();
+        Settings::new(
+            ctx,
+            Arc::new(protocol::tls::AcceptAnyPeer),
+            ControlProtection::None,
+        )
+    }
+
+    #[test]
+    fn pushes_in_upstream_order() {
+        let mut s = settings();
+        s.push = vec![
+            "route 10.99.0.0 255.255.0.0".into(),
+            "route 10.98.0.0 255.255.0.0".into(),
+        ];
+        assert_eq!(
+            s.push_for(None),
+            [
+                "route 10.99.0.0 255.255.0.0",
+                "route 10.98.0.0 255.255.0.0",
+                "route-gateway 192.168.123.1",
+                "topology subnet"
+            ]
+        );
+        s.pool_v6 = Some("fd00::/96".parse().unwrap());
+        let c = ClientOptions {
+            iroutes: vec!["10.99.0.0/16".parse().unwrap()],
+            push: vec!["dhcp-option DNS 10.0.0.1".into()],
+            ..ClientOptions::default()
+        };
+        assert_eq!(
+            s.push_for(Some(&c)),
+            [
+                "route 10.98.0.0 255.255.0.0",
+                "route-gateway 192.168.123.1",
+                "topology subnet",
+                "tun-ipv6",
+                "dhcp-option DNS 10.0.0.1"
+            ]
+        );
+        let reset = ClientOptions {
+            push_reset: true,
+            push: vec!["route 10.1.0.0 255.255.0.0".into()],
+            ..ClientOptions::default()
+        };
+        assert_eq!(s.push_for(Some(&reset)), ["route 10.1.0.0 255.255.0.0"]);
+    }
+
+    #[test]
+    fn route_matching() {
+        let n = |s: &str| s.parse::<IpNet>().unwrap();
+        assert!(is_route_to(
+            "route 10.99.0.0 255.255.0.0",
+            n("10.99.0.0/16")
+        ));
+        assert!(is_route_to("route 10.99.0.1", n("10.99.0.1/32")));
+        assert!(!is_route_to(
+            "route 10.99.0.0 255.255.0.0",
+            n("10.99.0.0/24")
+        ));
+        assert!(is_route_to("route-ipv6 fd00:1::/64", n("fd00:1::/64")));
+        assert!(!is_route_to("route-gateway 10.99.0.0", n("10.99.0.0/32")));
+    }
+
+    #[test]
+    fn client_options_fall_back_to_default() {
+        let mut s = settings();
+        let own = ClientOptions {
+            disable: true,
+            ..ClientOptions::default()
+        };
+        let dflt = ClientOptions {
+            push: vec!["x".into()],
+            ..ClientOptions::default()
+        };
+        s.clients.insert("a".into(), own.clone());
+        assert_eq!(s.client_options(Some("a")), Some(&own));
+        assert_eq!(s.client_options(Some("b")), None);
+        s.default_client = Some(dflt.clone());
+        assert_eq!(s.client_options(Some("b")), Some(&dflt));
+        assert_eq!(s.client_options(None), Some(&dflt));
+    }
+}

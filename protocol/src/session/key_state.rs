@@ -18,6 +18,14 @@
 //!
 //! Received messages stay in the reliability layer's receive window until TLS exists, so a
 //! TLS record that overtakes the ACK of our reset is not lost.
+//!
+//! A server's key id 0 is the one key state that does not open with its reset: it answers
+//! the client's hard reset (reference 0, 4.5), so its HARD_RESET_SERVER_V2 is queued only
+//! when that arrives and carries the ACK for it. Sent earlier, the client would see a server
+//! reset that leaves its own unacknowledged; a 2.6 client then re-sends its reset at once
+//! (`reliable_schedule_now` on the first packet of the peer) and, if our separate ACK is
+//! already in its TCP buffer, can put that re-send on the wire after the ACK freed its
+//! buffer, with a message id that no longer matches the HMAC.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,6 +97,9 @@ pub(crate) struct KeyState {
     local: KeySource,
     /// Our key-method-2 message, until written into TLS.
     local_km2: Option<Bytes>,
+    /// Our reset while it waits for the peer's (a server's key id 0 answers the client's
+    /// hard reset); `None` once queued.
+    reset: Option<ControlOpcode>,
     /// Plaintext received before the peer's key-method-2 message was complete.
     km2_buf: BytesMut,
     data: Option<DataKey>,
@@ -115,7 +126,9 @@ impl std::fmt::Debug for KeyState {
 
 impl KeyState {
     /// A new key state whose reset (hard reset for key id 0, soft reset otherwise) is queued
-    /// as message 0. `local_km2` is this side's key-method-2 message, built from `local`.
+    /// as message 0, except a server's hard reset, which waits for the client's (see the
+    /// [module docs](self)). `local_km2` is this side's key-method-2 message, built from
+    /// `local`.
     pub(crate) fn new(
         key_id: KeyId,
         role: Role,
@@ -132,19 +145,24 @@ impl KeyState {
             stream: BytesMut::new(),
             local,
             local_km2: Some(local_km2),
+            reset: None,
             km2_buf: BytesMut::new(),
             data: None,
             bytes: 0,
             packets: 0,
         };
-        let reset = match (key_id.get(), role) {
-            (0, Role::Client) => ControlOpcode::HardResetClientV2,
-            (0, Role::Server) => ControlOpcode::HardResetServerV2,
-            _ => ControlOpcode::SoftResetV1,
-        };
-        // A fresh reliable state has its whole window free, so this cannot fail.
-        let _ = ks.reliable.queue(reset.opcode() as u8, Bytes::new(), now);
+        match (key_id.get(), role) {
+            (0, Role::Server) => ks.reset = Some(ControlOpcode::HardResetServerV2),
+            (0, Role::Client) => ks.queue_reset(ControlOpcode::HardResetClientV2, now),
+            _ => ks.queue_reset(ControlOpcode::SoftResetV1, now),
+        }
         ks
+    }
+
+    fn queue_reset(&mut self, reset: ControlOpcode, now: Instant) {
+        // Our reset is the first message of a fresh reliable state, whose whole window is
+        // free, so this cannot fail.
+        let _ = self.reliable.queue(reset.opcode() as u8, Bytes::new(), now);
     }
 
     pub(crate) fn key_id(&self) -> KeyId {
@@ -255,11 +273,23 @@ impl KeyState {
         verifier: &Arc<dyn PeerVerifier>,
     ) -> Result<Vec<KeyEvent>, KeyStateError> {
         self.reliable.handle_acks(packet.acks.as_slice(), now);
+        let opcode = packet.opcode;
         if let Some(id) = packet.message_id {
             self.reliable
-                .handle_message(id, packet.opcode.opcode() as u8, packet.payload);
+                .handle_message(id, opcode.opcode() as u8, packet.payload);
         }
-        if matches!(self.phase, Phase::PreStart) && self.reliable.all_acked() {
+        let peer_reset = matches!(
+            opcode,
+            ControlOpcode::HardResetClientV2 | ControlOpcode::HardResetClientV3
+        );
+        if peer_reset {
+            if let Some(reset) = self.reset.take() {
+                // Queued after the client's message, so it carries the ACK for it.
+                self.queue_reset(reset, now);
+            }
+        }
+        let reset_sent = self.reset.is_none();
+        if matches!(self.phase, Phase::PreStart) && reset_sent && self.reliable.all_acked() {
             self.start(tls_ctx, verifier)?;
         }
         let mut events = Vec::new();

@@ -45,15 +45,21 @@ use tokio::net::TcpStream;
 pub use tokio_util::sync::CancellationToken;
 
 pub use protocol::session::SEND_HEADROOM;
+pub use script::Scripts;
 pub use settings::{
     HttpProxy, Remote, Settings, SettingsError, TlsMaterial, TunSettings, DEFAULT_CONNECT_RETRY,
     DEFAULT_CONNECT_RETRY_MAX, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TUN_MTU,
 };
 pub use tunnel::TunnelError;
 
+pub mod config;
+pub mod script;
 mod settings;
 pub mod tunnel;
+pub mod vpn2;
 
+use protocol::config::Family;
+use script::{run_script, ScriptError, ScriptType, TunInfo};
 use tunnel::{chain, Plan, Tunnel};
 
 /// Why [`run`] returned normally.
@@ -80,6 +86,15 @@ pub enum RunError {
     /// Reading from the tun device failed.
     #[error("tun device read failed")]
     TunRead(#[source] io::Error),
+    /// The `up` command failed.
+    #[error("up script")]
+    Up(#[source] ScriptError),
+    /// `connect-retry-max`: every attempt failed.
+    #[error("no connection after {attempts} attempts (connect-retry-max)")]
+    RetriesExhausted {
+        /// Failed attempts in a row.
+        attempts: u64,
+    },
 }
 
 /// Runs the client until `shutdown` is cancelled or the server sends `HALT`; see the crate
@@ -92,9 +107,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<Stop
         settings: &settings,
         config,
         shutdown: &shutdown,
+        up_ran: None,
     };
     let result = client.reconnect_loop(&mut tunnel).await;
     tunnel.teardown().await;
+    if let (Some(info), Some(down)) = (&client.up_ran, &settings.scripts.down) {
+        if let Err(e) = run_script(ScriptType::Down, down, info).await {
+            tracing::error!(error = %chain(&e), "down script failed");
+        }
+    }
     match &result {
         Ok(stopped) => tracing::info!(?stopped, "client stopped"),
         Err(e) => tracing::error!(error = %chain(e), "client failed"),
@@ -118,6 +139,9 @@ struct Client<'a> {
     settings: &'a Settings,
     config: ClientConfig,
     shutdown: &'a CancellationToken,
+    /// The device parameters `up` ran with (`down` gets the same); `None` before the
+    /// tunnel first came up.
+    up_ran: Option<TunInfo>,
 }
 
 impl Client<'_> {
@@ -125,6 +149,11 @@ impl Client<'_> {
         let mut backoff =
             Backoff::new(self.settings.connect_retry, self.settings.connect_retry_max);
         let mut index = 0usize;
+        let mut failed: u64 = 0;
+        let limit = self
+            .settings
+            .connect_retry_attempts
+            .map(|n| u64::from(n).saturating_mul(self.settings.remotes.len() as u64));
         loop {
             let remote = &self.settings.remotes[index % self.settings.remotes.len()];
             let pause = match self.connection(remote, tunnel).await? {
@@ -133,6 +162,12 @@ impl Client<'_> {
                 Ended::Retry { up, next_remote } => {
                     if up {
                         backoff.reset();
+                        failed = 0;
+                    } else {
+                        failed += 1;
+                        if limit.is_some_and(|l| failed >= l) {
+                            return Err(RunError::RetriesExhausted { attempts: failed });
+                        }
                     }
                     if next_remote || !up {
                         index = index.wrapping_add(1);
@@ -190,7 +225,9 @@ impl Client<'_> {
             writer: write,
             up: false,
         };
-        let ended = conn.drive(tunnel, self.shutdown).await;
+        let ended = conn
+            .drive(tunnel, self.shutdown, &mut self.up_ran, self.settings)
+            .await;
         if let Ok(Ended::Retry { .. }) = &ended {
             // Close our direction (FIN) rather than leave it to the drop's RST.
             let _ = conn.writer.shutdown().await;
@@ -212,6 +249,8 @@ impl Connection {
         &mut self,
         tunnel: &mut Tunnel,
         shutdown: &CancellationToken,
+        up_ran: &mut Option<TunInfo>,
+        settings: &Settings,
     ) -> Result<Ended, RunError> {
         let mut tun_buf = BytesMut::new();
         loop {
@@ -244,6 +283,19 @@ impl Connection {
                         tunnel.apply(&Plan::from_push(&c.push.accepted)).await?;
                         let mtu = usize::from(tunnel.mtu());
                         tun_buf = BytesMut::with_capacity(SEND_HEADROOM + mtu + DATA_TAILROOM);
+                        if up_ran.is_none() {
+                            let dev = tunnel
+                                .tun()
+                                .map(|t| t.name().to_owned())
+                                .unwrap_or_default();
+                            let info = TunInfo::from_push(&dev, tunnel.mtu(), &c.push.accepted);
+                            if let Some(up) = &settings.scripts.up {
+                                run_script(ScriptType::Up, up, &info)
+                                    .await
+                                    .map_err(RunError::Up)?;
+                            }
+                            *up_ran = Some(info);
+                        }
                         self.up = true;
                         tracing::info!("tunnel up");
                     }
@@ -376,6 +428,7 @@ async fn dial(settings: &Settings, remote: &Remote) -> Result<(TcpStream, BytesM
                     tokio::net::lookup_host((remote.host.as_str(), remote.port))
                         .await
                         .map_err(|source| DialError::Resolve { source })?
+                        .filter(|a| settings.family_allows(a))
                         .collect();
                 let mut last = None;
                 for addr in addrs {
@@ -397,7 +450,11 @@ async fn dial(settings: &Settings, remote: &Remote) -> Result<(TcpStream, BytesM
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((proxy.host.as_str(), proxy.port))
                 .await
                 .map_err(|source| DialError::Resolve { source })?
+                .filter(|a| settings.family_allows(a))
                 .collect();
+            if addrs.is_empty() {
+                return Err(DialError::NoAddress);
+            }
             let tunnel =
                 netio::http_connect::connect_via_proxy(&addrs, &proxy.request(remote), timeout)
                     .await
@@ -497,6 +554,17 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
         None => std::future::pending().await,
+    }
+}
+
+impl Settings {
+    /// Whether `proto tcp4-client|tcp6-client` allows dialing `addr`.
+    fn family_allows(&self, addr: &SocketAddr) -> bool {
+        match self.family {
+            Family::Any => true,
+            Family::V4 => addr.is_ipv4(),
+            Family::V6 => addr.is_ipv6(),
+        }
     }
 }
 

@@ -1,33 +1,54 @@
-//! `vpn-client`: parse the command line, build [`Settings`], init logging, and hand over to
-//! [`vpn_client::run`] until SIGINT/SIGTERM.
-//!
-//! Config files (`--config FILE`, OpenVPN syntax) are mapped onto [`Settings`] once the
-//! config parser lands; until then the binary says so and exits with an error.
+//! `vpn-client`: build [`vpn_client::Settings`] from an OpenVPN config file (`--config`) or,
+//! without one, from the vpn2 environment variables; init logging; run until SIGINT/SIGTERM.
+//! Any error ends the process with status 1 and one line on stderr naming the file and line
+//! or the path at fault.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use protocol::config::env::Vpn2ClientEnv;
 use tracing_subscriber::EnvFilter;
-use vpn_client::{CancellationToken, Settings, Stopped};
+use vpn_client::config::Loaded;
+use vpn_client::{vpn2, CancellationToken, Stopped};
 
 /// The shoot side of the reversed VPN: an OpenVPN 2.6 compatible TCP client.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, about)]
 struct Cli {
-    /// OpenVPN client config file. Not wired yet: the config-file parser is pending, so every
-    /// run currently ends with an error saying so.
+    /// OpenVPN client config file. Without it the vpn2 environment variables (`ENDPOINT`,
+    /// `IS_SHOOT_CLIENT`, ...) describe the client.
     #[arg(long, env = "VPN_CLIENT_CONFIG", value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
+    config: Option<PathBuf>,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `vpn_client=debug`.
-    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    #[arg(long, env = "VPN_CLIENT_LOG", default_value = "info")]
     log: String,
+    /// vpn2 environment mode: the directory holding `vpn-client/` and `tlsauth/`.
+    #[arg(long, env = "VPN2_SECRETS_DIR", default_value = vpn2::DEFAULT_SECRETS_DIR)]
+    vpn2_secrets_dir: PathBuf,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vpn-client: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&cli.log).context("--log")?)
+        .with_writer(std::io::stderr)
         .init();
-    let settings = settings(&cli)?;
+    let Loaded { settings, warnings } = load(&cli)?;
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
     let stopped = runtime.block_on(async {
         let shutdown = CancellationToken::new();
@@ -40,17 +61,17 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Defaults, then the config file (not yet), then env and flags.
-fn settings(cli: &Cli) -> anyhow::Result<Settings> {
-    match &cli.config {
-        Some(path) => bail!(
-            "--config {}: OpenVPN config files are not supported yet (the parser is pending)",
-            path.display()
-        ),
-        None => {
-            bail!("nothing to run: --config FILE is required (config files: not supported yet)")
-        }
+/// The config file, else the vpn2 environment.
+fn load(cli: &Cli) -> anyhow::Result<Loaded> {
+    if let Some(path) = &cli.config {
+        return Ok(vpn_client::config::load(path)?);
     }
+    if !vpn2::requested(std::env::vars()) {
+        bail!("nothing to run: give --config FILE, or set the vpn2 variables (ENDPOINT, IS_SHOOT_CLIENT, ...)");
+    }
+    let env = Vpn2ClientEnv::parse(std::env::vars())?;
+    tracing::info!(secrets = %cli.vpn2_secrets_dir.display(), "vpn2 environment mode");
+    Ok(vpn2::load_env(&env, &cli.vpn2_secrets_dir)?)
 }
 
 async fn cancel_on_signal(shutdown: CancellationToken) {

@@ -9,7 +9,8 @@ use netio::http::{BasicAuth, ConnectRequest, CustomHeader, HttpVersion};
 use openssl::ssl::SslContext;
 use pki::tls::{control_channel_client, PeerPolicy};
 use pki::{CaBundle, Identity};
-use protocol::data::DataCipher;
+use protocol::config::Family;
+use protocol::data::{Compression, DataCipher};
 use protocol::digest::Digest;
 use protocol::ncp::DataCiphers;
 use protocol::push::PullPolicy;
@@ -17,6 +18,8 @@ use protocol::session::{
     ClientConfig, ControlProtection, SessionConfig, DEFAULT_HAND_WINDOW, DEFAULT_RENEG_SEC,
 };
 use protocol::tls::PeerVerifier;
+
+use crate::script::Scripts;
 
 /// Upstream's default `--connect-retry`: the first pause between connection attempts.
 pub const DEFAULT_CONNECT_RETRY: Duration = Duration::from_secs(1);
@@ -64,6 +67,24 @@ pub struct Settings {
     pub connect_retry_max: Duration,
     /// `connect-timeout`: bound on one TCP connect (and proxy exchange).
     pub connect_timeout: Duration,
+    /// `connect-retry-max N`: stop after N failed attempts per remote in a row (`None`:
+    /// retry forever, upstream's default).
+    pub connect_retry_attempts: Option<u32>,
+    /// The address family from `proto tcp4-client|tcp6-client` (the remote or the proxy is
+    /// reached over this family only).
+    pub family: Family,
+    /// `comp-lzo no` / `compress stub|stub-v2` framing of data packets.
+    pub compression: Compression,
+    /// `tls-timeout` (`None`: upstream's default).
+    pub tls_timeout: Option<Duration>,
+    /// `tran-window` (`None`: upstream's default).
+    pub tran_window: Option<Duration>,
+    /// `reneg-bytes`.
+    pub reneg_bytes: Option<u64>,
+    /// `reneg-pkts`.
+    pub reneg_pkts: Option<u64>,
+    /// `up` / `down` commands (allowed by `script-security 2`).
+    pub scripts: Scripts,
 }
 
 impl Settings {
@@ -88,6 +109,14 @@ impl Settings {
             connect_retry: DEFAULT_CONNECT_RETRY,
             connect_retry_max: DEFAULT_CONNECT_RETRY_MAX,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            connect_retry_attempts: None,
+            family: Family::Any,
+            compression: Compression::default(),
+            tls_timeout: None,
+            tran_window: None,
+            reneg_bytes: None,
+            reneg_pkts: None,
+            scripts: Scripts::default(),
         }
     }
 
@@ -106,6 +135,15 @@ impl Settings {
         session.reneg_sec = self.reneg_sec;
         session.hand_window = self.hand_window;
         session.tun_mtu = self.tun.mtu;
+        session.compression = self.compression;
+        session.reneg_bytes = self.reneg_bytes;
+        session.reneg_pkts = self.reneg_pkts;
+        if let Some(t) = self.tls_timeout {
+            session.tls_timeout = t;
+        }
+        if let Some(t) = self.tran_window {
+            session.tran_window = t;
+        }
         let mut config = ClientConfig::new(session);
         config.pull = self.pull.clone();
         config.credentials = self.credentials.clone();

@@ -98,6 +98,37 @@ fn a_missing_certificate_names_the_path() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
 }
 
+#[test]
+fn vpn2_environment_mode_reads_the_secrets_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |vars: &[(&str, &str)]| {
+        let out = Command::new(BIN)
+            .env_remove("VPN_SERVER_CONFIG")
+            .env_remove("VPN_SERVER_LOG")
+            .env_remove("OPENVPN_STATUS_PATH")
+            .env("VPN_SERVER_SECRETS_DIR", dir.path())
+            .envs(vars.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = run(&[]);
+    assert!(
+        !ok && stderr.contains("OPENVPN_STATUS_PATH is not set"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run(&[("OPENVPN_STATUS_PATH", "/tmp/vpn2.status")]);
+    let want = format!(
+        "{}: cannot read",
+        dir.path().join("vpn-server/ca.crt").display()
+    );
+    assert!(!ok && stderr.contains(&want), "{stderr}");
+}
+
 /// Waits until `path` contains `needle`.
 fn wait_for(path: &Path, needle: &str, timeout: Duration) -> String {
     let start = Instant::now();

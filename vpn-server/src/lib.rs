@@ -4,18 +4,24 @@
 //! | module | what it is |
 //! |---|---|
 //! | [`settings`] | [`Settings`]: typed runtime settings (the config parser maps onto them) |
+//! | [`config`] | config file / vpn2 environment → [`Settings`]; the only place files are read |
+//! | [`script`] | `up` / `down` commands with upstream's arguments and environment |
 //! | [`pool`] | the unified IPv4/IPv6 client address pool (`server`, `server-ipv6`) |
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
 
+pub mod config;
 pub mod pool;
 pub mod routing;
+pub mod script;
 pub mod server;
 pub mod settings;
 pub mod spoof;
 pub mod status;
 
+pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
+pub use script::{Script, ScriptError};
 pub use server::{cancel_on_signals, run, ClientId, Server, ServerError, Stats};
 pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};

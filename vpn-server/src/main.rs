@@ -1,34 +1,130 @@
 //! `vpn-server`: the seed side of the reversed VPN. See the library docs.
 //!
-//! The command line takes `--config FILE` (OpenVPN syntax). The config-file parser is not
-//! wired in yet, so the binary stops with a clear message until it is; the server itself is
-//! [`vpn_server::run`].
+//! `--config FILE` runs an OpenVPN server config; without it the server is configured from the
+//! vpn2 environment variables and vpn2's file layout under `--secrets-dir`. SIGTERM or SIGINT
+//! tells the clients, drains and exits 0. Errors are one line naming the file (and line).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use anyhow::bail;
 use clap::Parser;
+use protocol::config::env::Vpn2ServerEnv;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use vpn_server::config::VPN2_SECRETS_DIR;
+use vpn_server::{from_vpn2_env, load_file, Loaded, Server};
 
 /// OpenVPN-compatible server of the reversed cluster VPN.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
-    /// OpenVPN-style configuration file.
+    /// OpenVPN-style server configuration file; without it, the vpn2 environment variables.
     #[arg(long, env = "VPN_SERVER_CONFIG")]
-    config: PathBuf,
-    /// Log filter (tracing `EnvFilter` syntax, e.g. `info,vpn_server=debug`).
-    #[arg(long, env = "VPN_SERVER_LOG", default_value = "info")]
-    log: String,
+    config: Option<PathBuf>,
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info,vpn_server=debug`); default from the
+    /// config's `verb`.
+    #[arg(long, env = "VPN_SERVER_LOG")]
+    log: Option<String>,
+    /// vpn2 environment mode: the directory holding `vpn-server/{ca.crt,tls.crt,tls.key}` and
+    /// `tlsauth/vpn.tlsauth`.
+    #[arg(long, env = "VPN_SERVER_SECRETS_DIR", default_value = VPN2_SECRETS_DIR)]
+    secrets_dir: PathBuf,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vpn-server: error: {}", one_line(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let loaded = match &cli.config {
+        Some(path) => load_file(path)?,
+        None => from_vpn2_env(&Vpn2ServerEnv::parse(std::env::vars())?, &cli.secrets_dir)?,
+    };
+    let filter = cli
+        .log
+        .clone()
+        .unwrap_or_else(|| verb_filter(loaded.verb).into());
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&cli.log))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .init();
-    bail!(
-        "{}: reading OpenVPN config files is not wired into vpn-server yet",
-        cli.config.display()
-    )
+    for w in &loaded.warnings {
+        warn!("{w}");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(loaded))
+}
+
+async fn serve(loaded: Loaded) -> Result<(), Box<dyn std::error::Error>> {
+    let Loaded {
+        settings,
+        up,
+        down,
+        verb,
+        ..
+    } = loaded;
+    // Signal handlers first, so a SIGTERM during start-up also ends in a clean exit.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received"),
+            _ = int.recv() => info!("SIGINT received"),
+        }
+        cancel.cancel();
+    });
+    let script_settings = settings.clone();
+    let server = Server::bind(settings).await?;
+    let dev = server.tun_name().to_owned();
+    if let Some(up) = up {
+        let (s, d) = (script_settings.clone(), dev.clone());
+        tokio::task::spawn_blocking(move || up.run(&s, &d, verb)).await??;
+    }
+    info!("Initialization Sequence Completed");
+    server.run(token).await?;
+    if let Some(down) = down {
+        if let Err(e) =
+            tokio::task::spawn_blocking(move || down.run(&script_settings, &dev, verb)).await?
+        {
+            warn!("{}", one_line(&e));
+        }
+    }
+    Ok(())
+}
+
+/// The default log filter for upstream's `verb`.
+fn verb_filter(verb: u8) -> &'static str {
+    match verb {
+        0 => "error",
+        1..=4 => "info",
+        5..=6 => "debug",
+        _ => "trace",
+    }
+}
+
+/// The error and its causes on one line, a cause left out when the message already says it.
+fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out.replace('\n', " ")
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use openssl::ssl::SslContext;
-use protocol::data::DataCipher;
+use protocol::data::{Compression, DataCipher};
 use protocol::digest::Digest;
 use protocol::ncp::DataCiphers;
 use protocol::session::{
     ControlProtection, Keepalive, ServerConfig, SessionConfig, DEFAULT_HAND_WINDOW,
-    DEFAULT_RENEG_SEC,
+    DEFAULT_RENEG_SEC, DEFAULT_TRAN_WINDOW,
 };
 use protocol::tls::PeerVerifier;
 
@@ -67,6 +67,8 @@ pub struct ClientOptions {
     pub push: Vec<String>,
     /// `push-reset`: drop the server's own `push` lines for this client.
     pub push_reset: bool,
+    /// `push-remove OPT`: drop the inherited `push` lines containing OPT.
+    pub push_remove: Vec<String>,
     /// `disable`: refuse this client.
     pub disable: bool,
 }
@@ -104,6 +106,16 @@ pub struct Settings {
     pub reneg_sec: Option<Duration>,
     /// `hand-window`.
     pub hand_window: Duration,
+    /// `tran-window`.
+    pub tran_window: Duration,
+    /// `tls-timeout` (`None`: the protocol default).
+    pub tls_timeout: Option<Duration>,
+    /// `reneg-bytes`.
+    pub reneg_bytes: Option<u64>,
+    /// `reneg-pkts`.
+    pub reneg_pkts: Option<u64>,
+    /// The compression framing of data packets (`comp-lzo no`, `compress stub-v2`, ...).
+    pub compression: Compression,
     /// `tun-mtu`.
     pub tun_mtu: u16,
     /// `dev` (e.g. `tun0`; `tun%d` lets the kernel choose).
@@ -182,6 +194,11 @@ impl Settings {
             keepalive: None,
             reneg_sec: Some(DEFAULT_RENEG_SEC),
             hand_window: DEFAULT_HAND_WINDOW,
+            tran_window: DEFAULT_TRAN_WINDOW,
+            tls_timeout: None,
+            reneg_bytes: None,
+            reneg_pkts: None,
+            compression: Compression::None,
             tun_mtu: 1500,
             dev: "tun0".into(),
             txqueuelen: None,
@@ -218,6 +235,13 @@ impl Settings {
         session.auth = self.auth;
         session.reneg_sec = self.reneg_sec;
         session.hand_window = self.hand_window;
+        session.tran_window = self.tran_window;
+        if let Some(t) = self.tls_timeout {
+            session.tls_timeout = t;
+        }
+        session.reneg_bytes = self.reneg_bytes;
+        session.reneg_pkts = self.reneg_pkts;
+        session.compression = self.compression;
         session.tun_mtu = self.tun_mtu;
         let mut config = ServerConfig::new(session);
         config.keepalive = self.keepalive;
@@ -228,8 +252,8 @@ impl Settings {
     /// options): the configuration's `push` lines, what the `server` helper adds
     /// (`route-gateway NET+1`, `topology subnet`) and `tun-ipv6` for `server-ipv6`
     /// (reference 10.4, 10.5), then the client's own `push` lines. `push-reset` drops the
-    /// inherited part; a pushed `route` equal to one of the client's own iroutes is left out
-    /// (reference 10.6).
+    /// inherited part, `push-remove OPT` the inherited lines containing OPT; a pushed
+    /// `route` equal to one of the client's own iroutes is left out (reference 10.6).
     pub fn push_for(&self, client: Option<&ClientOptions>) -> Vec<String> {
         let mut push = Vec::new();
         if !client.is_some_and(|c| c.push_reset) {
@@ -242,6 +266,9 @@ impl Settings {
             if self.pool_v6.is_some() {
                 push.push("tun-ipv6".into());
             }
+            if let Some(c) = client {
+                push.retain(|line| !c.push_remove.iter().any(|p| push_option_matches(line, p)));
+            }
         }
         if let Some(c) = client {
             push.extend(c.push.iter().cloned());
@@ -249,6 +276,12 @@ impl Settings {
         }
         push
     }
+}
+
+/// Whether `push-remove OPT` removes a pushed option: OPT is matched as a substring of the
+/// whole option text (upstream's documented rule, so `route` also removes `route-ipv6`).
+fn push_option_matches(line: &str, opt: &str) -> bool {
+    line.contains(opt)
 }
 
 /// Whether a push line is `route NET MASK` / `route-ipv6 NET/LEN` for exactly `net`.

@@ -1,0 +1,1017 @@
+//! From configuration to [`Settings`]: an OpenVPN server config file ([`load_file`]), an
+//! already parsed [`ServerOptions`] ([`from_options`]), or the vpn2 environment variables with
+//! vpn2's fixed file layout ([`from_vpn2_env`]).
+//!
+//! This is the only place the server reads files: every [`Source::Path`] (`ca`, `cert`, `key`,
+//! `tls-auth`, `tls-crypt`) and every file of `client-config-dir` (by certificate CN, `DEFAULT`
+//! for the rest). Relative paths are taken from the working directory, as upstream does.
+//!
+//! Errors name what is at fault: a config or client-config-dir problem as `file:line:
+//! 'directive': reason` ([`ConfigError`]), an unreadable or malformed key or certificate file by
+//! its path. Directives that are accepted but have no effect come back as [`Loaded::warnings`]
+//! for the binary to log at start; nothing is dropped silently.
+//!
+//! ```text
+//!  server.conf ──ServerOptions::parse──► ServerOptions ──from_options──► Loaded { Settings, up/down, warnings }
+//!  vpn2 env ──Vpn2ServerEnv──► vpn2_config_text ──┘ (+ the vpn-shoot-client iroutes)
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::{IpNet, Ipv4Net};
+use pki::check::{RemoteCertTls, VerifyX509Name, X509NameType as PkiNameType};
+use pki::pem::PemError;
+use pki::tls::{control_channel_server, PeerPolicy, TlsError};
+use pki::{CaBundle, Identity};
+use protocol::config::env::{EnvError, Vpn2ServerEnv};
+use protocol::config::{
+    CcdOptions, CertUsage, ConfigError, DevType, Family, ServerOptions, Source, TlsVersion,
+    TlsWrapConfig, Warning, X509NameType,
+};
+use protocol::session::{ControlProtection, Keepalive};
+use protocol::static_key::{self, StaticKeyError};
+
+use crate::script::Script;
+use crate::settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};
+
+/// The name of the client-config-dir file that applies to every CN without its own file.
+pub const CCD_DEFAULT: &str = "DEFAULT";
+
+/// vpn2's secrets directory (`/srv/secrets`).
+pub const VPN2_SECRETS_DIR: &str = "/srv/secrets";
+
+/// The CN of vpn2's (non-HA) shoot client, whose client-config-dir entry carries the iroutes.
+pub const VPN2_SHOOT_CLIENT_CN: &str = "vpn-shoot-client";
+
+/// vpn2's status-file interval in seconds.
+pub const VPN2_STATUS_INTERVAL: u32 = 15;
+
+/// The display name of the config vpn2 environment mode builds.
+pub const VPN2_ENV_CONFIG_NAME: &str = "<vpn2 environment>";
+
+/// What the server runs with, from a config file or the vpn2 environment.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The runtime settings.
+    pub settings: Settings,
+    /// `up CMD` (with `script-security 2`): run after the tun device is configured.
+    pub up: Option<Script>,
+    /// `down CMD` (with `script-security 2`): run after the server stopped.
+    pub down: Option<Script>,
+    /// `verb` (0 to 11): the log level when none is given on the command line.
+    pub verb: u8,
+    /// Directives accepted without effect, as `file:line: 'directive': why`, in file order.
+    pub warnings: Vec<String>,
+}
+
+/// Why the server cannot start with this configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A file (the config, a key, a certificate, a client-config-dir file) cannot be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The `client-config-dir` directory cannot be listed.
+    #[error("{}: cannot read client-config-dir: {source}", path.display())]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The config or a client-config-dir file is malformed (`file:line: 'directive': reason`).
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    /// A certificate or key file does not hold what it should.
+    #[error("{what}: {source}")]
+    Pem {
+        /// The path, or the inline block (`server.conf: <ca>`).
+        what: String,
+        /// Why.
+        #[source]
+        source: PemError,
+    },
+    /// A `tls-auth` / `tls-crypt` key file is not an OpenVPN static key.
+    #[error("{what}: {source}")]
+    StaticKey {
+        /// The path, or the inline block.
+        what: String,
+        /// Why.
+        #[source]
+        source: StaticKeyError,
+    },
+    /// OpenSSL refused the certificate, the key or the CA as a TLS context.
+    #[error("{file}: cannot build the TLS context from ca/cert/key: {source}")]
+    Tls {
+        /// The config.
+        file: String,
+        /// Why.
+        #[source]
+        source: TlsError,
+    },
+    /// A directive whose value we cannot run with (`dev-type tap`, an unresolvable `local`).
+    #[error("{file}: '{directive}': {reason}")]
+    Unsupported {
+        /// The config.
+        file: String,
+        /// The directive.
+        directive: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A vpn2 environment variable is missing or invalid.
+    #[error("{0}")]
+    Env(#[from] EnvError),
+}
+
+/// Reads and parses a server config file and everything it names; see the module docs.
+pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
+    let text = read_text(path)?;
+    let name = path.display().to_string();
+    let parsed = ServerOptions::parse(&name, &text)?;
+    let mut loaded = from_options(&name, &parsed.config)?;
+    let mut warnings: Vec<String> = parsed.warnings.iter().map(Warning::to_string).collect();
+    warnings.append(&mut loaded.warnings);
+    loaded.warnings = warnings;
+    Ok(loaded)
+}
+
+/// Maps a parsed server config (`file` names it in messages) to [`Settings`], reading the
+/// files it names. The parser's own warnings are not included (see [`load_file`]).
+pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> {
+    let c = &o.common;
+    let mut warnings = Vec::new();
+    let mut warn =
+        |directive: &str, why: &str| warnings.push(format!("{file}: '{directive}': {why}"));
+
+    if c.dev_type == DevType::Tap {
+        return Err(unsupported(
+            file,
+            "dev-type",
+            "tap (layer 2) is not supported: only tun".into(),
+        ));
+    }
+
+    // TLS: CA, identity, the peer policy.
+    let ca = read_source(file, "ca", &c.ca)?;
+    let cert = read_source(file, "cert", &c.cert)?;
+    let key = read_source(file, "key", &c.key)?;
+    let trust = CaBundle::from_pem(ca.text.as_bytes()).map_err(|source| LoadError::Pem {
+        what: ca.what.clone(),
+        source,
+    })?;
+    let identity =
+        Identity::from_pem(cert.text.as_bytes(), key.text.as_bytes()).map_err(|source| {
+            LoadError::Pem {
+                what: format!("{} / {}", cert.what, key.what),
+                source,
+            }
+        })?;
+    let policy = PeerPolicy {
+        remote_cert_tls: c.remote_cert_tls.map(|u| match u {
+            CertUsage::Client => RemoteCertTls::Client,
+            CertUsage::Server => RemoteCertTls::Server,
+        }),
+        verify_x509_name: c.verify_x509_name.as_ref().map(|v| VerifyX509Name {
+            name: v.name.clone(),
+            kind: match v.kind {
+                X509NameType::Subject => PkiNameType::Subject,
+                X509NameType::Name => PkiNameType::Name,
+                X509NameType::NamePrefix => PkiNameType::NamePrefix,
+            },
+        }),
+    };
+    let tls =
+        control_channel_server(&identity, &trust, &policy).map_err(|source| LoadError::Tls {
+            file: file.to_owned(),
+            source,
+        })?;
+    if let Some(v) = c.tls_version_min {
+        if v.version > TlsVersion::V1_2 {
+            warn(
+                "tls-version-min",
+                "the control channel always allows TLS 1.2 and 1.3; ignored",
+            );
+        }
+    }
+
+    // Control-channel protection.
+    let protection = match &c.tls_wrap {
+        None => ControlProtection::None,
+        Some(TlsWrapConfig::Auth { key, direction }) => ControlProtection::TlsAuth {
+            key: read_static_key(file, "tls-auth", key)?,
+            direction: *direction,
+            digest: c.auth,
+        },
+        Some(TlsWrapConfig::Crypt { key }) => ControlProtection::TlsCrypt {
+            key: read_static_key(file, "tls-crypt", key)?,
+        },
+    };
+
+    let mut s = Settings::new(tls, Arc::new(policy), protection);
+    s.listen = listen_addrs(file, c.family, c.local.as_deref(), c.port)?;
+    s.data_ciphers = c.effective_data_ciphers();
+    s.data_ciphers_fallback = c.data_ciphers_fallback.or(c.cipher);
+    s.auth = c.auth;
+    s.compression = c.compression;
+
+    // Timers.
+    s.keepalive = o.common.keepalive.map(|k| Keepalive {
+        ping: k.interval,
+        ping_restart: k.timeout,
+    });
+    if c.keepalive.is_none() && (c.ping.is_some() || c.ping_restart.is_some()) {
+        warn(
+            "ping/ping-restart",
+            "the server acts on 'keepalive N M' only; ping and ping-restart ignored",
+        );
+    }
+    if let Some(r) = c.reneg_sec {
+        s.reneg_sec = (r.max > 0).then(|| secs(r.max));
+        if r.min.is_some() {
+            warn(
+                "reneg-sec",
+                "the MIN argument is ignored: renegotiation after exactly MAX seconds",
+            );
+        }
+    }
+    s.reneg_bytes = c.reneg_bytes;
+    s.reneg_pkts = c.reneg_pkts;
+    if let Some(h) = c.hand_window {
+        s.hand_window = secs(h);
+        s.handshake_timeout = secs(h);
+    }
+    if let Some(t) = c.tls_timeout {
+        s.tls_timeout = Some(secs(t));
+    }
+    if let Some(t) = c.tran_window {
+        s.tran_window = secs(t);
+    }
+    if c.replay_window.is_some() {
+        warn(
+            "replay-window",
+            "not implemented (TCP delivers in order); ignored",
+        );
+    }
+
+    // Device.
+    s.dev = if c.dev == "tun" {
+        "tun%d".into()
+    } else {
+        c.dev.clone()
+    };
+    if let Some(mtu) = c.tun_mtu {
+        s.tun_mtu = u16::try_from(mtu)
+            .map_err(|_| unsupported(file, "tun-mtu", format!("{mtu} is larger than 65535")))?;
+    }
+    s.txqueuelen = c.txqueuelen;
+    if c.mssfix.is_some() {
+        warn("mssfix", "not implemented over TCP; ignored");
+    }
+    if c.sndbuf.is_some() || c.rcvbuf.is_some() {
+        warn(
+            "sndbuf/rcvbuf",
+            "not implemented; the kernel defaults apply",
+        );
+    }
+
+    // Pools.
+    s.pool_v4 = pool_v4(file, o)?;
+    s.pool_v6 = o.server_ipv6;
+
+    // Kernel routes into the tun device.
+    s.routes = c
+        .routes
+        .iter()
+        .map(|r| IpNet::V4(r.network))
+        .chain(c.routes_ipv6.iter().map(|r| IpNet::V6(r.network)))
+        .collect();
+    if c.routes
+        .iter()
+        .any(|r| r.gateway.is_some() || r.metric.is_some())
+        || c.routes_ipv6
+            .iter()
+            .any(|r| r.gateway.is_some() || r.metric.is_some())
+    {
+        warn(
+            "route",
+            "gateway and metric are ignored: a server route always points into the tun device",
+        );
+    }
+
+    // Clients.
+    s.push = o.push.clone();
+    if c.tcp_nodelay {
+        // Our sockets always have TCP_NODELAY; upstream's server also pushes it.
+        s.push.push("socket-flags TCP_NODELAY".into());
+    }
+    s.client_to_client = o.client_to_client;
+    s.duplicate_cn = o.duplicate_cn;
+    s.max_clients = usize::try_from(o.max_clients).unwrap_or(usize::MAX);
+    if let Some(dir) = &o.client_config_dir {
+        let max_routes = usize::try_from(o.max_routes_per_client).unwrap_or(usize::MAX);
+        let (clients, default) = read_client_config_dir(dir, max_routes, &mut warnings)?;
+        s.clients = clients;
+        s.default_client = default;
+    }
+
+    // Status file.
+    if let Some(st) = &c.status {
+        s.status = Some(StatusFile {
+            path: st.path.clone(),
+            interval: secs(st.interval.max(1)),
+        });
+        if c.status_version != 2 {
+            warnings.push(format!(
+                "{file}: 'status-version': version {} requested; the status file is written \
+                 in version 2",
+                c.status_version
+            ));
+        }
+    }
+
+    // Scripts.
+    let mut up = None;
+    let mut down = None;
+    for (cmd, name) in [(&c.up, "up"), (&c.down, "down")] {
+        let Some(line) = cmd else { continue };
+        if c.script_security < 2 {
+            warnings.push(format!(
+                "{file}: '{name}': not run: external programs need 'script-security 2' (it is {})",
+                c.script_security
+            ));
+            continue;
+        }
+        let parsed =
+            Script::parse(name, line).map_err(|reason| unsupported(file, "up/down", reason))?;
+        if name == "up" {
+            up = Some(parsed);
+        } else {
+            down = Some(parsed);
+        }
+    }
+
+    Ok(Loaded {
+        settings: s,
+        up,
+        down,
+        verb: c.verb,
+        warnings,
+    })
+}
+
+/// The server config vpn2 would write for `env` (reference gardener-vpn2.md 1.3), with the
+/// secrets under `secrets` (vpn2: [`VPN2_SECRETS_DIR`]). No `client-config-dir` and no
+/// `up`/`down` (vpn2's firewall hooks are not ours); see [`from_vpn2_env`].
+pub fn vpn2_config_text(env: &Vpn2ServerEnv, secrets: &Path) -> String {
+    let s = |rel: &str| secrets.join(rel).display().to_string();
+    let mut lines = vec![
+        "mode server".to_owned(),
+        "tls-server".to_owned(),
+        "topology subnet".to_owned(),
+        "verb 3".to_owned(),
+        "txqueuelen 1000".to_owned(),
+        "tcp-nodelay".to_owned(),
+        "data-ciphers AES-256-GCM:AES-256-CBC".to_owned(),
+        "port 1194".to_owned(),
+        "keepalive 10 30".to_owned(),
+        format!("key \"{}\"", s("vpn-server/tls.key")),
+        format!("cert \"{}\"", s("vpn-server/tls.crt")),
+        format!("ca \"{}\"", s("vpn-server/ca.crt")),
+        "dh none".to_owned(),
+        "auth SHA256".to_owned(),
+        format!("tls-auth \"{}\" 0", s("tlsauth/vpn.tlsauth")),
+        "proto tcp6-server".to_owned(),
+        format!("server-ipv6 {}", env.server_ipv6_network()),
+        format!("dev {}", env.device()),
+        format!(
+            "status \"{}\" {VPN2_STATUS_INTERVAL}",
+            env.status_path.display()
+        ),
+        "status-version 2".to_owned(),
+    ];
+    if env.is_ha {
+        lines.push("client-to-client".to_owned());
+        lines.push("duplicate-cn".to_owned());
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The iroutes vpn2 writes into `client-config-dir/vpn-shoot-client` (non-HA): per IPv4 shoot
+/// network its mapped /8 (nodes 242/8, services 243/8, pods 244/8), per IPv6 one the network
+/// itself; duplicates removed (reference gardener-vpn2.md 1.3, 1.9).
+pub fn vpn2_shoot_iroutes(env: &Vpn2ServerEnv) -> Vec<IpNet> {
+    let mapped =
+        |first: u8| IpNet::V4(Ipv4Net::new(Ipv4Addr::new(first, 0, 0, 0), 8).unwrap_or_default());
+    let mut out: Vec<IpNet> = Vec::new();
+    for (nets, first) in [
+        (&env.shoot_node_networks, 242),
+        (&env.shoot_service_networks, 243),
+        (&env.shoot_pod_networks, 244),
+    ] {
+        for net in nets {
+            let n = match net {
+                IpNet::V4(_) => mapped(first),
+                IpNet::V6(n) => IpNet::V6(n.trunc()),
+            };
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// vpn2 environment mode: the config of [`vpn2_config_text`] mapped as a file would be, plus
+/// the client-config-dir entry of `vpn-shoot-client` ([`vpn2_shoot_iroutes`]) and kernel
+/// routes into the tun for those iroutes and the real shoot networks (what vpn2's `firewall
+/// up` hook adds). HA (tap) is refused as tap is.
+pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadError> {
+    if env.is_ha {
+        return Err(unsupported(
+            VPN2_ENV_CONFIG_NAME,
+            "IS_HA",
+            "HA mode runs tap (layer 2) devices, which are not supported".into(),
+        ));
+    }
+    let text = vpn2_config_text(env, secrets);
+    let parsed = ServerOptions::parse(VPN2_ENV_CONFIG_NAME, &text)?;
+    let mut loaded = from_options(VPN2_ENV_CONFIG_NAME, &parsed.config)?;
+    let iroutes = vpn2_shoot_iroutes(env);
+    let s = &mut loaded.settings;
+    for net in iroutes.iter().chain(env.shoot_networks().iter()) {
+        let net = net.trunc();
+        if !s.routes.contains(&net) {
+            s.routes.push(net);
+        }
+    }
+    s.clients.insert(
+        VPN2_SHOOT_CLIENT_CN.to_owned(),
+        ClientOptions {
+            iroutes,
+            ..ClientOptions::default()
+        },
+    );
+    if env.auto_mtu {
+        loaded.warnings.push(format!(
+            "{VPN2_ENV_CONFIG_NAME}: 'OPENVPN_AUTO_MTU': not implemented; tun-mtu stays {}",
+            loaded.settings.tun_mtu
+        ));
+    }
+    Ok(loaded)
+}
+
+/// The listen addresses: `local` (an address or a name) or the wildcard of the family;
+/// `[::]` is one dual-stack socket.
+fn listen_addrs(
+    file: &str,
+    family: Family,
+    local: Option<&str>,
+    port: u16,
+) -> Result<Vec<SocketAddr>, LoadError> {
+    let Some(host) = local else {
+        let ip = match family {
+            Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            Family::Any | Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let found: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| unsupported(file, "local", format!("cannot resolve '{host}': {e}")))?
+        .filter(|a| match family {
+            Family::Any => true,
+            Family::V4 => a.is_ipv4(),
+            Family::V6 => a.is_ipv6(),
+        })
+        .collect();
+    found.first().map(|a| vec![*a]).ok_or_else(|| {
+        unsupported(
+            file,
+            "local",
+            format!("'{host}' has no address of the proto's family"),
+        )
+    })
+}
+
+/// The IPv4 pool: `server NET MASK`, or with `nopool` an `ifconfig-pool` covering exactly
+/// what `server` would hand out (NET+2 .. BCAST-1, the GEP-14 config).
+fn pool_v4(file: &str, o: &ServerOptions) -> Result<Option<Ipv4Net>, LoadError> {
+    let Some(server) = o.server else {
+        if o.ifconfig_pool.is_some() {
+            return Err(unsupported(
+                file,
+                "ifconfig-pool",
+                "needs 'server NET MASK nopool' (a pool without 'server' is not supported)".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let net = server.network.trunc();
+    match (server.nopool, o.ifconfig_pool) {
+        (false, None) => Ok(Some(net)),
+        (_, Some(p)) => {
+            let first = Ipv4Addr::from(u32::from(net.network()) + 2);
+            let last = Ipv4Addr::from(u32::from(net.broadcast()) - 1);
+            if p.start == first && p.end == last {
+                Ok(Some(net))
+            } else {
+                Err(unsupported(
+                    file,
+                    "ifconfig-pool",
+                    format!(
+                        "only the whole 'server' range {first} to {last} is supported, not {} to {}",
+                        p.start, p.end
+                    ),
+                ))
+            }
+        }
+        (true, None) => Err(unsupported(
+            file,
+            "server",
+            "'nopool' without 'ifconfig-pool' is not supported (clients would need ifconfig-push)"
+                .into(),
+        )),
+    }
+}
+
+/// Reads every file of a client-config-dir: `DEFAULT` and one per CN. Names starting with a
+/// dot (Kubernetes' `..data` links) and entries that are not files are skipped.
+fn read_client_config_dir(
+    dir: &Path,
+    max_routes: usize,
+    warnings: &mut Vec<String>,
+) -> Result<(HashMap<String, ClientOptions>, Option<ClientOptions>), LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| LoadError::ReadDir {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| LoadError::ReadDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let Ok(name) = entry.file_name().into_string() else {
+            warnings.push(format!(
+                "{}: file name is not UTF-8; skipped",
+                entry.path().display()
+            ));
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks (ConfigMap mounts are links).
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            names.push((name, path));
+        }
+    }
+    names.sort();
+    let mut clients = HashMap::new();
+    let mut default = None;
+    for (name, path) in names {
+        let text = read_text(&path)?;
+        let ccd = CcdOptions::parse(&path.display().to_string(), &text)?;
+        let mut opts = client_options(ccd);
+        if opts.iroutes.len() > max_routes {
+            warnings.push(format!(
+                "{}: {} iroutes exceed max-routes-per-client {max_routes}; only the first {max_routes} are used",
+                path.display(),
+                opts.iroutes.len()
+            ));
+            opts.iroutes.truncate(max_routes);
+        }
+        if name == CCD_DEFAULT {
+            default = Some(opts);
+        } else {
+            clients.insert(name, opts);
+        }
+    }
+    Ok((clients, default))
+}
+
+/// One client-config-dir file as the server's [`ClientOptions`].
+pub fn client_options(c: CcdOptions) -> ClientOptions {
+    ClientOptions {
+        iroutes: c
+            .iroutes
+            .into_iter()
+            .map(IpNet::V4)
+            .chain(c.iroutes_ipv6.into_iter().map(IpNet::V6))
+            .collect(),
+        ifconfig_push: c.ifconfig_push.map(|p| IfconfigPush {
+            local: p.local,
+            remote_netmask: p.remote_netmask,
+        }),
+        ifconfig_ipv6_push: c.ifconfig_ipv6_push.map(|p| IfconfigIpv6Push {
+            local: p.local,
+            remote: p.remote,
+        }),
+        push: c.push,
+        push_reset: c.push_reset,
+        push_remove: c.push_remove,
+        disable: c.disable,
+    }
+}
+
+fn secs(n: u32) -> Duration {
+    Duration::from_secs(u64::from(n))
+}
+
+fn unsupported(file: &str, directive: &'static str, reason: String) -> LoadError {
+    LoadError::Unsupported {
+        file: file.to_owned(),
+        directive,
+        reason,
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// A key or certificate's text and how to name it in errors.
+struct SourceText {
+    text: String,
+    what: String,
+}
+
+impl fmt::Debug for SourceText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceText")
+            .field("what", &self.what)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_source(file: &str, directive: &str, source: &Source) -> Result<SourceText, LoadError> {
+    match source {
+        Source::Path(p) => Ok(SourceText {
+            text: read_text(p)?,
+            what: p.display().to_string(),
+        }),
+        Source::Inline(text) => Ok(SourceText {
+            text: text.clone(),
+            what: format!("{file}: <{directive}>"),
+        }),
+    }
+}
+
+fn read_static_key(
+    file: &str,
+    directive: &str,
+    source: &Source,
+) -> Result<protocol::key::Key2, LoadError> {
+    let s = read_source(file, directive, source)?;
+    static_key::parse(&s.text).map_err(|source| LoadError::StaticKey {
+        what: s.what,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::data::DataCipher;
+    use protocol::digest::Digest;
+    use protocol::key::KeyDirection;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol/tests/data/config");
+
+    /// vpn2's secrets layout (`vpn-server/{ca.crt,tls.crt,tls.key}`, `tlsauth/vpn.tlsauth`)
+    /// with a fresh CA, server certificate and static key, in a temporary directory.
+    fn secrets() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let now = 1_700_000_000;
+        let validity = pki::Validity::days_from(now, 3650);
+        let ca = pki::Ca::create("vpn", pki::KeySpec::EcdsaP256, validity).unwrap();
+        let id = ca
+            .issue(&pki::IssueRequest {
+                profile: pki::CertProfile::Server,
+                common_name: "vpn-seed-server".into(),
+                sans: vec![],
+                key: pki::KeySpec::EcdsaP256,
+                validity,
+            })
+            .unwrap();
+        let server = dir.path().join("vpn-server");
+        std::fs::create_dir_all(&server).unwrap();
+        std::fs::write(server.join("ca.crt"), ca.cert().to_pem().unwrap()).unwrap();
+        std::fs::write(server.join("tls.crt"), id.chain_pem().unwrap()).unwrap();
+        std::fs::write(server.join("tls.key"), id.key_pem().unwrap()).unwrap();
+        let ta = dir.path().join("tlsauth");
+        std::fs::create_dir_all(&ta).unwrap();
+        let key = static_key::generate(&mut rand_core::OsRng);
+        std::fs::write(ta.join("vpn.tlsauth"), static_key::write(&key)).unwrap();
+        dir
+    }
+
+    /// A fixture with `/srv/secrets` and `/client-config-dir` pointed into `dir`.
+    fn fixture(name: &str, dir: &Path) -> String {
+        std::fs::read_to_string(Path::new(FIXTURES).join(name))
+            .unwrap()
+            .replace("/srv/secrets", &dir.display().to_string())
+            .replace("/client-config-dir", &dir.join("ccd").display().to_string())
+    }
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn vpn2_server_fixture() {
+        let dir = secrets();
+        let ccd = dir.path().join("ccd");
+        std::fs::create_dir(&ccd).unwrap();
+        std::fs::copy(
+            Path::new(FIXTURES).join("vpn-shoot-client.ccd"),
+            ccd.join("vpn-shoot-client"),
+        )
+        .unwrap();
+        // Kubernetes ConfigMap mounts carry dot entries: skipped.
+        std::fs::create_dir(ccd.join("..data")).unwrap();
+        let conf = dir.path().join("server.conf");
+        std::fs::write(&conf, fixture("vpn2-server.conf", dir.path())).unwrap();
+        let l = load_file(&conf).unwrap();
+        let s = &l.settings;
+        assert_eq!(s.listen, [SocketAddr::from(([0u16; 8], 1194))]);
+        assert_eq!(
+            s.data_ciphers.as_slice(),
+            [DataCipher::Aes256Gcm, DataCipher::Aes256Cbc]
+        );
+        assert_eq!(s.data_ciphers_fallback, None);
+        assert_eq!(s.auth, Digest::Sha256);
+        assert!(matches!(
+            s.protection,
+            ControlProtection::TlsAuth {
+                direction: KeyDirection::Normal,
+                digest: Digest::Sha256,
+                ..
+            }
+        ));
+        assert_eq!(
+            s.keepalive,
+            Some(Keepalive {
+                ping: 10,
+                ping_restart: 30
+            })
+        );
+        assert_eq!(s.dev, "tun0");
+        assert_eq!(s.txqueuelen, Some(1000));
+        assert_eq!(s.tun_mtu, 1500);
+        assert_eq!(s.pool_v4, None);
+        assert_eq!(s.pool_v6, Some("fd8f:6d53:b97a:1::/96".parse().unwrap()));
+        assert_eq!(s.push, ["socket-flags TCP_NODELAY"]);
+        assert!(s.routes.is_empty());
+        assert!(!s.client_to_client && !s.duplicate_cn);
+        assert_eq!(s.max_clients, 1024);
+        assert_eq!(
+            s.status,
+            Some(StatusFile {
+                path: "/srv/status/openvpn.status".into(),
+                interval: Duration::from_secs(15)
+            })
+        );
+        assert_eq!(s.clients.len(), 1);
+        assert_eq!(
+            s.clients["vpn-shoot-client"].iroutes,
+            [
+                net("242.0.0.0/8"),
+                net("243.0.0.0/8"),
+                net("244.0.0.0/8"),
+                net("2001:db8:100::/56")
+            ]
+        );
+        assert_eq!(s.default_client, None);
+        let up = l.up.as_ref().unwrap();
+        assert_eq!(
+            up.argv[..4],
+            ["/bin/vpn-server", "firewall", "--mode", "up"]
+        );
+        assert_eq!(
+            l.down.as_ref().unwrap().argv,
+            [
+                "/bin/vpn-server",
+                "firewall",
+                "--mode",
+                "down",
+                "--device",
+                "tun0"
+            ]
+        );
+        assert_eq!(l.verb, 3);
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        // The pushes a client gets: no IPv4 pool, so no route-gateway / topology.
+        assert_eq!(
+            s.push_for(s.client_options(Some("vpn-shoot-client"))),
+            ["socket-flags TCP_NODELAY", "tun-ipv6"]
+        );
+    }
+
+    #[test]
+    fn gep14_server_fixture() {
+        let dir = secrets();
+        let ccd = dir.path().join("ccd");
+        std::fs::create_dir(&ccd).unwrap();
+        std::fs::write(ccd.join("DEFAULT"), "push \"route 10.9.0.0 255.255.0.0\"\n").unwrap();
+        std::fs::write(
+            ccd.join("shoot"),
+            "iroute 10.250.0.0 255.255.0.0\npush-reset\n",
+        )
+        .unwrap();
+        let conf = dir.path().join("server.conf");
+        std::fs::write(&conf, fixture("gep14-server.conf", dir.path())).unwrap();
+        let l = load_file(&conf).unwrap();
+        let s = &l.settings;
+        assert_eq!(s.listen, [SocketAddr::from(([0, 0, 0, 0], 1194))]);
+        assert_eq!(s.data_ciphers.as_slice(), [DataCipher::Aes256Cbc]);
+        assert_eq!(s.data_ciphers_fallback, Some(DataCipher::Aes256Cbc));
+        assert_eq!(s.auth, Digest::Sha1);
+        assert_eq!(
+            s.keepalive,
+            Some(Keepalive {
+                ping: 10,
+                ping_restart: 60
+            })
+        );
+        assert_eq!(s.pool_v4, Some("192.168.123.0/24".parse().unwrap()));
+        assert_eq!(s.pool_v6, None);
+        assert_eq!(s.status, None);
+        assert_eq!(s.clients["shoot"].iroutes, [net("10.250.0.0/16")]);
+        assert!(s.clients["shoot"].push_reset);
+        assert_eq!(
+            s.default_client.as_ref().unwrap().push,
+            ["route 10.9.0.0 255.255.0.0"]
+        );
+        assert!(l.up.is_none() && l.down.is_none());
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    }
+
+    #[test]
+    fn errors_name_the_path_or_the_line() {
+        let dir = secrets();
+        let conf = dir.path().join("server.conf");
+        // A missing certificate: the error names its path.
+        let text = fixture("gep14-server.conf", dir.path()).replace("tls.crt", "missing.crt");
+        std::fs::write(&conf, text).unwrap();
+        let e = load_file(&conf).unwrap_err().to_string();
+        assert!(e.contains("vpn-server/missing.crt: cannot read"), "{e}");
+        // A missing client-config-dir.
+        let text = fixture("gep14-server.conf", dir.path());
+        std::fs::write(&conf, text).unwrap();
+        let e = load_file(&conf).unwrap_err().to_string();
+        assert!(e.contains("ccd: cannot read client-config-dir"), "{e}");
+        // A typo in a client-config-dir file: file, line and directive.
+        let ccd = dir.path().join("ccd");
+        std::fs::create_dir(&ccd).unwrap();
+        std::fs::write(
+            ccd.join("shoot"),
+            "iroute 10.0.0.0 255.0.0.0\niroutee 10.1.0.0\n",
+        )
+        .unwrap();
+        let e = load_file(&conf).unwrap_err().to_string();
+        assert!(
+            e.ends_with("ccd/shoot:2: unknown directive 'iroutee'"),
+            "{e}"
+        );
+        // An IPv4 pool range other than the whole network is refused, not narrowed silently.
+        let e = from_options(
+            "x.conf",
+            &ServerOptions::parse(
+                "x.conf",
+                &fixture("gep14-server.conf", dir.path()).replace(
+                    "192.168.123.2 192.168.123.254",
+                    "192.168.123.10 192.168.123.20",
+                ),
+            )
+            .unwrap()
+            .config,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("x.conf: 'ifconfig-pool': only the whole"),
+            "{e}"
+        );
+        // A garbage tls-auth key names the key file.
+        std::fs::remove_file(ccd.join("shoot")).unwrap();
+        std::fs::write(dir.path().join("tlsauth/vpn.tlsauth"), "nonsense\n").unwrap();
+        let e = load_file(&conf).unwrap_err().to_string();
+        assert!(e.contains("tlsauth/vpn.tlsauth: "), "{e}");
+    }
+
+    #[test]
+    fn unused_directives_warn() {
+        let dir = secrets();
+        let text = fixture("gep14-server.conf", dir.path())
+            .replace("client-config-dir", "# client-config-dir")
+            .replace("keepalive 10 60", "")
+            + "ping 5\nscript-security 1\nup /bin/true\nstatus /tmp/s 5\nroute 10.1.0.0 255.255.0.0 10.0.0.1\n";
+        let parsed = ServerOptions::parse("w.conf", &text).unwrap();
+        let l = from_options("w.conf", &parsed.config).unwrap();
+        let w = l.warnings.join("\n");
+        for needle in [
+            "'ping/ping-restart'",
+            "'up': not run",
+            "'status-version'",
+            "'route'",
+        ] {
+            assert!(w.contains(needle), "{needle} in {w}");
+        }
+        assert!(l.up.is_none());
+        assert_eq!(l.settings.routes, [net("10.1.0.0/16")]);
+    }
+
+    fn env(vars: &[(&str, &str)]) -> Vpn2ServerEnv {
+        Vpn2ServerEnv::parse(vars.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn vpn2_environment_mode() {
+        let dir = secrets();
+        let e = env(&[
+            ("OPENVPN_STATUS_PATH", "/srv/status/openvpn.status"),
+            ("SHOOT_NODE_NETWORKS", "10.250.0.0/16,2001:db8:1::/64"),
+        ]);
+        let l = from_vpn2_env(&e, dir.path()).unwrap();
+        let s = &l.settings;
+        assert_eq!(s.listen, [SocketAddr::from(([0u16; 8], 1194))]);
+        assert_eq!(s.auth, Digest::Sha256);
+        assert_eq!(
+            s.data_ciphers.as_slice(),
+            [DataCipher::Aes256Gcm, DataCipher::Aes256Cbc]
+        );
+        assert!(matches!(
+            s.protection,
+            ControlProtection::TlsAuth {
+                direction: KeyDirection::Normal,
+                ..
+            }
+        ));
+        assert_eq!(s.pool_v4, None);
+        assert_eq!(s.pool_v6, Some("fd8f:6d53:b97a:1::/96".parse().unwrap()));
+        assert_eq!(s.dev, "tun0");
+        assert_eq!(
+            s.keepalive,
+            Some(Keepalive {
+                ping: 10,
+                ping_restart: 30
+            })
+        );
+        assert_eq!(
+            s.status,
+            Some(StatusFile {
+                path: "/srv/status/openvpn.status".into(),
+                interval: Duration::from_secs(15)
+            })
+        );
+        let iroutes = [
+            net("242.0.0.0/8"),
+            net("2001:db8:1::/64"),
+            net("243.0.0.0/8"),
+            net("244.0.0.0/8"),
+        ];
+        assert_eq!(s.clients["vpn-shoot-client"].iroutes, iroutes);
+        for n in iroutes.iter().chain(&[
+            net("100.64.0.0/13"),
+            net("100.96.0.0/11"),
+            net("10.250.0.0/16"),
+        ]) {
+            assert!(s.routes.contains(n), "{n} in {:?}", s.routes);
+        }
+        assert!(l.up.is_none() && l.down.is_none());
+        // A missing secret names its path under the secrets directory.
+        std::fs::remove_file(dir.path().join("tlsauth/vpn.tlsauth")).unwrap();
+        let err = from_vpn2_env(&e, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("tlsauth/vpn.tlsauth: cannot read"), "{err}");
+        // HA (tap) is refused clearly.
+        let ha = env(&[
+            ("OPENVPN_STATUS_PATH", "/s"),
+            ("IS_HA", "true"),
+            ("POD_NAME", "vpn-seed-server-1"),
+            ("HA_VPN_CLIENTS", "2"),
+        ]);
+        let err = from_vpn2_env(&ha, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("'IS_HA'"), "{err}");
+    }
+}

@@ -6,7 +6,7 @@
 //!  vpn_server::Server           tinyproxy :8888              vpn_client::run            python3 -m http.server
 //!  tun0 192.168.123.1/24        (the seed's ingress)         tun0 192.168.123.x/24      100.96.0.10:8080
 //!  route 100.96.0.0/24 tun0                                  ip_forward=1               default via 100.96.0.1
-//!  iroute for vpn-shoot-client                                                           
+//!  iroute for vpn-shoot-client
 //!  10.250.0.1/30 ──veth── 10.250.0.2/30   10.250.0.5/30 ──veth── 10.250.0.6/30
 //!                                                            100.96.0.1/24 ──veth── 100.96.0.10/24
 //! ```
@@ -16,7 +16,8 @@
 //! (tinyproxy ignores the header; Gardener's ingress routes on it). The PKI (a CA, the server
 //! and client certificates, the tls-auth key) is issued with the `pki` crate. Once the tunnel
 //! is up, SEED pings the pod address and downloads a generated file from the pod's HTTP
-//! server with `curl`; the SHA-256 of what arrived must equal the served file's.
+//! server with `curl`; the SHA-256 of what arrived must equal the served file's. Last, the
+//! server's status file must list the client at its pool address (and gives the cipher).
 //!
 //! [`run`] performs every step, reports each one as it finishes, tears everything down (client,
 //! server, proxy, HTTP server, namespaces; also after a failed step) and returns a [`Summary`].
@@ -84,7 +85,7 @@ pub const PING_COUNT: u32 = 3;
 const WAIT: Duration = Duration::from_secs(15);
 
 /// The steps of the demo, in order (a step after a failed one is reported as skipped).
-pub const STEPS: [&str; 10] = [
+pub const STEPS: [&str; 11] = [
     "preflight",
     "lab",
     "pki",
@@ -94,6 +95,7 @@ pub const STEPS: [&str; 10] = [
     "tunnel",
     "ping",
     "download",
+    "status file",
     "teardown",
 ];
 
@@ -737,10 +739,7 @@ impl Lab {
                 format!("{left:?}"),
             ));
         }
-        Ok(
-            "client and server stopped, tinyproxy and http.server killed, 4 namespaces deleted"
-                .into(),
-        )
+        Ok("every process stopped, 4 namespaces deleted, none left".into())
     }
 }
 
@@ -846,7 +845,7 @@ fn server_settings(m: &Material, status: PathBuf) -> Result<vpn_server::Settings
     s.drain_timeout = Duration::from_secs(2);
     s.status = Some(vpn_server::StatusFile {
         path: status,
-        interval: Duration::from_millis(250),
+        interval: Duration::from_secs(1),
     });
     Ok(s)
 }
@@ -975,7 +974,7 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
             })?
         });
         let up = rec.step("tunnel", |summary| {
-            wait_tunnel(lab, &client_thread, client_started, &status_path, summary)
+            wait_tunnel(lab, &client_thread, client_started, summary)
         });
         let ok = up.is_some()
             && rec
@@ -1017,6 +1016,9 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
                         Err(DemoError::unexpected("download", line))
                     }
                 })
+                .is_some()
+            && rec
+                .step("status file", |summary| read_status(&status_path, summary))
                 .is_some();
 
         // Stop the client first (it removes its tun device), then the server (it drains).
@@ -1041,13 +1043,12 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
     })
 }
 
-/// Waits until SHOOT's tun device carries the pushed pool address, then reads the cipher from
-/// the server's status file and the CONNECT line from tinyproxy's log.
+/// Waits until SHOOT's tun device carries the pushed pool address, then reads the CONNECT
+/// line from tinyproxy's log.
 fn wait_tunnel(
     lab: &Lab,
     client: &std::thread::ScopedJoinHandle<'_, Result<Stopped, DemoError>>,
     started: Instant,
-    status_path: &Path,
     summary: &mut Summary,
 ) -> Result<((), String), DemoError> {
     let deadline = started + WAIT;
@@ -1080,7 +1081,23 @@ fn wait_tunnel(
                 .filter(|l| l.contains("Request (file descriptor"))
                 .find_map(|l| l.find("): CONNECT ").map(|i| l[i + 3..].trim().to_owned()))
         });
-    // The status file is written every 250 ms; the client's row carries the cipher.
+    let via = summary
+        .proxy_connect
+        .as_deref()
+        .map_or_else(String::new, |c| format!(" via tinyproxy `{c}`"));
+    Ok((
+        (),
+        format!("{CLIENT_CN} up in {}{via}; pool address {address}", ms(up)),
+    ))
+}
+
+/// Reads the server's status file (written once a second): the client's row must list the
+/// pool address the client got; it gives the data cipher and the server's byte counters.
+fn read_status(status_path: &Path, summary: &mut Summary) -> Result<((), String), DemoError> {
+    let address = summary
+        .pool_address
+        .ok_or_else(|| DemoError::unexpected("status file", "no pool address to look for"))?;
+    let deadline = Instant::now() + Duration::from_secs(3);
     let row = loop {
         let text = std::fs::read_to_string(status_path).unwrap_or_default();
         if let Some(row) = text
@@ -1089,7 +1106,7 @@ fn wait_tunnel(
         {
             break row.to_owned();
         }
-        if Instant::now() > deadline + Duration::from_secs(2) {
+        if Instant::now() > deadline {
             return Err(DemoError::unexpected(
                 "status file",
                 format!("no CLIENT_LIST row for {CLIENT_CN}:\n{text}"),
@@ -1097,6 +1114,7 @@ fn wait_tunnel(
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // CLIENT_LIST,cn,real,virtual,virtual6,rx,tx,since,since_t,user,client id,peer id,cipher
     let fields: Vec<&str> = row.split(',').collect();
     summary.cipher = fields.last().map(|c| (*c).to_owned());
     if fields.get(3) != Some(&address.to_string().as_str()) {
@@ -1105,16 +1123,13 @@ fn wait_tunnel(
             format!("the server lists another address for {CLIENT_CN}: {row}"),
         ));
     }
-    let via = summary
-        .proxy_connect
-        .as_deref()
-        .map_or_else(String::new, |c| format!(" via tinyproxy `{c}`"));
     Ok((
         (),
         format!(
-            "{CLIENT_CN} up in {}{via}; pool address {address}, cipher {}",
-            ms(up),
-            summary.cipher.as_deref().unwrap_or("?")
+            "vpn-server lists {CLIENT_CN} at {address}, cipher {}, {} bytes from it, {} to it so far",
+            summary.cipher.as_deref().unwrap_or("?"),
+            fields.get(5).unwrap_or(&"?"),
+            fields.get(6).unwrap_or(&"?"),
         ),
     ))
 }

@@ -11,6 +11,8 @@
 //!   with its log, killed on drop.
 //! * [`probe`] - the first exchange of a session (hard resets and an ACK) done with our
 //!   `protocol` crate against a real peer.
+//! * [`demo`] - the demo: seed, ingress proxy, shoot and pod namespaces, our server and client,
+//!   ping and a download through the tunnel, a summary.
 //! * [`driver`] - a blocking driver for our sans-IO sessions over a real TCP connection.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.
 //! * [`require_lab`] - fails a test loudly when it cannot run (not root, tool missing): a lab
@@ -19,6 +21,7 @@
 //! Network rule: everything here happens inside namespaces the lab created. Nothing adds an
 //! address or a route in the root namespace; veth pairs only join two lab namespaces.
 
+pub mod demo;
 pub mod driver;
 pub mod icmp;
 pub mod netns;

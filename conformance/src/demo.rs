@@ -214,12 +214,14 @@ pub struct Download {
     pub served_sha256: [u8; 32],
     /// SHA-256 of what arrived in SEED.
     pub received_sha256: [u8; 32],
+    /// The size of the served file.
+    pub expected_bytes: u64,
 }
 
 impl Download {
     /// Whether the received bytes are the served file.
     pub fn checksum_ok(&self) -> bool {
-        self.served_sha256 == self.received_sha256 && self.bytes == FILE_LEN as u64
+        self.served_sha256 == self.received_sha256 && self.bytes == self.expected_bytes
     }
 
     /// Throughput in MiB/s.
@@ -447,6 +449,11 @@ impl Recorder<'_> {
 /// Runs the demo (see the module docs). `report` is called with each step as it finishes.
 /// Needs root, `ip`, `tinyproxy`, `python3` and `curl`; `ping` is used when present.
 pub fn run(report: &mut dyn FnMut(&Step)) -> Summary {
+    run_with_file(FILE_LEN, report)
+}
+
+/// [`run`] with a pod file of `file_len` bytes (the end-to-end test moves 64 MiB).
+pub fn run_with_file(file_len: usize, report: &mut dyn FnMut(&Step)) -> Summary {
     let start = Instant::now();
     let mut rec = Recorder {
         summary: Summary::default(),
@@ -454,7 +461,9 @@ pub fn run(report: &mut dyn FnMut(&Step)) -> Summary {
         report,
     };
     let tools = rec.step("preflight", |_| preflight());
-    let lab = tools.and_then(|tools| rec.step("lab", |s| Lab::build(tools, s)));
+    let lab = tools
+        .and_then(|tools| rec.step("lab", |s| Lab::build(tools, s)))
+        .map(|lab| Lab { file_len, ..lab });
     if let Some(lab) = lab {
         let stopped = with_lab(&mut rec, &lab);
         // Teardown runs also after a failed step.
@@ -510,6 +519,8 @@ struct Lab {
     pod: Netns,
     dir: tempfile::TempDir,
     tools: Tools,
+    /// Size of the file the pod serves.
+    file_len: usize,
 }
 
 impl Lab {
@@ -525,6 +536,7 @@ impl Lab {
             pod: Netns::new()?,
             dir,
             tools,
+            file_len: FILE_LEN,
         };
         summary.namespaces = vec![
             ("SEED", lab.seed.name().to_owned()),
@@ -623,7 +635,7 @@ impl Lab {
             path: www.clone(),
             source: e,
         })?;
-        let (data, digest) = generate_file(FILE_LEN);
+        let (data, digest) = generate_file(self.file_len);
         let path = www.join(FILE_NAME);
         std::fs::write(&path, &data).map_err(|e| LabError::Io {
             path: path.clone(),
@@ -645,7 +657,7 @@ impl Lab {
             digest,
             format!(
                 "python3 http.server in POD on {POD_ADDR}:{HTTP_PORT} serving {FILE_NAME} ({} MiB, sha256 {}...)",
-                FILE_LEN >> 20,
+                self.file_len >> 20,
                 hex_prefix(&digest)
             ),
         ))
@@ -1241,5 +1253,6 @@ fn download(lab: &Lab, served: [u8; 32]) -> Result<Download, DemoError> {
         took: Duration::from_secs_f64(secs),
         served_sha256: served,
         received_sha256: h.finish(),
+        expected_bytes: lab.file_len as u64,
     })
 }

@@ -63,3 +63,26 @@ fn demo_pings_and_downloads_through_the_tunnel_and_cleans_up() {
         "{summary}"
     );
 }
+
+/// Issue 5's end-to-end check: our server and client through Debian's tinyproxy (the client
+/// sends the `Reversed-VPN` header), ping and a 64 MiB TCP transfer with a checksum from the
+/// seed namespace to an address in the shoot pod network.
+#[test]
+fn sixty_four_mib_from_the_pod_network_to_the_seed_through_tinyproxy() {
+    require_lab(&["tinyproxy", "curl", "python3"]);
+    const LEN: usize = 64 << 20;
+    let summary = demo::run_with_file(LEN, &mut |_| {});
+    assert!(summary.success(), "{summary}");
+    let ping = summary.ping.as_ref().expect("ping ran");
+    assert_eq!(ping.received, PING_COUNT, "{summary}");
+    let download = summary.download.as_ref().expect("download ran");
+    assert_eq!(download.bytes, LEN as u64, "{summary}");
+    assert_eq!(
+        download.received_sha256, download.served_sha256,
+        "{summary}"
+    );
+    eprintln!(
+        "64 MiB through the tunnel at {:.1} MiB/s",
+        download.mib_per_sec()
+    );
+}

@@ -574,6 +574,43 @@ pub(crate) mod tests {
         s.client_config().expect("a usable session config");
     }
 
+    /// The GEP-14-era shoot client config (file paths aside) loads unchanged: AES-256-CBC,
+    /// tls-auth direction 1, the proxy with its custom header, tun0.
+    #[test]
+    fn the_gep14_client_config_maps_to_its_settings() {
+        let dir = secrets();
+        let text = include_str!("../../protocol/tests/data/config/gep14-client.conf")
+            .replace("/srv/secrets", &dir.path().display().to_string());
+        let loaded = load_text("gep14-client.conf", &text).expect("load");
+        let s = &loaded.settings;
+        assert_eq!(s.remotes, [Remote::new("api.demo.proj.example.com", 1194)]);
+        let proxy = s.http_proxy.as_ref().expect("proxy");
+        assert_eq!(proxy.port, 8132);
+        assert_eq!(
+            proxy.custom_headers,
+            [CustomHeader::NameValue {
+                name: "Reversed-VPN".into(),
+                value: "outbound|1194||vpn-seed-server.shoot--proj--demo.svc.cluster.local".into()
+            }]
+        );
+        assert_eq!(s.data_ciphers.as_slice(), [DataCipher::Aes256Cbc]);
+        assert!(matches!(
+            s.protection,
+            ControlProtection::TlsAuth {
+                direction: KeyDirection::Inverse,
+                ..
+            }
+        ));
+        assert_eq!(s.tun.name, "tun0");
+        // `remap-usr1` is accepted and reported, never silently ignored.
+        assert!(
+            loaded.warnings.iter().any(|w| w.contains("'remap-usr1'")),
+            "{:?}",
+            loaded.warnings
+        );
+        s.client_config().expect("a usable session config");
+    }
+
     #[test]
     fn pull_filters_keepalive_and_proxy_options_map() {
         let dir = secrets();

@@ -109,6 +109,28 @@ fn ping_through<S: conformance::driver::Session>(
     }
 }
 
+/// Runs the session for 13 s while the upstream side renegotiates every 5 s (`reneg-sec 5`)
+/// and asserts that at least two renegotiations completed.
+fn expect_renegotiations<S: conformance::driver::Session>(
+    driver: &mut Driver<S>,
+    log: &dyn Fn() -> String,
+) {
+    let mut renegotiations = 0;
+    driver
+        .run_until(Instant::now() + Duration::from_secs(13), |_, e| {
+            if let Event::KeyRenegotiated { .. } = e {
+                renegotiations += 1;
+            }
+            matches!(e, Event::Closed(_))
+        })
+        .expect("drive");
+    assert!(
+        renegotiations >= 2,
+        "{renegotiations} renegotiations in 13 s with reneg-sec 5; log:\n{}",
+        log()
+    );
+}
+
 fn our_client_with_upstream_server(cipher: &str, server_extra: &[&str], reneg: bool) {
     require_lab(&["openvpn", "openssl"]);
     let ns = Netns::new().expect("namespace");
@@ -154,20 +176,7 @@ fn our_client_with_upstream_server(cipher: &str, server_extra: &[&str], reneg: b
         ping_through(&mut driver, CLIENT_TUN, SERVER_TUN, 3, cipher, &log);
 
         if reneg {
-            let mut renegotiations = 0;
-            driver
-                .run_until(Instant::now() + Duration::from_secs(13), |_, e| {
-                    if let Event::KeyRenegotiated { .. } = e {
-                        renegotiations += 1;
-                    }
-                    matches!(e, Event::Closed(_))
-                })
-                .expect("drive");
-            assert!(
-                renegotiations >= 2,
-                "{renegotiations} renegotiations in 13 s with reneg-sec 5; log:\n{}",
-                log()
-            );
+            expect_renegotiations(&mut driver, &log);
             ping_through(&mut driver, CLIENT_TUN, SERVER_TUN, 3, "after reneg", &log);
         }
         assert!(driver.dropped.is_empty(), "dropped: {:?}", driver.dropped);
@@ -246,20 +255,7 @@ fn upstream_client_with_our_server(cipher: &str, client_extra: &[&str], reneg: b
     ping_through(&mut driver, SERVER_TUN, CLIENT_TUN, 3, cipher, &log);
 
     if reneg {
-        let mut renegotiations = 0;
-        driver
-            .run_until(Instant::now() + Duration::from_secs(13), |_, e| {
-                if let Event::KeyRenegotiated { .. } = e {
-                    renegotiations += 1;
-                }
-                matches!(e, Event::Closed(_))
-            })
-            .expect("drive");
-        assert!(
-            renegotiations >= 2,
-            "{renegotiations} renegotiations in 13 s with reneg-sec 5; log:\n{}",
-            log()
-        );
+        expect_renegotiations(&mut driver, &log);
         ping_through(&mut driver, SERVER_TUN, CLIENT_TUN, 3, "after reneg", &log);
     }
     assert!(driver.dropped.is_empty(), "dropped: {:?}", driver.dropped);

@@ -19,14 +19,17 @@
 //! | [`wrap`] | control-channel protection: tls-auth (HMAC) and tls-crypt (v1) |
 //! | [`reliable`] | the control channel's reliability layer: windows, ACKs, retransmission |
 //! | [`tls`] | the control channel's TLS engine: OpenSSL over memory buffers, one record per message |
-//! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
 //! | [`kdf`] | data-channel key derivation: OpenVPN's TLS 1.0 PRF and the key mapping |
 //! | [`data`] | the data channel: P_DATA_V1/V2 headers, AEAD and CBC+HMAC, pings, compression |
 //! | [`km2`] | key method 2 inside TLS: the key-exchange messages, peer-info, the OCC options string |
 //! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
 //! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
 //! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
+//! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
 //! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
+//!
+//! The drivers (`vpn-server`, `vpn-client`) use [`session`]: its module docs hold the one
+//! driving contract (`handle_*` in, commands, `poll_*` out, time as arguments).
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.

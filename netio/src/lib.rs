@@ -8,6 +8,8 @@
 //! * [`http`] - the HTTP CONNECT request/response heads, without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
 //!   acceptor (proxy side, for tests and the demo).
+//! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
+//!   common variables, running it.
 //!
 //! Not built yet: the PROXY protocol acceptor, the admin HTTP endpoints and shutdown (see the
 //! `vpn-server` / `vpn-client` issue).
@@ -15,5 +17,6 @@
 pub mod http;
 pub mod http_connect;
 pub mod netlink;
+pub mod script;
 pub mod transport;
 pub mod tun;

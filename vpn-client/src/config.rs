@@ -34,7 +34,7 @@ use protocol::config::{
 use protocol::session::ControlProtection;
 use protocol::static_key;
 
-use crate::script::{ScriptCommand, ScriptError, Scripts};
+use crate::script::{ParseError, Script, Scripts};
 use crate::settings::{HttpProxy, Remote, Settings, TlsMaterial, TunSettings};
 
 /// The settings of a config file and what it asked for that we do not act on.
@@ -106,7 +106,7 @@ pub enum LoadError {
         directive: &'static str,
         /// Why.
         #[source]
-        source: ScriptError,
+        source: ParseError,
     },
     /// The proxy credentials file has no user name and password lines.
     #[error("{}: expected the proxy user name and password on two lines", path.display())]
@@ -418,14 +418,12 @@ fn scripts(o: &ClientOptions, lines: &Lines<'_>) -> Result<Scripts, LoadError> {
                 "running a command needs 'script-security 2' (or higher)",
             ));
         }
-        *slot = Some(
-            ScriptCommand::parse(text).map_err(|source| LoadError::Script {
-                file: lines.file.to_owned(),
-                line: lines.of(directive),
-                directive,
-                source,
-            })?,
-        );
+        *slot = Some(Script::parse(text).map_err(|source| LoadError::Script {
+            file: lines.file.to_owned(),
+            line: lines.of(directive),
+            directive,
+            source,
+        })?);
     }
     Ok(scripts)
 }
@@ -551,7 +549,7 @@ pub(crate) mod tests {
             }
         );
         assert_eq!(
-            s.scripts.up.as_ref().expect("up").argv,
+            s.scripts.up.as_ref().expect("up").argv(),
             [
                 "/bin/sh",
                 "-c",

@@ -199,7 +199,7 @@ mod tests {
             }]
         );
         assert_eq!(s.family, Family::Any);
-        assert!(s.scripts.up.expect("up").argv[2].contains("fd00:10::/64 dev $1"));
+        assert!(s.scripts.up.expect("up").argv()[2].contains("fd00:10::/64 dev $1"));
 
         let seed = env(&[("ENDPOINT", "vpn-seed-server-0")]);
         let s = load_env(&seed, dir.path()).expect("seed side").settings;

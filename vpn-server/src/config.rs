@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net};
+use netio::script::ScriptType;
 use pki::check::{RemoteCertTls, VerifyX509Name, X509NameType as PkiNameType};
 use pki::pem::PemError;
 use pki::tls::{control_channel_server, PeerPolicy, TlsError};
@@ -345,18 +346,18 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     // Scripts.
     let mut up = None;
     let mut down = None;
-    for (cmd, name) in [(&c.up, "up"), (&c.down, "down")] {
+    for (cmd, kind) in [(&c.up, ScriptType::Up), (&c.down, ScriptType::Down)] {
         let Some(line) = cmd else { continue };
         if c.script_security < 2 {
             warnings.push(format!(
-                "{file}: '{name}': not run: external programs need 'script-security 2' (it is {})",
+                "{file}: '{kind}': not run: external programs need 'script-security 2' (it is {})",
                 c.script_security
             ));
             continue;
         }
         let parsed =
-            Script::parse(name, line).map_err(|reason| unsupported(file, "up/down", reason))?;
-        if name == "up" {
+            Script::parse(kind, line).map_err(|reason| unsupported(file, "up/down", reason))?;
+        if kind == ScriptType::Up {
             up = Some(parsed);
         } else {
             down = Some(parsed);
@@ -805,11 +806,11 @@ mod tests {
         assert_eq!(s.default_client, None);
         let up = l.up.as_ref().unwrap();
         assert_eq!(
-            up.argv[..4],
+            up.command.argv()[..4],
             ["/bin/vpn-server", "firewall", "--mode", "up"]
         );
         assert_eq!(
-            l.down.as_ref().unwrap().argv,
+            l.down.as_ref().unwrap().command.argv(),
             [
                 "/bin/vpn-server",
                 "firewall",

@@ -89,15 +89,12 @@ async fn serve(loaded: Loaded) -> Result<(), Box<dyn std::error::Error>> {
     let server = Server::bind(settings).await?;
     let dev = server.tun_name().to_owned();
     if let Some(up) = up {
-        let (s, d) = (script_settings.clone(), dev.clone());
-        tokio::task::spawn_blocking(move || up.run(&s, &d, verb)).await??;
+        up.run(&script_settings, &dev, verb).await?;
     }
     info!("Initialization Sequence Completed");
     server.run(token).await?;
     if let Some(down) = down {
-        if let Err(e) =
-            tokio::task::spawn_blocking(move || down.run(&script_settings, &dev, verb)).await?
-        {
+        if let Err(e) = down.run(&script_settings, &dev, verb).await {
             warn!("{}", one_line(&e));
         }
     }

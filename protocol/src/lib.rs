@@ -26,6 +26,7 @@
 //! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
 //! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
 //! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
+//! | [`proxy_protocol`] | the PROXY protocol v1/v2 header a load balancer puts before a relayed TCP stream |
 //! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
@@ -46,6 +47,7 @@ pub mod ncp;
 pub mod opcode;
 pub mod packet;
 pub mod packet_id;
+pub mod proxy_protocol;
 pub mod push;
 pub mod reliable;
 pub mod session;

@@ -227,6 +227,24 @@ impl rand_core::RngCore for CountingRng {
 // Only for fuzzing: the IVs are predictable on purpose.
 impl rand_core::CryptoRng for CountingRng {}
 
+/// Parses `data` as a PROXY protocol header with the largest v2 bound; an accepted header
+/// must encode again and that encoding must parse back to the same header and length.
+pub fn proxy_protocol(data: &[u8]) {
+    use crate::proxy_protocol::{parse_with_limit, V2_MAX_LEN};
+    let Ok(Some((header, consumed))) = parse_with_limit(data, V2_MAX_LEN) else {
+        return;
+    };
+    assert!(consumed <= data.len(), "consumed more than was given");
+    let Ok(bytes) = header.to_bytes() else {
+        panic!("a parsed header must encode");
+    };
+    assert_eq!(
+        parse_with_limit(&bytes, V2_MAX_LEN),
+        Ok(Some((header, bytes.len()))),
+        "encode/parse round trip changed the header"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +273,7 @@ mod tests {
             data_decrypt(input);
             key_method_2(input);
             control_messages(input);
+            proxy_protocol(input);
         }
     }
 }

@@ -26,6 +26,7 @@
 //! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
 //! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
 //! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
+//! | [`proxy_protocol`] | the PROXY protocol v1/v2 header a load balancer puts before a relayed TCP stream |
 //! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
 //!
 //! The drivers (`vpn-server`, `vpn-client`) use [`session`]: its module docs hold the one
@@ -49,6 +50,7 @@ pub mod ncp;
 pub mod opcode;
 pub mod packet;
 pub mod packet_id;
+pub mod proxy_protocol;
 pub mod push;
 pub mod reliable;
 pub mod session;

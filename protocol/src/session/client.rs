@@ -19,7 +19,7 @@ use crate::push::options::{CompLzo, Compress, KeyDerivation};
 use crate::push::{PullPolicy, PushCollector, PushOutcome, PushedOption};
 
 use super::config::{ClientConfig, PUSH_REQUEST_INTERVAL};
-use super::conn::{Conn, DataSettings, Incoming, Km2Template};
+use super::conn::{Conn, DataSettings, Km2Template};
 use super::event::{CloseReason, Connected, Event, SessionError};
 use super::key_state::{KeyEvent, PeerKm2};
 use super::timers::Timer;
@@ -107,18 +107,9 @@ impl ClientSession {
         packet: BytesMut,
     ) -> Result<Option<BytesMut>, SessionError> {
         let _ = unix_secs;
-        let result = self.conn.handle_packet(now, packet);
-        let out = match result {
-            Ok(Incoming::Data(payload)) => Ok(Some(payload)),
-            Ok(Incoming::Nothing) => Ok(None),
-            Ok(Incoming::Control(events)) => {
-                for (key_id, event) in events {
-                    self.on_key_event(now, key_id.get(), event);
-                }
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        };
+        let out = self.conn.handle_packet(now, packet).map(|incoming| {
+            incoming.dispatch(|key_id, event| self.on_key_event(now, key_id.get(), event))
+        });
         self.conn.update_keepalive();
         out
     }

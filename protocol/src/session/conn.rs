@@ -67,6 +67,24 @@ pub(crate) enum Incoming {
     Control(Vec<(KeyId, KeyEvent)>),
 }
 
+impl Incoming {
+    /// Hands every key-state finding to `on_event` (the role's handler) and returns the tun
+    /// payload, if the packet carried one. Both roles' `handle_packet` are this plus their
+    /// handler.
+    pub(crate) fn dispatch(self, mut on_event: impl FnMut(KeyId, KeyEvent)) -> Option<BytesMut> {
+        match self {
+            Incoming::Data(payload) => Some(payload),
+            Incoming::Nothing => None,
+            Incoming::Control(events) => {
+                for (key_id, event) in events {
+                    on_event(key_id, event);
+                }
+                None
+            }
+        }
+    }
+}
+
 pub(crate) struct Conn {
     pub(crate) role: Role,
     pub(crate) cfg: SessionConfig,

@@ -23,7 +23,7 @@ use crate::ncp::{protocol_push, select_server_cipher, NO_SHARED_CIPHER_REASON};
 use crate::push::{build_push_reply, PullPolicy, PushCollector, PushOutcome};
 
 use super::config::ServerConfig;
-use super::conn::{Conn, DataSettings, Incoming, Km2Template};
+use super::conn::{Conn, DataSettings, Km2Template};
 use super::event::{ClientIdentity, CloseReason, Connected, Event, SessionError};
 use super::key_state::{KeyEvent, PeerKm2};
 use super::timers::Timer;
@@ -162,18 +162,9 @@ impl ServerSession {
         packet: BytesMut,
     ) -> Result<Option<BytesMut>, SessionError> {
         let _ = unix_secs;
-        let result = self.conn.handle_packet(now, packet);
-        let out = match result {
-            Ok(Incoming::Data(payload)) => Ok(Some(payload)),
-            Ok(Incoming::Nothing) => Ok(None),
-            Ok(Incoming::Control(events)) => {
-                for (key_id, event) in events {
-                    self.on_key_event(now, key_id.get(), event);
-                }
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        };
+        let out = self.conn.handle_packet(now, packet).map(|incoming| {
+            incoming.dispatch(|key_id, event| self.on_key_event(now, key_id.get(), event))
+        });
         self.conn.update_keepalive();
         out
     }

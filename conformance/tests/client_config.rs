@@ -53,31 +53,15 @@ fn ip(ns: &Netns, args: &[&str]) -> String {
 }
 
 fn start_tinyproxy(seed: &Netns, dir: &Path) {
-    let config = dir.join("tinyproxy.conf");
-    let log = dir.join("tinyproxy.log");
-    std::fs::write(
-        &config,
-        format!(
-            "Port {PROXY_PORT}\nListen {SEED_VETH}\nTimeout 600\nMaxClients 8\n\
-             Allow 10.79.0.0/24\nConnectPort {SERVER_PORT}\nLogFile \"{}\"\nLogLevel Info\n",
-            log.display()
-        ),
+    conformance::tinyproxy::start(
+        seed,
+        dir,
+        SEED_VETH,
+        PROXY_PORT,
+        "10.79.0.0/24",
+        SERVER_PORT,
     )
-    .expect("tinyproxy config");
-    let pid = seed
-        .spawn(seed.command("tinyproxy").arg("-d").arg("-c").arg(&config))
-        .expect("start tinyproxy");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !seed
-        .run_in(|| std::net::TcpStream::connect((SEED_VETH, PROXY_PORT)).is_ok())
-        .expect("run_in")
-    {
-        if let Some(status) = seed.try_wait(pid) {
-            panic!("tinyproxy exited with {status}");
-        }
-        assert!(Instant::now() < deadline, "tinyproxy never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    .expect("start tinyproxy");
 }
 
 /// The template with vpn2's example values replaced by the lab's, and `/srv/secrets` files

@@ -5,7 +5,7 @@
 //! * [`netlink`] - link state, MTU, txqueuelen, addresses and routes over rtnetlink, in the
 //!   network namespace of the calling thread.
 //! * [`transport`] - the framed OpenVPN TCP transport (`TCP_NODELAY`, split halves).
-//! * [`http`] - the HTTP CONNECT request/response heads, without I/O.
+//! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
 //!   acceptor (proxy side, for tests and the demo).
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
@@ -14,7 +14,7 @@
 //! Not built yet: the PROXY protocol acceptor, the admin HTTP endpoints and shutdown (see the
 //! `vpn-server` / `vpn-client` issue).
 
-pub mod http;
+pub use protocol::http;
 pub mod http_connect;
 pub mod netlink;
 pub mod script;

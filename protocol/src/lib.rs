@@ -26,6 +26,7 @@
 //! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
 //! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
 //! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
+//! | [`http`] | the HTTP/1.x CONNECT request and response heads (client, proxy and router sides) |
 //! | [`proxy_protocol`] | the PROXY protocol v1/v2 header a load balancer puts before a relayed TCP stream |
 //! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
 //!
@@ -42,6 +43,7 @@ pub mod digest;
 pub mod framing;
 #[doc(hidden)]
 pub mod fuzz;
+pub mod http;
 pub mod ids;
 pub mod kdf;
 pub mod key;

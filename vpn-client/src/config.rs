@@ -276,7 +276,13 @@ fn settings_from_options(
         }
     }
     s.tun = TunSettings {
-        name: c.dev.clone(),
+        // `dev tun` means "the next free tun device" (the kernel names it tun0, tun1, ...),
+        // as upstream and our server read it; any other name is taken literally.
+        name: if c.dev == "tun" {
+            "tun%d".to_owned()
+        } else {
+            c.dev.clone()
+        },
         mtu: match c.tun_mtu {
             Some(m) => u16::try_from(m)
                 .map_err(|_| lines.unsupported("tun-mtu", "the MTU must be at most 65535"))?,
@@ -500,6 +506,14 @@ pub(crate) mod tests {
 
     fn fixture_in(dir: &Path) -> String {
         VPN2_CLIENT_SHOOT.replace("/srv/secrets", &dir.display().to_string())
+    }
+
+    #[test]
+    fn dev_tun_lets_the_kernel_number_the_device() {
+        let dir = secrets();
+        let text = fixture_in(dir.path()).replace("dev tun0", "dev tun");
+        let loaded = load_text("c.conf", &text).expect("loads");
+        assert_eq!(loaded.settings.tun.name, "tun%d");
     }
 
     #[test]

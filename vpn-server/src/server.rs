@@ -721,10 +721,10 @@ impl Connection {
                                 e.cipher = c.cipher.name().to_owned();
                                 e.since = unix_now();
                             }
-                            info!(client = id, cipher = c.cipher.name(), peer_id = ?c.peer_id, "tunnel established");
+                            info!(client = id, cipher = c.cipher.name(), peer_id = ?c.peer_id, tls_ekm = c.tls_ekm, "tunnel established");
                         }
                         Event::KeyRenegotiated { key_id } => {
-                            debug!(client = id, key_id = key_id.get(), "key renegotiated");
+                            info!(client = id, key_id = key_id.get(), "key renegotiated");
                         }
                         Event::Closed(reason) => {
                             why = reason.to_string();

@@ -25,6 +25,7 @@
 pub mod demo;
 pub mod driver;
 pub mod icmp;
+pub mod matrix;
 pub mod netns;
 pub mod pki_fixture;
 pub mod probe;

@@ -1,0 +1,106 @@
+//! `matrix-peer server|client --config FILE`: our `vpn-server` or `vpn-client` as one
+//! program for the conformance matrix (`tests/matrix.rs`).
+//!
+//! It does what the two binaries' `main` do for a config file (load it, log to stderr at
+//! `info`, run until SIGTERM/SIGINT), through the same library entry points
+//! ([`vpn_server::load_file`] + [`vpn_server::Server`], [`vpn_client::config::load`] +
+//! [`vpn_client::run`]). Being a binary of this package, cargo builds it fresh for the matrix
+//! test (`CARGO_BIN_EXE_matrix-peer`); the real binaries belong to other packages and are
+//! not guaranteed to be built, or current, when only the matrix runs. `up`/`down` scripts are
+//! not run (the matrix configs have none).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tokio::signal::unix::{signal, SignalKind};
+use vpn_client::CancellationToken;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (role, path) = match args.as_slice() {
+        [role, flag, path] if flag == "--config" => (role.as_str(), PathBuf::from(path)),
+        _ => {
+            eprintln!("usage: matrix-peer server|client --config FILE");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let result = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt.block_on(async {
+            let token = CancellationToken::new();
+            tokio::spawn(cancel_on_signal(token.clone()));
+            match role {
+                "server" => server(path, token).await,
+                "client" => client(path, token).await,
+                other => Err(format!("unknown role {other:?}").into()),
+            }
+        }),
+        Err(e) => Err(e.into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("matrix-peer {role}: error: {}", chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type BoxError = Box<dyn std::error::Error>;
+
+async fn server(path: PathBuf, token: CancellationToken) -> Result<(), BoxError> {
+    let loaded = vpn_server::load_file(&path)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    let server = vpn_server::Server::bind(loaded.settings).await?;
+    tracing::info!("Initialization Sequence Completed");
+    server.run(token).await?;
+    Ok(())
+}
+
+async fn client(path: PathBuf, token: CancellationToken) -> Result<(), BoxError> {
+    let loaded = vpn_client::config::load(&path)?;
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    match vpn_client::run(loaded.settings, token).await? {
+        vpn_client::Stopped::Shutdown => Ok(()),
+        vpn_client::Stopped::Halted { message } => {
+            Err(format!("the server halted the client: {message}").into())
+        }
+    }
+}
+
+async fn cancel_on_signal(token: CancellationToken) {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+    }
+    token.cancel();
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}

@@ -1,0 +1,414 @@
+//! How each [`Scenario`] is driven, and what it asserts.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::config::{self, Transport};
+use super::lab::{Lab, PROXY_ADDR, PROXY_PORT, SERVER_TUN};
+use super::logs;
+use super::peer::{Impl, Peer, Side};
+use super::proxy::Proxy;
+use super::traffic::{ping, transfer, tun_address};
+use super::{Case, Env, Outcome, Scenario};
+
+/// How long a tunnel may take to come up (also after a reconnect).
+const UP_TIMEOUT: Duration = Duration::from_secs(45);
+/// How long a server may take to listen.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one ping check may take.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
+/// Lines of each log shown with a failure.
+const TAIL_LINES: usize = 25;
+/// Size of the plain transfer.
+const TRANSFER_LEN: usize = 1 << 20;
+/// The renegotiation scenario: interval, duration, and the minimum renegotiations each side
+/// must see in that time (60 s / 5 s = 12, less slack for start-up and jitter).
+const RENEG_SEC: u32 = 5;
+const RENEG_RUN: Duration = Duration::from_secs(60);
+const RENEG_MIN: usize = 8;
+/// The slow transfer that runs across the renegotiations: 16 KiB every 50 ms for 60 s.
+const SLOW_CHUNK: usize = 16 * 1024;
+const SLOW_PAUSE: Duration = Duration::from_millis(50);
+
+/// The pushed options of [`Scenario::Push`] (server `push` lines).
+pub const PUSHES: &[&str] = &[
+    r#"push "route 10.250.0.0 255.255.0.0""#,
+    r#"push "route 10.250.1.0    255.255.255.0""#,
+    r#"push "route 10.252.0.0 \"255.255.0.0\"""#,
+    r#"push "route 10.99.0.0 255.255.0.0""#,
+    r#"push "route  10.250.2.0 255.255.255.0""#,
+    r#"push "redirect-gateway def1""#,
+];
+
+/// The client's pull-filters of [`Scenario::Push`].
+pub const PULL_FILTERS: &[&str] = &[
+    r#"pull-filter ignore "redirect-gateway""#,
+    r#"pull-filter accept "route 10.250.""#,
+    r#"pull-filter accept "route 10.252.""#,
+    r#"pull-filter ignore "route ""#,
+];
+
+/// Routes a client must install from [`PUSHES`] under [`PULL_FILTERS`], and must not.
+const PUSH_WANTED: &[&str] = &["10.250.0.0/16", "10.250.1.0/24", "10.252.0.0/16"];
+const PUSH_UNWANTED: &[&str] = &["10.99.0.0/16", "10.250.2.0/24", "0.0.0.0/1", "128.0.0.0/1"];
+
+pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
+    let mut outcome = Outcome {
+        result: Err(String::new()),
+        tails: None,
+        routes: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    let dir = match tempfile::Builder::new().prefix("vpnt-matrix-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            outcome.result = Err(format!("tempdir: {e}"));
+            return outcome;
+        }
+    };
+    let lab = match Lab::new() {
+        Ok(l) => l,
+        Err(e) => {
+            outcome.result = Err(format!("lab: {e}"));
+            return outcome;
+        }
+    };
+    let (server_extra, client_extra) = extras(case);
+    let proxy = match case.options.transport {
+        Transport::Direct => None,
+        Transport::Proxy => {
+            match Proxy::start(&lab.ingress, SocketAddr::from((PROXY_ADDR, PROXY_PORT))) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    outcome.result = Err(format!("proxy: {e}"));
+                    return outcome;
+                }
+            }
+        }
+    };
+    let server_conf = config::server(env.pki, &case.options, &server_extra);
+    let client_conf = config::client(env.pki, &case.options, &client_extra);
+    let server = match Peer::start(
+        &lab.seed,
+        case.pair.server,
+        Side::Server,
+        env.ours_bin,
+        dir.path(),
+        &server_conf,
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            outcome.result = Err(format!("start server: {e}"));
+            return outcome;
+        }
+    };
+    let mut run = Run {
+        lab: &lab,
+        server,
+        client: None,
+        proxy,
+    };
+    let result = run.drive(case, env, dir.path(), &client_conf, &mut outcome.routes);
+    if result.is_err() {
+        outcome.tails = Some((
+            run.server.tail(TAIL_LINES),
+            run.client
+                .as_ref()
+                .map(|c| c.tail(TAIL_LINES))
+                .unwrap_or_default(),
+        ));
+    }
+    outcome.result = result;
+    outcome
+}
+
+/// Scenario-specific config lines: (server, client).
+fn extras(case: &Case) -> (Vec<String>, Vec<String>) {
+    let s = |v: &[&str]| v.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+    match case.scenario {
+        Scenario::Traffic { .. } | Scenario::NoCommonCipher | Scenario::ServerRestart => {
+            (s(&["keepalive 10 60"]), vec![])
+        }
+        Scenario::Renegotiate { initiator } => {
+            let on = format!("reneg-sec {RENEG_SEC}");
+            let off = "reneg-sec 0".to_owned();
+            let (srv, cli) = match initiator {
+                Side::Server => (on, off),
+                Side::Client => (off, on),
+            };
+            (vec!["keepalive 10 60".into(), srv], vec![cli])
+        }
+        Scenario::KeepaliveExpiry => (s(&["keepalive 2 6"]), vec![]),
+        Scenario::Push => {
+            let mut srv = s(&["keepalive 10 60"]);
+            srv.extend(s(PUSHES));
+            (srv, s(PULL_FILTERS))
+        }
+    }
+}
+
+struct Run<'l> {
+    lab: &'l Lab,
+    server: Peer<'l>,
+    client: Option<Peer<'l>>,
+    proxy: Option<Proxy>,
+}
+
+impl<'l> Run<'l> {
+    fn drive(
+        &mut self,
+        case: &Case,
+        env: &Env<'_>,
+        dir: &std::path::Path,
+        client_conf: &str,
+        routes: &mut Vec<String>,
+    ) -> Result<String, String> {
+        let s_imp = self.server.imp();
+        self.server.wait_log("listening", LISTEN_TIMEOUT, |l| {
+            l.contains(logs::up_marker(s_imp, Side::Server))
+        })?;
+        let client = Peer::start(
+            &self.lab.shoot,
+            case.pair.client,
+            Side::Client,
+            env.ours_bin,
+            dir,
+            client_conf,
+        )
+        .map_err(|e| format!("start client: {e}"))?;
+        let client = self.client.insert(client);
+        let c_imp = client.imp();
+
+        if case.scenario == Scenario::NoCommonCipher {
+            return self.no_common_cipher();
+        }
+        let client = self.client.as_ref().ok_or("no client")?;
+        self.wait_sessions(1)?;
+        let s_log = self.server.log();
+        let c_log = client.log();
+        let s_cipher = logs::cipher(s_imp, &s_log).unwrap_or_else(|| "?".into());
+        let c_cipher = logs::cipher(c_imp, &c_log).unwrap_or_else(|| "?".into());
+        let s_kdf = logs::key_derivation(s_imp, Side::Server, &s_log).unwrap_or("?");
+        let c_kdf = logs::key_derivation(c_imp, Side::Client, &c_log).unwrap_or("?");
+        let mut summary = format!("cipher {s_cipher}/{c_cipher}, keys {s_kdf}/{c_kdf}");
+        if s_cipher != c_cipher {
+            return Err(format!("ciphers differ: {summary}"));
+        }
+        if s_kdf != c_kdf || s_kdf == "?" {
+            return Err(format!("key derivation differs or unknown: {summary}"));
+        }
+        if let Scenario::Traffic { expect } = case.scenario {
+            if s_cipher != expect {
+                return Err(format!("expected cipher {expect}: {summary}"));
+            }
+        }
+        let client_tun = self.ping_both()?;
+        if let Some(proxy) = &self.proxy {
+            let want = format!("Reversed-VPN: {}", config::REVERSED_VPN_HEADER);
+            let heads = proxy.heads();
+            if !heads.iter().any(|h| h.lines().any(|l| l == want)) {
+                return Err(format!("proxy never saw `{want}`: {heads:?}"));
+            }
+            summary.push_str(", header ok");
+        }
+        match case.scenario {
+            Scenario::Traffic { .. } => {
+                transfer(
+                    &self.lab.seed,
+                    &self.lab.shoot,
+                    client_tun,
+                    TRANSFER_LEN,
+                    64 * 1024,
+                    Duration::ZERO,
+                )?;
+                summary.push_str(", ping + 1 MiB sha256 ok");
+            }
+            Scenario::Renegotiate { .. } => {
+                let len = SLOW_CHUNK * (RENEG_RUN.as_millis() / SLOW_PAUSE.as_millis()) as usize;
+                transfer(
+                    &self.lab.seed,
+                    &self.lab.shoot,
+                    client_tun,
+                    len,
+                    SLOW_CHUNK,
+                    SLOW_PAUSE,
+                )?;
+                let s_n = logs::renegotiations(s_imp, Side::Server, &self.server.log());
+                let c_n = logs::renegotiations(c_imp, Side::Client, &self.client_log());
+                summary.push_str(&format!(
+                    ", {} KiB over 60 s sha256 ok, renegotiations {s_n}/{c_n}",
+                    len / 1024
+                ));
+                if s_n < RENEG_MIN || c_n < RENEG_MIN {
+                    return Err(format!("too few renegotiations (< {RENEG_MIN}): {summary}"));
+                }
+                self.ping_both()?;
+            }
+            Scenario::KeepaliveExpiry => {
+                self.lab.blackhole(true).map_err(|e| e.to_string())?;
+                let cut = self.keepalive_expiry(c_imp, s_imp);
+                self.lab.blackhole(false).map_err(|e| e.to_string())?;
+                cut?;
+                self.wait_sessions(2)?;
+                let tun = self.ping_both()?;
+                transfer(
+                    &self.lab.seed,
+                    &self.lab.shoot,
+                    tun,
+                    256 * 1024,
+                    64 * 1024,
+                    Duration::ZERO,
+                )?;
+                summary
+                    .push_str(", both sides expired the silent session, reconnected, traffic ok");
+            }
+            Scenario::ServerRestart => {
+                self.server.stop();
+                self.server.restart().map_err(|e| e.to_string())?;
+                self.wait_sessions(2)?;
+                let tun = self.ping_both()?;
+                transfer(
+                    &self.lab.seed,
+                    &self.lab.shoot,
+                    tun,
+                    256 * 1024,
+                    64 * 1024,
+                    Duration::ZERO,
+                )?;
+                summary.push_str(", server restarted, client reconnected, traffic ok");
+            }
+            Scenario::Push => {
+                *routes = self.routes()?;
+                for want in PUSH_WANTED {
+                    if !routes.iter().any(|r| r.starts_with(&format!("{want} "))) {
+                        return Err(format!("route {want} missing: {routes:?}"));
+                    }
+                }
+                for unwanted in PUSH_UNWANTED {
+                    if routes
+                        .iter()
+                        .any(|r| r.starts_with(&format!("{unwanted} ")))
+                    {
+                        return Err(format!("route {unwanted} installed: {routes:?}"));
+                    }
+                }
+                summary.push_str(", routes as filtered");
+            }
+            Scenario::NoCommonCipher => {}
+        }
+        Ok(summary)
+    }
+
+    fn client_log(&self) -> String {
+        self.client.as_ref().map(Peer::log).unwrap_or_default()
+    }
+
+    /// Waits until the client has brought its tunnel up `n` times and the server has seen
+    /// `n` sessions.
+    fn wait_sessions(&self, n: usize) -> Result<(), String> {
+        let client = self.client.as_ref().ok_or("no client")?;
+        let (c_imp, s_imp) = (client.imp(), self.server.imp());
+        client.wait_log(&format!("tunnel up #{n}"), UP_TIMEOUT, |l| {
+            logs::sessions_up(c_imp, Side::Client, l) >= n
+        })?;
+        self.server
+            .wait_log(&format!("session #{n}"), UP_TIMEOUT, |l| {
+                logs::sessions_up(s_imp, Side::Server, l) >= n
+            })?;
+        Ok(())
+    }
+
+    /// Pings the client's tunnel address from SEED and the server's from SHOOT; returns the
+    /// client's tunnel address.
+    fn ping_both(&self) -> Result<std::net::Ipv4Addr, String> {
+        let client_tun =
+            tun_address(&self.lab.shoot).ok_or("no IPv4 address on the client's tun0")?;
+        ping(&self.lab.seed, client_tun, PING_TIMEOUT)
+            .map_err(|e| format!("seed -> client: {e}"))?;
+        ping(&self.lab.shoot, SERVER_TUN, PING_TIMEOUT)
+            .map_err(|e| format!("shoot -> server: {e}"))?;
+        Ok(client_tun)
+    }
+
+    fn keepalive_expiry(&self, c_imp: Impl, s_imp: Impl) -> Result<(), String> {
+        let client = self.client.as_ref().ok_or("no client")?;
+        // Client: ping-restart 6 s; server: twice that.
+        client.wait_log("ping-restart", Duration::from_secs(30), |l| {
+            logs::ping_restarted(c_imp, Side::Client, l)
+        })?;
+        self.server.wait_log(
+            "expiry of the silent client",
+            Duration::from_secs(30),
+            |l| logs::ping_restarted(s_imp, Side::Server, l),
+        )?;
+        Ok(())
+    }
+
+    fn no_common_cipher(&self) -> Result<String, String> {
+        let client = self.client.as_ref().ok_or("no client")?;
+        let (c_imp, s_imp) = (client.imp(), self.server.imp());
+        let timeout = Duration::from_secs(20);
+        let s_log = self
+            .server
+            .wait_log("a no-common-cipher line", timeout, |l| {
+                logs::no_common_cipher_line(s_imp, Side::Server, l).is_some()
+            })?;
+        let c_log = client.wait_log("a refusal line", timeout, |l| {
+            logs::no_common_cipher_line(c_imp, Side::Client, l).is_some()
+        })?;
+        std::thread::sleep(Duration::from_secs(2));
+        if logs::sessions_up(c_imp, Side::Client, &client.log()) > 0 {
+            return Err("the client brought a tunnel up without a common cipher".into());
+        }
+        if tun_address(&self.lab.shoot).is_some() {
+            return Err("the client configured tun0 without a common cipher".into());
+        }
+        let s_line = logs::no_common_cipher_line(s_imp, Side::Server, &s_log).unwrap_or_default();
+        let c_line = logs::no_common_cipher_line(c_imp, Side::Client, &c_log).unwrap_or_default();
+        Ok(format!(
+            "refused; server: «{}» client: «{}»",
+            shorten(&s_line),
+            shorten(&c_line)
+        ))
+    }
+
+    /// The client namespace's IPv4 routes as `DST [via GW] dev DEV`, sorted.
+    fn routes(&self) -> Result<Vec<String>, String> {
+        let out = self
+            .lab
+            .shoot
+            .run(["ip", "-4", "route", "show"])
+            .map_err(|e| e.to_string())?;
+        let mut routes: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(normalise_route)
+            .collect();
+        routes.sort();
+        Ok(routes)
+    }
+}
+
+/// `10.250.0.0/16 via 192.168.123.1 dev tun0 proto static metric 5` → `10.250.0.0/16 via 192.168.123.1 dev tun0`.
+fn normalise_route(line: &str) -> String {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut out = vec![words.first().copied().unwrap_or_default()];
+    for key in ["via", "dev"] {
+        if let Some(i) = words.iter().position(|w| *w == key) {
+            out.push(key);
+            out.push(words.get(i + 1).copied().unwrap_or_default());
+        }
+    }
+    out.join(" ")
+}
+
+fn shorten(line: &str) -> String {
+    const MAX: usize = 160;
+    if line.len() <= MAX {
+        return line.to_owned();
+    }
+    let mut end = MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}

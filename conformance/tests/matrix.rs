@@ -1,0 +1,268 @@
+//! The conformance matrix (issue 6), a `harness = false` test: our server and client against
+//! upstream OpenVPN 2.6 and each other, upstream against upstream as the control. See
+//! [`conformance::matrix`] for the cases' model; this file picks the cases, runs them a few
+//! at a time, prints one line per case as it finishes (pair, options, scenario, result; on
+//! failure the tail of both logs), compares the routing tables of the push cases, and exits
+//! non-zero on any failure.
+//!
+//! Every option appears at least once with every pair (not the full cross product):
+//!
+//! | options                                               | scenario                 |
+//! |-------------------------------------------------------|--------------------------|
+//! | AES-256-GCM, tls-auth SHA256, direct (vpn2's setting) | traffic                  |
+//! | AES-128-GCM, tls-auth SHA512, proxy                   | traffic                  |
+//! | CHACHA20-POLY1305, tls-crypt, direct                  | traffic                  |
+//! | AES-256-CBC + SHA256, no wrapping, proxy              | traffic                  |
+//! | AES-256-CBC + SHA1, tls-auth SHA1, direct             | traffic                  |
+//! | lists differ (server's first shared one wins), tls-crypt, proxy | traffic        |
+//! | nothing in common                                     | both refuse, with a line |
+//! | AES-256-GCM, tls-auth SHA256                          | renegotiation every 5 s for 60 s under a transfer, by the server; by the client |
+//! | AES-256-GCM, tls-auth SHA256                          | keepalive expiry on a blackholed path, reconnect |
+//! | AES-256-GCM, tls-crypt                                | server restart, reconnect |
+//! | AES-256-GCM, tls-auth SHA256                          | push/pull: same routes for both clients |
+//!
+//! `MATRIX_FILTER=text` runs only the cases whose line contains `text`; `MATRIX_JOBS=N`
+//! sets how many run at once (default 3: most of a case is waiting).
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // printing the matrix is the point
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use conformance::matrix::{
+    self, Case, Control, Env, Impl, Options, Outcome, Pair, Scenario, Side, Transport,
+};
+use conformance::pki_fixture::TestPki;
+
+const OURS_BIN: &str = env!("CARGO_BIN_EXE_matrix-peer");
+
+fn cases() -> Vec<Case> {
+    use Control::{None as NoWrap, TlsAuth, TlsCrypt};
+    use Transport::{Direct, Proxy};
+    let gcm = |control| Options::cipher("AES-256-GCM", "SHA256", control, Direct);
+    // Long cases first, so they overlap with the many short ones.
+    let mut per_pair: Vec<(Options, Scenario)> = vec![
+        (
+            gcm(TlsAuth),
+            Scenario::Renegotiate {
+                initiator: Side::Server,
+            },
+        ),
+        (
+            gcm(TlsAuth),
+            Scenario::Renegotiate {
+                initiator: Side::Client,
+            },
+        ),
+        (gcm(TlsAuth), Scenario::KeepaliveExpiry),
+        (gcm(TlsCrypt), Scenario::ServerRestart),
+    ];
+    let traffic = |expect| Scenario::Traffic { expect };
+    per_pair.extend([
+        (gcm(TlsAuth), traffic("AES-256-GCM")),
+        (
+            Options::cipher("AES-128-GCM", "SHA512", TlsAuth, Proxy),
+            traffic("AES-128-GCM"),
+        ),
+        (
+            Options::cipher("CHACHA20-POLY1305", "SHA256", TlsCrypt, Direct),
+            traffic("CHACHA20-POLY1305"),
+        ),
+        (
+            Options::cipher("AES-256-CBC", "SHA256", NoWrap, Proxy),
+            traffic("AES-256-CBC"),
+        ),
+        (
+            Options::cipher("AES-256-CBC", "SHA1", TlsAuth, Direct),
+            traffic("AES-256-CBC"),
+        ),
+        (
+            Options {
+                server_ciphers: "AES-128-GCM:CHACHA20-POLY1305:AES-256-GCM",
+                client_ciphers: "CHACHA20-POLY1305:AES-128-GCM",
+                auth: "SHA256",
+                control: TlsCrypt,
+                transport: Proxy,
+            },
+            traffic("AES-128-GCM"),
+        ),
+        (
+            Options {
+                server_ciphers: "AES-256-GCM:AES-128-GCM",
+                client_ciphers: "CHACHA20-POLY1305",
+                auth: "SHA256",
+                control: TlsAuth,
+                transport: Direct,
+            },
+            Scenario::NoCommonCipher,
+        ),
+    ]);
+    let mut cases = Vec::new();
+    for (options, scenario) in per_pair {
+        for pair in Pair::ALL {
+            cases.push(Case {
+                pair,
+                options: options.clone(),
+                scenario,
+            });
+        }
+    }
+    // Push/pull: each server with each client; the two clients' routes are compared.
+    for pair in Pair::ALL {
+        cases.push(Case {
+            pair,
+            options: gcm(TlsAuth),
+            scenario: Scenario::Push,
+        });
+    }
+    cases
+}
+
+fn main() -> ExitCode {
+    conformance::require_lab(&["openvpn", "openssl", "ping"]);
+    let started = Instant::now();
+    let filter = std::env::var("MATRIX_FILTER").unwrap_or_default();
+    let jobs: usize = std::env::var("MATRIX_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .unwrap_or(3);
+    let cases: Vec<Case> = cases()
+        .into_iter()
+        .filter(|c| c.to_string().contains(&filter))
+        .collect();
+    let pki = TestPki::generate().expect("pki");
+    let env = Env {
+        pki: &pki,
+        ours_bin: Path::new(OURS_BIN),
+    };
+    println!(
+        "conformance matrix: {} cases, {jobs} at a time (upstream: {})",
+        cases.len(),
+        upstream_version()
+    );
+    let queue = Mutex::new(cases.iter().enumerate().collect::<VecDeque<_>>());
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let next = queue
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pop_front();
+                let Some((i, case)) = next else { break };
+                let outcome = matrix::run(&env, case);
+                print_outcome(case, &outcome);
+                results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((i, outcome));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    results.sort_by_key(|(i, _)| *i);
+
+    // Controls: a failure of upstream against upstream means the lab, not us.
+    let broken: Vec<String> = results
+        .iter()
+        .filter(|(i, o)| cases[*i].pair.is_control() && o.result.is_err())
+        .map(|(i, _)| cases[*i].key())
+        .collect();
+    let mut failed = 0;
+    println!();
+    for (i, o) in &results {
+        if o.result.is_err() {
+            failed += 1;
+            let why = if broken.contains(&cases[*i].key()) && !cases[*i].pair.is_control() {
+                " (lab broken: the control failed too)"
+            } else {
+                ""
+            };
+            println!("FAILED {}{why}", cases[*i]);
+        }
+    }
+    failed += compare_push_routes(&cases, &results);
+    println!(
+        "\nconformance matrix: {} cases, {} failed, {:.0?} total",
+        results.len(),
+        failed,
+        started.elapsed()
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn print_outcome(case: &Case, o: &Outcome) {
+    let mut text = match &o.result {
+        Ok(summary) => format!("ok   {case} [{:.0?}] {summary}", o.elapsed),
+        Err(why) => format!("FAIL {case} [{:.0?}] {why}", o.elapsed),
+    };
+    if let Some((server, client)) = &o.tails {
+        let indent = |s: &str| {
+            s.lines()
+                .map(|l| format!("    | {l}\n"))
+                .collect::<String>()
+        };
+        text.push_str(&format!(
+            "\n  server log ({}):\n{}  client log ({}):\n{}",
+            case.pair.server.name(),
+            indent(server),
+            case.pair.client.name(),
+            indent(client)
+        ));
+    }
+    println!("{text}");
+}
+
+/// For each server implementation, the routes the upstream client and ours installed from the
+/// same push under the same pull-filters must be the same. Returns the number of mismatches.
+fn compare_push_routes(cases: &[Case], results: &[(usize, Outcome)]) -> usize {
+    let mut by_server: BTreeMap<&str, BTreeMap<&str, &Vec<String>>> = BTreeMap::new();
+    for (i, o) in results {
+        let case = &cases[*i];
+        if case.scenario == Scenario::Push && o.result.is_ok() {
+            by_server
+                .entry(case.pair.server.name())
+                .or_default()
+                .insert(case.pair.client.name(), &o.routes);
+        }
+    }
+    let mut mismatches = 0;
+    for (server, clients) in by_server {
+        let (Some(up), Some(ours)) = (
+            clients.get(Impl::Upstream.name()),
+            clients.get(Impl::Ours.name()),
+        ) else {
+            continue;
+        };
+        if up == ours {
+            println!("ok   push/pull with {server} server: upstream and our client install the same routes {up:?}");
+        } else {
+            mismatches += 1;
+            println!(
+                "FAIL push/pull with {server} server: routes differ\n    upstream client: {up:?}\n    our client:      {ours:?}"
+            );
+        }
+    }
+    mismatches
+}
+
+fn upstream_version() -> String {
+    std::process::Command::new("openvpn")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| "?".into())
+}

@@ -842,6 +842,15 @@ impl Connection {
                 }
             }
         }
+        if let Some(refused) = session.rejection() {
+            let mut text = format!("refused: {refused}");
+            let mut cause = std::error::Error::source(refused);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            why = format!("{text} ({why})");
+        }
         let _ = wr.shutdown().await;
         let removed = lock(&shared.registry).remove(id).is_some();
         lock(&shared.endpoint).release(peer_id);

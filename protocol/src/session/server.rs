@@ -152,6 +152,16 @@ impl ServerSession {
         self.peer_id
     }
 
+    /// Why the client was refused (`AUTH_FAILED` sent, e.g. no shared cipher), while the
+    /// session lingers before [`Event::Closed`] reports it: a client that hangs up first
+    /// would otherwise leave the driver with only "connection closed".
+    pub fn rejection(&self) -> Option<&CloseReason> {
+        match &self.phase {
+            ServerPhase::Rejected { reason } => Some(reason),
+            _ => None,
+        }
+    }
+
     // Input.
 
     /// One received packet; see [`ClientSession::handle_packet`](super::ClientSession::handle_packet).

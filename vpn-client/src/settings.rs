@@ -83,6 +83,11 @@ pub struct Settings {
     pub reneg_bytes: Option<u64>,
     /// `reneg-pkts`.
     pub reneg_pkts: Option<u64>,
+    /// Announce and use the TLS keying-material exporter for data keys (IV_PROTO
+    /// `TLS_KEY_EXPORT`); without it the server falls back to the TLS 1.0 PRF. On by default
+    /// as upstream 2.6; no config directive turns it off (the conformance matrix does, to
+    /// prove the PRF against upstream).
+    pub tls_ekm: bool,
     /// `up` / `down` commands (allowed by `script-security 2`).
     pub scripts: Scripts,
 }
@@ -116,6 +121,7 @@ impl Settings {
             tran_window: None,
             reneg_bytes: None,
             reneg_pkts: None,
+            tls_ekm: true,
             scripts: Scripts::default(),
         }
     }
@@ -149,6 +155,7 @@ impl Settings {
         config.credentials = self.credentials.clone();
         config.ping = self.ping;
         config.ping_restart = self.ping_restart;
+        config.tls_ekm = self.tls_ekm;
         Ok(config)
     }
 }

@@ -114,6 +114,10 @@ pub struct Settings {
     pub reneg_bytes: Option<u64>,
     /// `reneg-pkts`.
     pub reneg_pkts: Option<u64>,
+    /// Offer the TLS keying-material exporter for data keys to clients that announce it; without
+    /// it every client uses the TLS 1.0 PRF. On by default as upstream 2.6; no config directive
+    /// turns it off (the conformance matrix does, to prove the PRF against upstream).
+    pub tls_ekm: bool,
     /// The compression framing of data packets (`comp-lzo no`, `compress stub-v2`, ...).
     pub compression: Compression,
     /// `tun-mtu`.
@@ -198,6 +202,7 @@ impl Settings {
             tls_timeout: None,
             reneg_bytes: None,
             reneg_pkts: None,
+            tls_ekm: true,
             compression: Compression::None,
             tun_mtu: 1500,
             dev: "tun0".into(),
@@ -245,6 +250,7 @@ impl Settings {
         session.tun_mtu = self.tun_mtu;
         let mut config = ServerConfig::new(session);
         config.keepalive = self.keepalive;
+        config.capabilities.tls_ekm = self.tls_ekm;
         config
     }
 

@@ -398,7 +398,7 @@ impl Connection {
             CloseReason::AuthFailed { reason } => {
                 tracing::error!(
                     reason = reason.as_deref().unwrap_or(""),
-                    "AUTH_FAILED: the server refused our credentials; retrying as upstream does"
+                    "AUTH_FAILED: the server refused us; retrying (upstream would exit: conformance/DEVIATIONS.md C1)"
                 );
                 self.retry(false)
             }

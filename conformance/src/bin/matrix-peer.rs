@@ -8,6 +8,9 @@
 //! test (`CARGO_BIN_EXE_matrix-peer`); the real binaries belong to other packages and are
 //! not guaranteed to be built, or current, when only the matrix runs. `up`/`down` scripts are
 //! not run (the matrix configs have none).
+//!
+//! `MATRIX_PEER_TLS_EKM=0` turns off the TLS keying-material exporter (no config directive
+//! does), so the matrix can prove the PRF key derivation against upstream.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,7 +56,8 @@ fn main() -> ExitCode {
 type BoxError = Box<dyn std::error::Error>;
 
 async fn server(path: PathBuf, token: CancellationToken) -> Result<(), BoxError> {
-    let loaded = vpn_server::load_file(&path)?;
+    let mut loaded = vpn_server::load_file(&path)?;
+    loaded.settings.tls_ekm = ekm_wanted();
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
@@ -64,7 +68,8 @@ async fn server(path: PathBuf, token: CancellationToken) -> Result<(), BoxError>
 }
 
 async fn client(path: PathBuf, token: CancellationToken) -> Result<(), BoxError> {
-    let loaded = vpn_client::config::load(&path)?;
+    let mut loaded = vpn_client::config::load(&path)?;
+    loaded.settings.tls_ekm = ekm_wanted();
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
@@ -74,6 +79,10 @@ async fn client(path: PathBuf, token: CancellationToken) -> Result<(), BoxError>
             Err(format!("the server halted the client: {message}").into())
         }
     }
+}
+
+fn ekm_wanted() -> bool {
+    std::env::var("MATRIX_PEER_TLS_EKM").map_or(true, |v| v != "0")
 }
 
 async fn cancel_on_signal(token: CancellationToken) {

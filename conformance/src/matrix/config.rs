@@ -43,6 +43,9 @@ pub struct Options {
     pub control: Control,
     /// Direct or through the proxy.
     pub transport: Transport,
+    /// Whether our sides offer the TLS exporter for data keys (upstream 2.6 always does);
+    /// without it the session falls back to the TLS 1.0 PRF.
+    pub ekm: bool,
 }
 
 impl Options {
@@ -59,7 +62,13 @@ impl Options {
             auth,
             control,
             transport,
+            ekm: true,
         }
+    }
+
+    /// The same options with the exporter off on our sides.
+    pub fn prf(self) -> Self {
+        Self { ekm: false, ..self }
     }
 }
 
@@ -79,9 +88,13 @@ impl fmt::Display for Options {
             Control::TlsCrypt => f.write_str(" tls-crypt")?,
         }
         match self.transport {
-            Transport::Direct => f.write_str(" direct"),
-            Transport::Proxy => f.write_str(" proxy"),
+            Transport::Direct => f.write_str(" direct")?,
+            Transport::Proxy => f.write_str(" proxy")?,
         }
+        if !self.ekm {
+            f.write_str(" ours-without-ekm")?;
+        }
+        Ok(())
     }
 }
 

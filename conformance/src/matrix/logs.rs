@@ -73,19 +73,17 @@ pub fn ping_restarted(imp: Impl, side: Side, log: &str) -> bool {
 /// The line each side logs when no cipher is shared: `Some(line)` if present.
 pub fn no_common_cipher_line(imp: Impl, side: Side, log: &str) -> Option<String> {
     let needles: &[&str] = match (imp, side) {
-        (Impl::Upstream, Side::Server) => &["No common cipher", "cipher negotiation failed"],
-        (Impl::Upstream, Side::Client) => &["AUTH_FAILED", "cipher"],
-        (Impl::Ours, Side::Server) => &["client refused", "no common"],
-        (Impl::Ours, Side::Client) => &["AUTH_FAILED"],
+        (Impl::Upstream, Side::Server) => &["No common cipher"],
+        (Impl::Upstream, Side::Client) => &["AUTH_FAILED", "no shared cipher"],
+        (Impl::Ours, Side::Server) => &["refused: cipher negotiation failed", "no shared cipher"],
+        (Impl::Ours, Side::Client) => &["AUTH_FAILED", "no shared cipher"],
     };
-    log.lines()
-        .find(|l| {
-            l.contains(needles[0])
-                || needles[1..]
-                    .iter()
-                    .any(|n| l.contains(n) && l.to_ascii_lowercase().contains("fail"))
-        })
-        .map(|l| l.trim().to_owned())
+    let line = log
+        .lines()
+        .find(|l| needles.iter().all(|n| l.contains(n)))?;
+    // From the first needle on: the timestamp and target add nothing.
+    let at = line.find(needles[0]).unwrap_or(0);
+    Some(line[at..].trim().to_owned())
 }
 
 /// The value after the last `name` in `log` (tracing field), quotes removed.

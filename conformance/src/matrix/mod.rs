@@ -105,7 +105,11 @@ pub enum Scenario {
     /// One set of pushed options with odd spacing and quoting, routes inside and outside the
     /// accepted networks and `redirect-gateway`, under the same pull-filters: the routes the
     /// client installs (compared across implementations by the caller).
-    Push,
+    Push {
+        /// Whether the pull-filters let `redirect-gateway def1` through (upstream applies
+        /// it, ours never does: DEVIATIONS.md P7).
+        redirect: bool,
+    },
 }
 
 impl fmt::Display for Scenario {
@@ -118,7 +122,8 @@ impl fmt::Display for Scenario {
             }
             Scenario::KeepaliveExpiry => f.write_str("keepalive-blackhole"),
             Scenario::ServerRestart => f.write_str("server-restart"),
-            Scenario::Push => f.write_str("push-pull"),
+            Scenario::Push { redirect: false } => f.write_str("push-pull"),
+            Scenario::Push { redirect: true } => f.write_str("push-pull-redirect-accepted"),
         }
     }
 }

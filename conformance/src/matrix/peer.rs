@@ -60,19 +60,20 @@ pub struct Peer<'ns> {
     ours_bin: PathBuf,
     config: PathBuf,
     log: PathBuf,
+    ekm: bool,
     pid: Option<u32>,
 }
 
 impl<'ns> Peer<'ns> {
     /// Writes `config` to `dir/<side>.conf` and starts the peer. `ours_bin` is the
-    /// `matrix-peer` binary.
+    /// `matrix-peer` binary; `ekm` false turns the TLS exporter off in ours.
     pub fn start(
         ns: &'ns Netns,
-        imp: Impl,
-        side: Side,
+        (imp, side): (Impl, Side),
         ours_bin: &Path,
         dir: &Path,
         config: &str,
+        ekm: bool,
     ) -> Result<Self, LabError> {
         let path = dir.join(format!("{}.conf", side.name()));
         std::fs::write(&path, config).map_err(|source| LabError::io(&path, source))?;
@@ -83,6 +84,7 @@ impl<'ns> Peer<'ns> {
             ours_bin: ours_bin.to_owned(),
             config: path,
             log: dir.join(format!("{}.log", side.name())),
+            ekm,
             pid: None,
         };
         peer.restart()?;
@@ -103,6 +105,9 @@ impl<'ns> Peer<'ns> {
             Impl::Ours => {
                 let mut c = self.ns.command(&self.ours_bin.display().to_string());
                 c.arg(self.side.name());
+                if !self.ekm {
+                    c.env("MATRIX_PEER_TLS_EKM", "0");
+                }
                 c
             }
             Impl::Upstream => {

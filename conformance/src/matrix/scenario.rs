@@ -40,7 +40,7 @@ pub const PUSHES: &[&str] = &[
     r#"push "redirect-gateway def1""#,
 ];
 
-/// The client's pull-filters of [`Scenario::Push`].
+/// The client's pull-filters of [`Scenario::Push`] (the first only without `redirect`).
 pub const PULL_FILTERS: &[&str] = &[
     r#"pull-filter ignore "redirect-gateway""#,
     r#"pull-filter accept "route 10.250.""#,
@@ -50,7 +50,9 @@ pub const PULL_FILTERS: &[&str] = &[
 
 /// Routes a client must install from [`PUSHES`] under [`PULL_FILTERS`], and must not.
 const PUSH_WANTED: &[&str] = &["10.250.0.0/16", "10.250.1.0/24", "10.252.0.0/16"];
-const PUSH_UNWANTED: &[&str] = &["10.99.0.0/16", "10.250.2.0/24", "0.0.0.0/1", "128.0.0.0/1"];
+const PUSH_UNWANTED: &[&str] = &["10.99.0.0/16", "10.250.2.0/24"];
+/// What `redirect-gateway def1` installs (upstream only).
+const REDIRECT_ROUTES: &[&str] = &["0.0.0.0/1", "128.0.0.0/1"];
 
 pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
     let mut outcome = Outcome {
@@ -90,11 +92,11 @@ pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
     let client_conf = config::client(env.pki, &case.options, &client_extra);
     let server = match Peer::start(
         &lab.seed,
-        case.pair.server,
-        Side::Server,
+        (case.pair.server, Side::Server),
         env.ours_bin,
         dir.path(),
         &server_conf,
+        case.options.ekm,
     ) {
         Ok(p) => p,
         Err(e) => {
@@ -139,10 +141,15 @@ fn extras(case: &Case) -> (Vec<String>, Vec<String>) {
             (vec!["keepalive 10 60".into(), srv], vec![cli])
         }
         Scenario::KeepaliveExpiry => (s(&["keepalive 2 6"]), vec![]),
-        Scenario::Push => {
+        Scenario::Push { redirect } => {
             let mut srv = s(&["keepalive 10 60"]);
             srv.extend(s(PUSHES));
-            (srv, s(PULL_FILTERS))
+            let filters = if redirect {
+                &PULL_FILTERS[1..]
+            } else {
+                PULL_FILTERS
+            };
+            (srv, s(filters))
         }
     }
 }
@@ -169,11 +176,11 @@ impl<'l> Run<'l> {
         })?;
         let client = Peer::start(
             &self.lab.shoot,
-            case.pair.client,
-            Side::Client,
+            (case.pair.client, Side::Client),
             env.ours_bin,
             dir,
             client_conf,
+            case.options.ekm,
         )
         .map_err(|e| format!("start client: {e}"))?;
         let client = self.client.insert(client);
@@ -201,6 +208,15 @@ impl<'l> Run<'l> {
             if s_cipher != expect {
                 return Err(format!("expected cipher {expect}: {summary}"));
             }
+        }
+        // Upstream 2.6 always offers the exporter: PRF only when one of ours does not.
+        let want_kdf = if case.options.ekm || case.pair.is_control() {
+            "ekm"
+        } else {
+            "prf"
+        };
+        if s_kdf != want_kdf {
+            return Err(format!("expected key derivation {want_kdf}: {summary}"));
         }
         let client_tun = self.ping_both()?;
         if let Some(proxy) = &self.proxy {
@@ -277,7 +293,7 @@ impl<'l> Run<'l> {
                 )?;
                 summary.push_str(", server restarted, client reconnected, traffic ok");
             }
-            Scenario::Push => {
+            Scenario::Push { redirect } => {
                 *routes = self.routes()?;
                 for want in PUSH_WANTED {
                     if !routes.iter().any(|r| r.starts_with(&format!("{want} "))) {
@@ -292,7 +308,25 @@ impl<'l> Run<'l> {
                         return Err(format!("route {unwanted} installed: {routes:?}"));
                     }
                 }
+                // Upstream applies an accepted redirect-gateway; ours never does (P7).
+                let redirected = redirect && c_imp == Impl::Upstream;
+                for r in REDIRECT_ROUTES {
+                    let there = routes.iter().any(|x| x.starts_with(&format!("{r} ")));
+                    if there != redirected {
+                        return Err(format!(
+                            "route {r} {}: {routes:?}",
+                            if there { "installed" } else { "missing" }
+                        ));
+                    }
+                }
                 summary.push_str(", routes as filtered");
+                if redirect {
+                    summary.push_str(if redirected {
+                        ", redirect-gateway applied"
+                    } else {
+                        ", redirect-gateway not applied (P7)"
+                    });
+                }
             }
             Scenario::NoCommonCipher => {}
         }
@@ -363,10 +397,28 @@ impl<'l> Run<'l> {
         if tun_address(&self.lab.shoot).is_some() {
             return Err("the client configured tun0 without a common cipher".into());
         }
+        // Upstream's client exits on AUTH_FAILED (no `auth-retry`); ours keeps retrying (C1).
+        let after = match c_imp {
+            Impl::Upstream => {
+                client.wait_log("exit after AUTH_FAILED", Duration::from_secs(10), |_| {
+                    client.exited()
+                })?;
+                "client exited"
+            }
+            Impl::Ours => {
+                if client.exited() {
+                    return Err("our client exited after AUTH_FAILED (C1: it retries)".into());
+                }
+                client.wait_log("a retry after AUTH_FAILED", Duration::from_secs(15), |l| {
+                    l.matches("AUTH_FAILED").count() >= 2
+                })?;
+                "client retries (C1)"
+            }
+        };
         let s_line = logs::no_common_cipher_line(s_imp, Side::Server, &s_log).unwrap_or_default();
         let c_line = logs::no_common_cipher_line(c_imp, Side::Client, &c_log).unwrap_or_default();
         Ok(format!(
-            "refused; server: «{}» client: «{}»",
+            "refused, {after}; server: «{}» client: «{}»",
             shorten(&s_line),
             shorten(&c_line)
         ))
@@ -402,7 +454,7 @@ fn normalise_route(line: &str) -> String {
 }
 
 fn shorten(line: &str) -> String {
-    const MAX: usize = 160;
+    const MAX: usize = 110;
     if line.len() <= MAX {
         return line.to_owned();
     }

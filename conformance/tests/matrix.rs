@@ -10,6 +10,7 @@
 //! | options                                               | scenario                 |
 //! |-------------------------------------------------------|--------------------------|
 //! | AES-256-GCM, tls-auth SHA256, direct (vpn2's setting) | traffic                  |
+//! | the same through tinyproxy                            | traffic                  |
 //! | AES-128-GCM, tls-auth SHA512, proxy                   | traffic                  |
 //! | CHACHA20-POLY1305, tls-crypt, direct                  | traffic                  |
 //! | AES-256-CBC + SHA256, no wrapping, proxy              | traffic                  |
@@ -23,7 +24,8 @@
 //! | AES-256-GCM, tls-auth SHA256                          | push/pull: same routes for both clients (redirect-gateway ignored by the filters; and accepted) |
 //!
 //! `MATRIX_FILTER=text` runs only the cases whose line contains `text`; `MATRIX_JOBS=N`
-//! sets how many run at once (default 3: most of a case is waiting).
+//! sets how many run at once (default 3: most of a case is waiting); `MATRIX_VERBOSE=1`
+//! prints the logs' tails of passing cases too.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // printing the matrix is the point
 
@@ -43,7 +45,7 @@ const OURS_BIN: &str = env!("CARGO_BIN_EXE_matrix-peer");
 
 fn cases() -> Vec<Case> {
     use Control::{None as NoWrap, TlsAuth, TlsCrypt};
-    use Transport::{Direct, Proxy};
+    use Transport::{Direct, Proxy, Tinyproxy};
     let gcm = |control| Options::cipher("AES-256-GCM", "SHA256", control, Direct);
     // Long cases first, so they overlap with the many short ones.
     let mut per_pair: Vec<(Options, Scenario)> = vec![
@@ -65,6 +67,10 @@ fn cases() -> Vec<Case> {
     let traffic = |expect| Scenario::Traffic { expect };
     per_pair.extend([
         (gcm(TlsAuth), traffic("AES-256-GCM")),
+        (
+            Options::cipher("AES-256-GCM", "SHA256", TlsAuth, Tinyproxy),
+            traffic("AES-256-GCM"),
+        ),
         (
             Options::cipher("AES-128-GCM", "SHA512", TlsAuth, Proxy),
             traffic("AES-128-GCM"),
@@ -153,6 +159,7 @@ fn main() -> ExitCode {
     let env = Env {
         pki: &pki,
         ours_bin: Path::new(OURS_BIN),
+        verbose: std::env::var_os("MATRIX_VERBOSE").is_some(),
     };
     println!(
         "conformance matrix: {} cases, {jobs} at a time (upstream: {})",
@@ -201,6 +208,7 @@ fn main() -> ExitCode {
         }
     }
     failed += compare_push_routes(&cases, &results);
+    failed += compare_push_replies(&cases, &results);
     println!(
         "\nconformance matrix: {} cases, {} failed, {:.0?} total",
         results.len(),
@@ -271,6 +279,46 @@ fn compare_push_routes(cases: &[Case], results: &[(usize, Outcome)]) -> usize {
             );
         }
     }
+    mismatches
+}
+
+/// Our server's `PUSH_REPLY` to an upstream client must be the text upstream's server sends
+/// for the same options (the control case), byte for byte. Cases where ours runs without the
+/// exporter are skipped (their reply lacks `tls-ekm` on purpose). Returns the mismatches.
+fn compare_push_replies(cases: &[Case], results: &[(usize, Outcome)]) -> usize {
+    let reply = |pair: Pair, key: &str| {
+        results.iter().find_map(|(i, o)| {
+            (cases[*i].pair == pair && cases[*i].key() == key)
+                .then_some(o.push_reply.as_ref())
+                .flatten()
+        })
+    };
+    let ours_to_upstream = Pair {
+        server: Impl::Ours,
+        client: Impl::Upstream,
+    };
+    let (mut same, mut mismatches) = (0, 0);
+    for case in cases
+        .iter()
+        .filter(|c| c.pair == ours_to_upstream && c.options.ekm)
+    {
+        let key = case.key();
+        let (Some(ours), Some(upstream)) =
+            (reply(ours_to_upstream, &key), reply(Pair::CONTROL, &key))
+        else {
+            continue;
+        };
+        if ours == upstream {
+            same += 1;
+        } else {
+            mismatches += 1;
+            println!("FAIL PUSH_REPLY differs for {key}\n    upstream server: {upstream}\n    our server:      {ours}");
+        }
+    }
+    println!(
+        "{} PUSH_REPLY of our server = upstream's, byte for byte, in {same} cases",
+        if mismatches == 0 { "ok  " } else { "FAIL" }
+    );
     mismatches
 }
 

@@ -26,8 +26,11 @@ pub enum Control {
 pub enum Transport {
     /// `remote SERVER 1194`.
     Direct,
-    /// `http-proxy PROXY 3128` with `CUSTOM-HEADER Reversed-VPN ...`.
+    /// `http-proxy PROXY 3128` with `CUSTOM-HEADER Reversed-VPN ...`, our recording proxy
+    /// ([`super::proxy`]): the case asserts the header arrived.
     Proxy,
+    /// The same through Debian's tinyproxy (a real proxy; it does not log headers).
+    Tinyproxy,
 }
 
 /// The options of a case that go into both configs.
@@ -90,6 +93,7 @@ impl fmt::Display for Options {
         match self.transport {
             Transport::Direct => f.write_str(" direct")?,
             Transport::Proxy => f.write_str(" proxy")?,
+            Transport::Tinyproxy => f.write_str(" tinyproxy")?,
         }
         if !self.ekm {
             f.write_str(" ours-without-ekm")?;
@@ -136,7 +140,7 @@ pub fn client(pki: &TestPki, options: &Options, extra: &[String]) -> String {
         format!("auth {}", options.auth),
     ];
     lines.extend(wrap(pki.ta_key().as_path(), options.control, "1"));
-    if options.transport == Transport::Proxy {
+    if options.transport != Transport::Direct {
         lines.push(format!("http-proxy {PROXY_ADDR} {PROXY_PORT}"));
         lines.push(format!(
             "http-proxy-option CUSTOM-HEADER Reversed-VPN {REVERSED_VPN_HEADER}"

@@ -48,6 +48,15 @@ pub fn key_derivation(imp: Impl, side: Side, log: &str) -> Option<&'static str> 
     Some(if ekm { "ekm" } else { "prf" })
 }
 
+/// The last `PUSH_REPLY` an upstream client received, as its log quotes it.
+pub fn received_push_reply(log: &str) -> Option<String> {
+    const MARK: &str = "PUSH: Received control message: '";
+    let line = last_line(log, MARK)?;
+    let rest = &line[line.find(MARK)? + MARK.len()..];
+    let text = rest.strip_suffix('\'').unwrap_or(rest);
+    text.starts_with("PUSH_REPLY").then(|| text.to_owned())
+}
+
 /// How many data-channel keys a side installed after the first (renegotiations it saw).
 pub fn renegotiations(imp: Impl, side: Side, log: &str) -> usize {
     match (imp, side) {

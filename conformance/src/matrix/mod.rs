@@ -161,6 +161,9 @@ pub struct Outcome {
     pub tails: Option<(String, String)>,
     /// For [`Scenario::Push`]: the client namespace's IPv4 routes, normalised.
     pub routes: Vec<String>,
+    /// An upstream client's last received `PUSH_REPLY` (its log shows the text), to compare
+    /// our server's with upstream's for the same options.
+    pub push_reply: Option<String>,
     /// Wall time of the case.
     pub elapsed: Duration,
 }
@@ -172,6 +175,8 @@ pub struct Env<'a> {
     pub pki: &'a TestPki,
     /// The `matrix-peer` binary.
     pub ours_bin: &'a Path,
+    /// Keep the logs' tails of passing cases too.
+    pub verbose: bool,
 }
 
 /// Runs one case in a fresh lab.

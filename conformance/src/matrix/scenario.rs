@@ -59,6 +59,7 @@ pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
         result: Err(String::new()),
         tails: None,
         routes: Vec::new(),
+        push_reply: None,
         elapsed: Duration::ZERO,
     };
     let dir = match tempfile::Builder::new().prefix("vpnt-matrix-").tempdir() {
@@ -78,6 +79,21 @@ pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
     let (server_extra, client_extra) = extras(case);
     let proxy = match case.options.transport {
         Transport::Direct => None,
+        Transport::Tinyproxy => {
+            let started = crate::tinyproxy::start(
+                &lab.ingress,
+                dir.path(),
+                PROXY_ADDR,
+                PROXY_PORT,
+                "10.200.1.0/24",
+                super::lab::SERVER_PORT,
+            );
+            if let Err(e) = started {
+                outcome.result = Err(format!("tinyproxy: {e}"));
+                return outcome;
+            }
+            None
+        }
         Transport::Proxy => {
             match Proxy::start(&lab.ingress, SocketAddr::from((PROXY_ADDR, PROXY_PORT))) {
                 Ok(p) => Some(p),
@@ -111,7 +127,10 @@ pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
         proxy,
     };
     let result = run.drive(case, env, dir.path(), &client_conf, &mut outcome.routes);
-    if result.is_err() {
+    if case.pair.client == Impl::Upstream {
+        outcome.push_reply = logs::received_push_reply(&run.client_log());
+    }
+    if result.is_err() || env.verbose {
         outcome.tails = Some((
             run.server.tail(TAIL_LINES),
             run.client
@@ -225,7 +244,11 @@ impl<'l> Run<'l> {
             if !heads.iter().any(|h| h.lines().any(|l| l == want)) {
                 return Err(format!("proxy never saw `{want}`: {heads:?}"));
             }
-            summary.push_str(", header ok");
+            let request = heads
+                .iter()
+                .find_map(|h| h.lines().next())
+                .unwrap_or_default();
+            summary.push_str(&format!(", proxy got `{request}` + header"));
         }
         match case.scenario {
             Scenario::Traffic { .. } => {
@@ -239,7 +262,7 @@ impl<'l> Run<'l> {
                 )?;
                 summary.push_str(", ping + 1 MiB sha256 ok");
             }
-            Scenario::Renegotiate { .. } => {
+            Scenario::Renegotiate { initiator } => {
                 let len = SLOW_CHUNK * (RENEG_RUN.as_millis() / SLOW_PAUSE.as_millis()) as usize;
                 transfer(
                     &self.lab.seed,
@@ -257,6 +280,28 @@ impl<'l> Run<'l> {
                 ));
                 if s_n < RENEG_MIN || c_n < RENEG_MIN {
                     return Err(format!("too few renegotiations (< {RENEG_MIN}): {summary}"));
+                }
+                // Upstream logs `TLS: soft reset` only for the renegotiations it starts: an
+                // upstream side proves who initiated.
+                for (imp, side, log) in [
+                    (s_imp, Side::Server, self.server.log()),
+                    (c_imp, Side::Client, self.client_log()),
+                ] {
+                    if imp != Impl::Upstream {
+                        continue;
+                    }
+                    let started = log.matches("TLS: soft reset").count();
+                    let ok = if side == initiator {
+                        started >= RENEG_MIN
+                    } else {
+                        started == 0
+                    };
+                    if !ok {
+                        return Err(format!(
+                            "upstream {} started {started} renegotiations: {summary}",
+                            side.name()
+                        ));
+                    }
                 }
                 self.ping_both()?;
             }

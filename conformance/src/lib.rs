@@ -13,6 +13,9 @@
 //!   `protocol` crate against a real peer.
 //! * [`demo`] - the demo: seed, ingress proxy, shoot and pod namespaces, our server and client,
 //!   ping and a download through the tunnel, a summary.
+//! * [`matrix`] - the conformance matrix: our server and client against upstream OpenVPN 2.6
+//!   and each other over ciphers, control-channel wrapping, key derivation, transports and
+//!   life-cycle scenarios (`tests/matrix.rs` runs it).
 //! * [`driver`] - a blocking driver for our sans-IO sessions over a real TCP connection.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.
 //! * [`tinyproxy`] - Debian's tinyproxy as the CONNECT proxy of a lab, started and awaited.

@@ -11,6 +11,7 @@
 //! |-------------------------------------------------------|--------------------------|
 //! | AES-256-GCM, tls-auth SHA256, direct (vpn2's setting) | traffic                  |
 //! | the same through tinyproxy                            | traffic                  |
+//! | the same through the proxy on vpn2's IPv6-only transfer network | traffic (ping -6, TCP over IPv6) |
 //! | AES-128-GCM, tls-auth SHA512, proxy                   | traffic                  |
 //! | CHACHA20-POLY1305, tls-crypt, direct                  | traffic                  |
 //! | AES-256-CBC + SHA256, no wrapping, proxy              | traffic                  |
@@ -71,6 +72,11 @@ fn cases() -> Vec<Case> {
             Options::cipher("AES-256-GCM", "SHA256", TlsAuth, Tinyproxy),
             traffic("AES-256-GCM"),
         ),
+        // vpn2 as deployed: IPv6-only transfer network, through the proxy with the header.
+        (
+            Options::cipher("AES-256-GCM", "SHA256", TlsAuth, Proxy).ipv6_only(),
+            traffic("AES-256-GCM"),
+        ),
         (
             Options::cipher("AES-128-GCM", "SHA512", TlsAuth, Proxy),
             traffic("AES-128-GCM"),
@@ -94,6 +100,7 @@ fn cases() -> Vec<Case> {
                 auth: "SHA256",
                 control: TlsCrypt,
                 transport: Proxy,
+                ipv6_only: false,
                 ekm: true,
             },
             traffic("AES-128-GCM"),
@@ -115,6 +122,7 @@ fn cases() -> Vec<Case> {
                 auth: "SHA256",
                 control: TlsAuth,
                 transport: Direct,
+                ipv6_only: false,
                 ekm: true,
             },
             Scenario::NoCommonCipher,

@@ -9,6 +9,12 @@ use crate::pki_fixture::TestPki;
 /// The value of the `Reversed-VPN` header the clients send through the proxy (vpn2's shape).
 pub const REVERSED_VPN_HEADER: &str = "outbound|1194||vpn-seed-server";
 
+/// vpn2's default IPv6 transfer network (`VPN_NETWORK` unset).
+pub const TRANSFER_NET_V6: &str = "fd8f:6d53:b97a:1::/96";
+/// The server's tunnel address on it.
+pub const SERVER_TUN_V6: std::net::Ipv6Addr =
+    std::net::Ipv6Addr::new(0xfd8f, 0x6d53, 0xb97a, 1, 0, 0, 0, 1);
+
 /// Control-channel protection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Control {
@@ -46,6 +52,8 @@ pub struct Options {
     pub control: Control,
     /// Direct or through the proxy.
     pub transport: Transport,
+    /// vpn2's transfer network: `server-ipv6` only, no IPv4 pool (the tunnel carries IPv6).
+    pub ipv6_only: bool,
     /// Whether our sides offer the TLS exporter for data keys (upstream 2.6 always does);
     /// without it the session falls back to the TLS 1.0 PRF.
     pub ekm: bool,
@@ -65,7 +73,16 @@ impl Options {
             auth,
             control,
             transport,
+            ipv6_only: false,
             ekm: true,
+        }
+    }
+
+    /// The same options on vpn2's IPv6-only transfer network.
+    pub fn ipv6_only(self) -> Self {
+        Self {
+            ipv6_only: true,
+            ..self
         }
     }
 
@@ -95,6 +112,9 @@ impl fmt::Display for Options {
             Transport::Proxy => f.write_str(" proxy")?,
             Transport::Tinyproxy => f.write_str(" tinyproxy")?,
         }
+        if self.ipv6_only {
+            f.write_str(" ipv6-transfer-net")?;
+        }
         if !self.ekm {
             f.write_str(" ours-without-ekm")?;
         }
@@ -110,7 +130,6 @@ pub fn server(pki: &TestPki, options: &Options, extra: &[String]) -> String {
         format!("port {SERVER_PORT}"),
         "dev tun".to_owned(),
         "topology subnet".to_owned(),
-        "server 192.168.123.0 255.255.255.0".to_owned(),
         format!("ca {}", pki.ca_cert().display()),
         format!("cert {}", pki.server_cert().display()),
         format!("key {}", pki.server_key().display()),
@@ -118,6 +137,14 @@ pub fn server(pki: &TestPki, options: &Options, extra: &[String]) -> String {
         format!("data-ciphers {}", options.server_ciphers),
         format!("auth {}", options.auth),
     ];
+    if options.ipv6_only {
+        // As vpn2 renders it: no IPv4 pool at all.
+        lines.push("mode server".to_owned());
+        lines.push("tls-server".to_owned());
+        lines.push(format!("server-ipv6 {TRANSFER_NET_V6}"));
+    } else {
+        lines.push("server 192.168.123.0 255.255.255.0".to_owned());
+    }
     lines.extend(wrap(pki.ta_key().as_path(), options.control, "0"));
     lines.extend(extra.iter().cloned());
     lines.join("\n") + "\n"

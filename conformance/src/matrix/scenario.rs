@@ -1,6 +1,6 @@
 //! How each [`Scenario`] is driven, and what it asserts.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::config::{self, Transport};
@@ -125,6 +125,7 @@ pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
         server,
         client: None,
         proxy,
+        v6: case.options.ipv6_only,
     };
     let result = run.drive(case, env, dir.path(), &client_conf, &mut outcome.routes);
     if case.pair.client == Impl::Upstream {
@@ -178,6 +179,8 @@ struct Run<'l> {
     server: Peer<'l>,
     client: Option<Peer<'l>>,
     proxy: Option<Proxy>,
+    /// The tunnel carries IPv6 only (vpn2's transfer network).
+    v6: bool,
 }
 
 impl<'l> Run<'l> {
@@ -399,12 +402,25 @@ impl<'l> Run<'l> {
 
     /// Pings the client's tunnel address from SEED and the server's from SHOOT; returns the
     /// client's tunnel address.
-    fn ping_both(&self) -> Result<std::net::Ipv4Addr, String> {
-        let client_tun =
-            tun_address(&self.lab.shoot).ok_or("no IPv4 address on the client's tun0")?;
+    fn ping_both(&self) -> Result<IpAddr, String> {
+        let (client_tun, server_tun) = if self.v6 {
+            (
+                tun_address(&self.lab.shoot, true).ok_or_else(|| {
+                    let out = self.lab.shoot.run(["ip", "addr", "show", "dev", "tun0"]);
+                    format!("no global IPv6 address on the client's tun0: {out:?}")
+                })?,
+                IpAddr::V6(config::SERVER_TUN_V6),
+            )
+        } else {
+            (
+                tun_address(&self.lab.shoot, false)
+                    .ok_or("no IPv4 address on the client's tun0")?,
+                IpAddr::V4(SERVER_TUN),
+            )
+        };
         ping(&self.lab.seed, client_tun, PING_TIMEOUT)
             .map_err(|e| format!("seed -> client: {e}"))?;
-        ping(&self.lab.shoot, SERVER_TUN, PING_TIMEOUT)
+        ping(&self.lab.shoot, server_tun, PING_TIMEOUT)
             .map_err(|e| format!("shoot -> server: {e}"))?;
         Ok(client_tun)
     }
@@ -439,7 +455,7 @@ impl<'l> Run<'l> {
         if logs::sessions_up(c_imp, Side::Client, &client.log()) > 0 {
             return Err("the client brought a tunnel up without a common cipher".into());
         }
-        if tun_address(&self.lab.shoot).is_some() {
+        if tun_address(&self.lab.shoot, self.v6).is_some() {
             return Err("the client configured tun0 without a common cipher".into());
         }
         // Upstream's client exits on AUTH_FAILED (no `auth-retry`); ours keeps retrying (C1).

@@ -2,7 +2,7 @@
 //! SHA-256 the receiver checks.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use openssl::sha::Sha256;
@@ -12,21 +12,26 @@ use crate::netns::Netns;
 /// The port the receiver listens on (inside the client's namespace).
 pub const TRANSFER_PORT: u16 = 5001;
 
-/// The IPv4 address on `tun0` in `ns`, if any.
-pub fn tun_address(ns: &Netns) -> Option<Ipv4Addr> {
-    let out = ns
-        .run(["ip", "-4", "-o", "addr", "show", "dev", "tun0"])
-        .ok()?;
+/// The IPv4 (or with `v6`, global IPv6) address on `tun0` in `ns`, if any.
+pub fn tun_address(ns: &Netns, v6: bool) -> Option<IpAddr> {
+    let out = if v6 {
+        ns.run([
+            "ip", "-6", "-o", "addr", "show", "dev", "tun0", "scope", "global",
+        ])
+    } else {
+        ns.run(["ip", "-4", "-o", "addr", "show", "dev", "tun0"])
+    }
+    .ok()?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let cidr = text
         .split_whitespace()
-        .skip_while(|w| *w != "inet")
+        .skip_while(|w| *w != "inet" && *w != "inet6")
         .nth(1)?;
     cidr.split('/').next()?.parse().ok()
 }
 
 /// Pings `dst` from `ns` until one echo is answered, for at most `timeout`.
-pub fn ping(ns: &Netns, dst: Ipv4Addr, timeout: Duration) -> Result<(), String> {
+pub fn ping(ns: &Netns, dst: IpAddr, timeout: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
         let ok = ns
@@ -52,7 +57,7 @@ fn byte_at(i: usize) -> u8 {
 pub fn transfer(
     from: &Netns,
     to: &Netns,
-    to_addr: Ipv4Addr,
+    to_addr: IpAddr,
     len: usize,
     chunk: usize,
     pause: Duration,

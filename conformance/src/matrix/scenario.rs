@@ -38,6 +38,7 @@ pub const PUSHES: &[&str] = &[
     r#"push "route 10.99.0.0 255.255.0.0""#,
     r#"push "route  10.250.2.0 255.255.255.0""#,
     r#"push "redirect-gateway def1""#,
+    r#"push "route 10.253.0.0 255.255.0.0 net_gateway""#,
 ];
 
 /// The client's pull-filters of [`Scenario::Push`] (the first only without `redirect`).
@@ -51,8 +52,11 @@ pub const PULL_FILTERS: &[&str] = &[
 /// Routes a client must install from [`PUSHES`] under [`PULL_FILTERS`], and must not.
 const PUSH_WANTED: &[&str] = &["10.250.0.0/16", "10.250.1.0/24", "10.252.0.0/16"];
 const PUSH_UNWANTED: &[&str] = &["10.99.0.0/16", "10.250.2.0/24"];
-/// What `redirect-gateway def1` installs (upstream only).
-const REDIRECT_ROUTES: &[&str] = &["0.0.0.0/1", "128.0.0.0/1"];
+/// What `redirect-gateway def1` and the `net_gateway` route install (upstream only, and only
+/// with `redirect`).
+const REDIRECT_ROUTES: &[&str] = &["0.0.0.0/1", "128.0.0.0/1", "10.253.0.0/16"];
+/// The filter that lets the `net_gateway` route through with `redirect`.
+const NET_GATEWAY_FILTER: &str = r#"pull-filter accept "route 10.253.""#;
 
 pub(super) fn run(env: &Env<'_>, case: &Case) -> Outcome {
     let mut outcome = Outcome {
@@ -165,11 +169,14 @@ fn extras(case: &Case) -> (Vec<String>, Vec<String>) {
             let mut srv = s(&["keepalive 10 60"]);
             srv.extend(s(PUSHES));
             let filters = if redirect {
-                &PULL_FILTERS[1..]
+                // Also let the route outside the tunnel through.
+                let mut f = vec![NET_GATEWAY_FILTER.to_owned()];
+                f.extend(s(&PULL_FILTERS[1..]));
+                f
             } else {
-                PULL_FILTERS
+                s(PULL_FILTERS)
             };
-            (srv, s(filters))
+            (srv, filters)
         }
     }
 }
@@ -356,7 +363,8 @@ impl<'l> Run<'l> {
                         return Err(format!("route {unwanted} installed: {routes:?}"));
                     }
                 }
-                // Upstream applies an accepted redirect-gateway; ours never does (P7).
+                // Upstream applies an accepted redirect-gateway and a route via net_gateway;
+                // ours never does (P7).
                 let redirected = redirect && c_imp == Impl::Upstream;
                 for r in REDIRECT_ROUTES {
                     let there = routes.iter().any(|x| x.starts_with(&format!("{r} ")));
@@ -370,9 +378,9 @@ impl<'l> Run<'l> {
                 summary.push_str(", routes as filtered");
                 if redirect {
                     summary.push_str(if redirected {
-                        ", redirect-gateway applied"
+                        ", redirect-gateway and net_gateway route applied"
                     } else {
-                        ", redirect-gateway not applied (P7)"
+                        ", redirect-gateway and net_gateway route not applied (P7)"
                     });
                 }
             }

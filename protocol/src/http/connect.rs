@@ -110,6 +110,14 @@ pub fn parse_connect_request(buf: &[u8]) -> Result<Option<(ConnectHead, usize)>,
         None if buf.len() >= MAX_REQUEST_LINE_LEN + 2 => return Err(too_long_line()),
         _ => {}
     }
+    // A bare CR or LF inside the head is refused now, not left to time out.
+    let head_end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(buf.len(), |i| i + 4);
+    if has_bare_line_break(&buf[..head_end]) {
+        return Err(RequestError::Head(HttpError::BareLineBreak));
+    }
     let Some((head, len)) = parse_request_head(buf)? else {
         return Ok(None);
     };
@@ -129,6 +137,16 @@ pub fn parse_connect_request(buf: &[u8]) -> Result<Option<(ConnectHead, usize)>,
         },
         len,
     )))
+}
+
+/// An LF not preceded by CR, or a CR followed by anything but LF (a CR at the very end may
+/// still be completed).
+fn has_bare_line_break(head: &[u8]) -> bool {
+    head.iter().enumerate().any(|(i, &b)| match b {
+        b'\n' => i == 0 || head[i - 1] != b'\r',
+        b'\r' => head.get(i + 1).is_some_and(|&next| next != b'\n'),
+        _ => false,
+    })
 }
 
 fn too_long_line() -> RequestError {
@@ -329,7 +347,7 @@ mod tests {
 
     #[test]
     fn strictness_statuses() {
-        let cases: [(&[u8], u16); 17] = [
+        let cases: [(&[u8], u16); 18] = [
             (b"CONNECT a:1 HTTP/1.1\r\nHost: a\r\nX-A : b\r\n\r\n", 400),
             (b"CONNECT a:1 HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 405),
@@ -346,6 +364,7 @@ mod tests {
             (b"CONNECT a:1 HTTP/1.1\r\n\r\n", 400),
             (b"CONNECT a:1 HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400),
             (b"CONNECT a:1 HTTP/1.0\r\n\r\n", 200),
+            (b"CONNECT a:1 HTTP/1.0\nHost: a\n", 400),
             (b"CONNECT [fd00::1]:443 HTTP/1.1\r\nHost: [fd00::1]:443\r\n\r\n", 200),
         ];
         for (raw, want) in cases {

@@ -126,7 +126,12 @@ impl Setup {
             String::from_utf8_lossy(&head)
         );
         let greeting = format!("{name}\n");
-        let mut seen = head[head.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..].to_vec();
+        let mut seen = head[head
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("head end")
+            + 4..]
+            .to_vec();
         if !seen.starts_with(greeting.as_bytes()) {
             seen.extend(c.read_until(greeting.as_bytes()));
         }
@@ -294,7 +299,7 @@ fn v2(header: &ProxyHeader) -> Vec<u8> {
 }
 
 fn sock(s: &str) -> SocketAddr {
-    s.parse().unwrap()
+    s.parse().expect("socket address")
 }
 
 #[test]
@@ -513,7 +518,7 @@ fn http_strictness() {
     }
     // A valid CONNECT pipelined behind a refused request is never parsed or forwarded: one
     // answer, then the close.
-    let valid = connect(&[route.clone()]);
+    let valid = connect(std::slice::from_ref(&route));
     for first in [
         raw(format!("GET / HTTP/1.1\r\nHost: x\r\n{route}\r\n\r\n")),
         raw(format!(

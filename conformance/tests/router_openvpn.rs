@@ -106,7 +106,7 @@ fn stock_and_our_client_reach_the_server_through_the_router_with_each_header() {
 
         // Ours.
         let settings = our_settings(&pki, proxy.ip().to_string(), proxy.port(), name);
-        with_our_client(&lab, settings, |lab| ping_server(lab));
+        with_our_client(&lab, settings, ping_server);
     }
 
     // An unknown route: the stock client gets 400 and never initialises.

@@ -9,6 +9,10 @@
 //! ours uses `Settings::http_proxy` with a custom header. Each must complete its handshake
 //! and ping the server's tun address through the tunnel. A request naming a route the router
 //! does not know must not reach the server (the client never initialises).
+//!
+//! A second test stands in for the apiserver-proxy: `curl` in SHOOT tunnels HTTPS with
+//! `X-Gardener-API-Route` through the router to a test "kube-apiserver" (`openssl s_server`)
+//! in SEED.
 
 mod router_common;
 
@@ -29,6 +33,8 @@ use vpn_client::{CancellationToken, HttpProxy, Remote, Settings, Stopped, TlsMat
 
 const SERVER_TUN: Ipv4Addr = Ipv4Addr::new(192, 168, 123, 1);
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// The test "kube-apiserver" (`openssl s_server -www`) on SEED's loopback.
+const KUBE_APISERVER_PORT: u16 = 9443;
 const HEADERS: [&str; 3] = [
     "X-Gardener-Destination",
     "Reversed-VPN",
@@ -43,8 +49,12 @@ fn router_config() -> String {
         ));
     }
     text.push_str(&format!(
-        "[[route]]\nvalue = \"{}\"\nupstream = \"127.0.0.1:1194\"\n",
+        "[[route]]\nvalue = \"{}\"\nupstream = \"127.0.0.1:1194\"\n\n",
         vpn("shoot--p--a")
+    ));
+    text.push_str(&format!(
+        "[[route]]\nvalue = \"{}\"\nupstream = \"127.0.0.1:{KUBE_APISERVER_PORT}\"\n",
+        kapi("shoot--p--a")
     ));
     text
 }
@@ -214,4 +224,73 @@ fn wait_no_tun(lab: &Lab) {
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("tun0 left behind in SHOOT");
+}
+
+#[test]
+fn https_reaches_a_test_kube_apiserver_with_the_api_route_header() {
+    let lab = Lab::new(&["openvpn", "openssl", "curl"]);
+    let pki = TestPki::generate().expect("pki");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let router = lab.router(&dir, &router_config());
+    let cert = pki.server_cert();
+    let key = pki.server_key();
+    lab.seed
+        .spawn(
+            lab.seed
+                .command("openssl")
+                .args(["s_server", "-quiet", "-www", "-accept"])
+                .arg(format!("127.0.0.1:{KUBE_APISERVER_PORT}"))
+                .arg("-cert")
+                .arg(&cert)
+                .arg("-key")
+                .arg(&key),
+        )
+        .expect("s_server");
+    let deadline = Instant::now() + TIMEOUT;
+    while !lab
+        .seed
+        .run_in(|| std::net::TcpStream::connect(("127.0.0.1", KUBE_APISERVER_PORT)).is_ok())
+        .expect("run_in")
+    {
+        assert!(Instant::now() < deadline, "s_server never listened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let proxy = router.addr(2);
+    let curl = |header: &str| {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                lab.shoot.name(),
+                "curl",
+                "-sS",
+                "-k",
+                "--max-time",
+                "10",
+            ])
+            .arg("--proxytunnel")
+            .arg("--proxy")
+            .arg(format!("http://{proxy}"))
+            .arg("--proxy-header")
+            .arg(header)
+            .arg(format!("https://127.0.0.1:{KUBE_APISERVER_PORT}/"))
+            .output()
+            .expect("curl")
+    };
+    let ok = curl(&format!("X-Gardener-API-Route: {}", kapi("shoot--p--a")));
+    assert!(
+        ok.status.success(),
+        "curl through the router failed: {ok:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("s_server"),
+        "not the test kube-apiserver's page: {ok:?}"
+    );
+    // The same request naming another shoot's apiserver is refused (curl reports the 400).
+    let refused = curl(&format!("X-Gardener-API-Route: {}", kapi("shoot--p--b")));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("400"),
+        "{refused:?}"
+    );
 }

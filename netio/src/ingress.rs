@@ -140,21 +140,22 @@ where
     })
 }
 
-/// Answers `status` (when given), half-closes, then reads and discards what the client still
-/// sends (at most [`LINGER_BYTES`] for [`LINGER_TIME`]) so the answer is not lost to a reset.
-/// Nothing read here is looked at. Best effort: errors are ignored.
+/// Without a `status`, closes at once. With one, answers it, half-closes, then reads and
+/// discards what the client still sends (at most [`LINGER_BYTES`] for [`LINGER_TIME`]) so the
+/// answer is not lost to a reset. Nothing read here is looked at. Best effort: errors are
+/// ignored.
 pub async fn refuse<S>(stream: &mut S, status: Option<Status>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    if let Some(status) = status {
-        let mut out = Vec::new();
-        status.encode(&mut out);
-        if stream.write_all(&out).await.is_err() {
-            return;
-        }
-    }
-    if stream.shutdown().await.is_err() {
+    let Some(status) = status else {
+        // Nothing to deliver: close at once, unread.
+        let _ = stream.shutdown().await;
+        return;
+    };
+    let mut out = Vec::new();
+    status.encode(&mut out);
+    if stream.write_all(&out).await.is_err() || stream.shutdown().await.is_err() {
         return;
     }
     let drain = async {

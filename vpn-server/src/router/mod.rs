@@ -66,4 +66,4 @@ mod serve;
 
 pub use config::{ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
-pub use serve::{main, relay, Reloader, Router, RouterArgs, RouterError};
+pub use serve::{main, relay, Counters, Reloader, Router, RouterArgs, RouterError};

@@ -4,6 +4,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -92,6 +93,16 @@ struct Shared {
     path: Option<PathBuf>,
     config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
+    counters: Arc<Counters>,
+}
+
+/// What the router has done so far (for tests, the demo and, later, metrics).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Requests answered 200 (tunnels opened).
+    pub tunnels: AtomicU64,
+    /// Requests answered with a refusal (4xx / 5xx).
+    pub refused: AtomicU64,
 }
 
 impl Router {
@@ -125,6 +136,7 @@ impl Router {
                 path,
                 config,
                 policy,
+                counters: Arc::default(),
             }),
         })
     }
@@ -135,6 +147,11 @@ impl Router {
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect()
+    }
+
+    /// The router's counters (shared; they keep counting while it runs).
+    pub fn counters(&self) -> Arc<Counters> {
+        Arc::clone(&self.shared.counters)
     }
 
     /// A handle that reloads this router's policy from its file (what SIGHUP does).
@@ -273,6 +290,9 @@ async fn handle(
                     info!(%peer, listener = %listener.address, status = status.map(|s| s.code), "refused: {}", chain(&e))
                 }
             }
+            if status.is_some() {
+                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            }
             refuse(&mut stream, status).await;
             return;
         }
@@ -289,6 +309,7 @@ async fn handle(
         Ok(d) => d,
         Err(refusal) => {
             log_refusal(peer, client, listener, &refusal);
+            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
             refuse(&mut stream, Some(refusal.status())).await;
             return;
         }
@@ -302,11 +323,13 @@ async fn handle(
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             info!(%peer, %client, %route, upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
+            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
             refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
             return;
         }
         Err(_) => {
             info!(%peer, %client, %route, upstream = %upstream_name, status = 504, "upstream connect timed out");
+            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
             refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
             return;
         }
@@ -316,6 +339,7 @@ async fn handle(
     if stream.write_all(&ok).await.is_err() || upstream.write_all(&early).await.is_err() {
         return;
     }
+    shared.counters.tunnels.fetch_add(1, Ordering::Relaxed);
     debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
     match relay(&mut stream, &mut upstream).await {
         Ok((up, down)) => {

@@ -25,6 +25,24 @@
 //! started deciding with); a bad file is logged and the old policy stays. Listeners and
 //! timeouts are fixed at start (a change to them is logged and needs a restart).
 //!
+//! # Where it differs from Gardener's Istio gateway, and why
+//!
+//! * A CONNECT without a usable routing header gets 400, and a non-CONNECT request 405 with
+//!   `Allow: CONNECT`; Istio redirects both to https:443. A redirect is no answer a tunnel
+//!   client can use, and the issue asks for 400 and never a fallback.
+//! * Routing values are checked strictly (`protocol::http::route`): the namespace is one DNS
+//!   label and the port must be the service's. Istio's expression accepts any text between
+//!   the service name and `.svc.cluster.local`. The `<id>--kube-apiserver-socket` shape
+//!   (Istio TLS termination) is not routed.
+//! * Routes are listed in the config, not derived from Services: a valid value without a
+//!   route is 400.
+//! * A listener with `proxy_protocol = "required"` accepts connections only from its trusted
+//!   networks and only with a header; Istio's listener filter also accepts connections without
+//!   one, which lets a client spoof its address (reference section 2.5). Hairpin traffic that
+//!   bypasses the load balancer needs its own listener with `"off"`.
+//! * Allow-lists are keyed by the exact routing value (the ACL extension matches the header
+//!   with `.<id>.` anchors to the same effect), and only ALLOW semantics exist.
+//!
 //! # Config file (TOML)
 //!
 //! ```toml

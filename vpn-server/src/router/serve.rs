@@ -112,7 +112,7 @@ impl Router {
         Self::bind_config(config, Some(path.to_owned())).await
     }
 
-    /// Binds the listeners of `config`; `path` is what [`Router::reload`] re-reads.
+    /// Binds the listeners of `config`; `path` is what [`Reloader::reload`] re-reads.
     pub async fn bind_config(
         config: RouterConfig,
         path: Option<PathBuf>,

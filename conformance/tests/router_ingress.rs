@@ -533,3 +533,43 @@ fn http_strictness() {
     }
     assert_eq!(s.connects(), 0, "a refused request reached an upstream");
 }
+
+#[test]
+fn connections_over_the_limit_get_503() {
+    let lab = Lab::new(&[]);
+    let u1 = lab.upstream("U1", 0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "max_connections = 2\n\n[[listener]]\naddress = \"10.79.0.1:0\"\n\
+         headers = [\"X-Gardener-Destination\"]\n\n[[route]]\nvalue = \"{}\"\nupstream = \"{}\"\n",
+        vpn("shoot--p--ab"),
+        u1.addr
+    );
+    let router = lab.router(&dir, &text);
+    let head = connect(&[hdr("X-Gardener-Destination", &vpn("shoot--p--ab"))]);
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut c = lab.connect_from(b(), router.addr(0));
+        c.send(&head);
+        assert!(c.read_until(b"U1\n").starts_with(b"HTTP/1.1 200 "));
+        open.push(c);
+    }
+    let mut third = lab.connect_from(b(), router.addr(0));
+    let (out, closed) = third.read_all();
+    assert!(closed);
+    assert_eq!(status(&out), Some(503));
+    // A slot frees when a tunnel ends.
+    drop(open.pop());
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let mut c = lab.connect_from(b(), router.addr(0));
+        c.send(&head);
+        let (out, _) = c.read_all_until(b"U1\n");
+        if status(&out) == Some(200) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the slot never freed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(u1.connects(), 3);
+}

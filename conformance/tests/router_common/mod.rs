@@ -232,6 +232,19 @@ impl Client {
         }
     }
 
+    /// Reads until `out` contains `needle` or the peer closes; whether `needle` came.
+    pub fn read_all_until(&mut self, needle: &[u8]) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !out.windows(needle.len()).any(|w| w == needle) {
+            match self.stream.read(&mut buf) {
+                Ok(0) | Err(_) => return (out, false),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+        (out, true)
+    }
+
     /// Reads until `out` contains `needle` (panics after [`WAIT`] or on close).
     pub fn read_until(&mut self, needle: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();

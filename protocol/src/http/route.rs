@@ -392,4 +392,34 @@ mod tests {
             assert_eq!(RouteValue::parse(value), Err(want), "{value}");
         }
     }
+
+    proptest::proptest! {
+        /// Every value built from a valid service and namespace parses back to itself, and
+        /// any one-byte change either is refused or gives a value that prints as the changed
+        /// string: nothing is normalised, so exact-string keys cannot alias.
+        #[test]
+        fn values_round_trip_and_mutations_never_alias(
+            ns in "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?",
+            which in 0u8..7,
+            pos in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::any::<u8>(),
+        ) {
+            let service = match which {
+                0..=4 => Service::VpnSeedServer { replica: Some(which) },
+                5 => Service::VpnSeedServer { replica: None },
+                _ => Service::KubeApiserver,
+            };
+            let value = RouteValue::new(service, &ns).unwrap();
+            let text = value.to_string();
+            proptest::prop_assert_eq!(RouteValue::parse(&text).unwrap(), value.clone());
+            let mut bytes = text.clone().into_bytes();
+            let i = pos.index(bytes.len());
+            bytes[i] = byte;
+            if let Ok(mutated) = std::str::from_utf8(&bytes) {
+                if let Ok(parsed) = RouteValue::parse(mutated) {
+                    proptest::prop_assert_eq!(parsed.to_string(), mutated);
+                }
+            }
+        }
+    }
 }

@@ -15,6 +15,8 @@ use super::policy::{Policy, Target, ROUTING_HEADERS};
 
 /// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on connections served at once, all listeners together.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 
 /// Everything the config file says, checked.
 #[derive(Debug, Clone)]
@@ -25,6 +27,8 @@ pub struct RouterConfig {
     pub deadlines: Deadlines,
     /// Bound on connecting upstream.
     pub connect_timeout: Duration,
+    /// Connections served at once; one more is answered 503 and closed.
+    pub max_connections: usize,
     /// Routes and allow-lists (replaced as a whole on reload).
     pub policy: Policy,
 }
@@ -64,6 +68,7 @@ impl RouterConfig {
 struct RawConfig {
     #[serde(default)]
     always_allowed: Vec<String>,
+    max_connections: Option<usize>,
     #[serde(default)]
     timeouts: RawTimeouts,
     #[serde(default, rename = "listener")]
@@ -150,6 +155,7 @@ impl RawConfig {
                 header: ms(self.timeouts.header_ms, defaults.header),
             },
             connect_timeout: ms(self.timeouts.connect_ms, DEFAULT_CONNECT_TIMEOUT),
+            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             policy: Policy {
                 routes,
                 always_allowed: cidrs(&self.always_allowed)?,

@@ -49,6 +49,7 @@
 //! # Networks that may reach every target with an allow-list (seed nodes and pods,
 //! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
+//! max_connections = 8192      # optional; one more is answered 503 and closed
 //!
 //! [timeouts]                  # optional, milliseconds
 //! proxy_header_ms = 5000      # PROXY header complete after accept
@@ -82,6 +83,8 @@ mod config;
 mod policy;
 mod serve;
 
-pub use config::{ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT};
+pub use config::{
+    ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
 pub use serve::{main, relay, Counters, Reloader, Router, RouterArgs, RouterError};

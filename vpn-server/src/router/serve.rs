@@ -12,6 +12,7 @@ use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
 use protocol::http::connect::Status;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -188,7 +189,9 @@ impl Router {
     /// Serves until `shutdown`; open tunnels are cut then.
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
+        let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
         for (listener, config) in self.listeners {
+            let slots = Arc::clone(&slots);
             let shared = Arc::clone(&self.shared);
             let shutdown = shutdown.clone();
             let conns = tracker.clone();
@@ -206,10 +209,17 @@ impl Router {
                             continue;
                         }
                     };
+                    let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                        shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                        warn!(%peer, "connection limit reached, answering 503");
+                        conns.spawn(over_limit(stream));
+                        continue;
+                    };
                     let shared = Arc::clone(&shared);
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
                     conns.spawn(async move {
+                        let _slot = slot;
                         tokio::select! {
                             () = shutdown.cancelled() => {}
                             () = handle(stream, peer, &config, &shared) => {}
@@ -221,6 +231,14 @@ impl Router {
         tracker.close();
         tracker.wait().await;
     }
+}
+
+/// Answers a connection over the limit with 503 and closes it, without reading it.
+async fn over_limit(mut stream: TcpStream) {
+    let mut out = Vec::new();
+    Status::SERVICE_UNAVAILABLE.encode(&mut out);
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&out)).await;
+    let _ = stream.shutdown().await;
 }
 
 /// Reloads a router's policy from its config file.
@@ -246,6 +264,7 @@ impl Reloader {
         if new.listeners != self.shared.config.listeners
             || new.deadlines != self.shared.config.deadlines
             || new.connect_timeout != self.shared.config.connect_timeout
+            || new.max_connections != self.shared.config.max_connections
         {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }

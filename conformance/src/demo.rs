@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  SEED                         INGRESS                      SHOOT                      POD
-//!  vpn_server::Server           tinyproxy :8888              vpn_client::run            python3 -m http.server
+//!  vpn_server::Server           router :8443                 vpn_client::run            python3 -m http.server
 //!  tun0 192.168.123.1/24        (the seed's ingress)         tun0 192.168.123.x/24      100.96.0.10:8080
 //!  route 100.96.0.0/24 tun0                                  ip_forward=1               default via 100.96.0.1
 //!  iroute for vpn-shoot-client
@@ -11,9 +11,11 @@
 //!                                                            100.96.0.1/24 ──veth── 100.96.0.10/24
 //! ```
 //!
-//! SHOOT has no route to SEED: the client dials tinyproxy in INGRESS and asks it for
-//! `CONNECT 10.250.0.1:1194` with the header `Reversed-VPN: outbound|1194||vpn-seed-server`
-//! (tinyproxy ignores the header; Gardener's ingress routes on it). The PKI (a CA, the server
+//! SHOOT has no route to SEED: the client dials the ingress router (`vpn_server::router`) in
+//! INGRESS with `CONNECT 10.250.0.1:1194` and the header
+//! `Reversed-VPN: outbound|1194||vpn-seed-server.shoot--demo--lab.svc.cluster.local`; the
+//! router routes by that header (the request target is ignored) to 10.250.0.1:1194, and only
+//! for SHOOT's address (its allow-list). The PKI (a CA, the server
 //! and client certificates, the tls-auth key) is issued with the `pki` crate. Once the tunnel
 //! is up, SEED pings the pod address and downloads a generated file from the pod's HTTP
 //! server with `curl`; the SHA-256 of what arrived must equal the served file's. Last, the
@@ -50,12 +52,12 @@ use crate::{check_lab, LabError};
 pub const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
 /// INGRESS on the SEED link.
 pub const INGRESS_SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
-/// INGRESS on the SHOOT link: where tinyproxy listens.
+/// INGRESS on the SHOOT link: where the router listens.
 pub const PROXY_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 5);
 /// SHOOT on the INGRESS link.
 pub const SHOOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 6);
-/// tinyproxy's port.
-pub const PROXY_PORT: u16 = 8888;
+/// The router's port (Gardener's unified CONNECT port).
+pub const PROXY_PORT: u16 = 8443;
 /// The OpenVPN port.
 pub const VPN_PORT: u16 = 1194;
 /// The server's tun address (the first of the `192.168.123.0/24` pool).
@@ -73,7 +75,10 @@ pub const CLIENT_CN: &str = "vpn-shoot-client";
 /// The server certificate's CN.
 pub const SERVER_CN: &str = "vpn-seed-server";
 /// The routing header the client sends to the proxy.
-pub const REVERSED_VPN_HEADER: (&str, &str) = ("Reversed-VPN", "outbound|1194||vpn-seed-server");
+pub const REVERSED_VPN_HEADER: (&str, &str) = (
+    "Reversed-VPN",
+    "outbound|1194||vpn-seed-server.shoot--demo--lab.svc.cluster.local",
+);
 /// Size of the file served in the pod network.
 pub const FILE_LEN: usize = 16 << 20;
 /// Name of that file.
@@ -117,6 +122,9 @@ pub enum DemoError {
     /// Building the CA bundle or the server's TLS context failed.
     #[error("building the server's TLS context failed")]
     Tls(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The ingress router could not start.
+    #[error("ingress router failed")]
+    Router(#[source] vpn_server::router::RouterError),
     /// The server could not start or stopped with an error.
     #[error("vpn-server failed")]
     Server(#[source] vpn_server::ServerError),
@@ -243,7 +251,7 @@ pub struct Summary {
     pub cipher: Option<String>,
     /// From starting the client to its tun device carrying the pushed address.
     pub tunnel_up: Option<Duration>,
-    /// The CONNECT line tinyproxy logged.
+    /// How the ingress router routed the client's CONNECT.
     pub proxy_connect: Option<String>,
     /// The ping step's result.
     pub ping: Option<Ping>,
@@ -281,7 +289,7 @@ impl fmt::Display for Summary {
         writeln!(f, "Summary")?;
         writeln!(
             f,
-            "  path           SEED {SERVER_TUN} -> tun0 -> vpn-server => TCP via tinyproxy (INGRESS) => vpn-client -> SHOOT -> pod {POD_ADDR}"
+            "  path           SEED {SERVER_TUN} -> tun0 -> vpn-server => TCP via the ingress router (INGRESS) => vpn-client -> SHOOT -> pod {POD_ADDR}"
         )?;
         writeln!(
             f,
@@ -447,7 +455,7 @@ impl Recorder<'_> {
 }
 
 /// Runs the demo (see the module docs). `report` is called with each step as it finishes.
-/// Needs root, `ip`, `tinyproxy`, `python3` and `curl`; `ping` is used when present.
+/// Needs root, `ip`, `python3` and `curl`; `ping` is used when present.
 pub fn run(report: &mut dyn FnMut(&Step)) -> Summary {
     run_with_file(FILE_LEN, report)
 }
@@ -492,7 +500,7 @@ fn preflight() -> Result<(Tools, String), DemoError> {
     } else {
         "python3".to_owned()
     };
-    check_lab(&["tinyproxy", "curl", &python])?;
+    check_lab(&["curl", &python])?;
     let ping = Command::new("ping")
         .arg("-V")
         .stdout(Stdio::null())
@@ -500,7 +508,7 @@ fn preflight() -> Result<(Tools, String), DemoError> {
         .status()
         .is_ok();
     let line = format!(
-        "root, /dev/net/tun, ip, tinyproxy, curl, python3{}",
+        "root, /dev/net/tun, ip, curl, python3{}",
         if ping {
             ", ping"
         } else {
@@ -594,38 +602,42 @@ impl Lab {
         Ok((lab, line))
     }
 
-    /// Starts tinyproxy in INGRESS and waits until it accepts connections.
-    fn start_proxy(&self) -> Result<(u32, String), DemoError> {
-        let config = self.dir.path().join("tinyproxy.conf");
-        let log = self.proxy_log_path();
+    /// Starts the ingress router in INGRESS (a runtime whose threads live there): one
+    /// listener honouring `Reversed-VPN`, one route to the server, allowed for SHOOT only.
+    fn start_router(&self) -> Result<(IngressRouter, String), DemoError> {
         let text = format!(
-            "Port {PROXY_PORT}\nListen {PROXY_ADDR}\nTimeout 600\nMaxClients 8\n\
-             Allow {SHOOT_ADDR}/30\nConnectPort {VPN_PORT}\nLogFile \"{}\"\nLogLevel Connect\n",
-            log.display()
+            "[[listener]]\naddress = \"{PROXY_ADDR}:{PROXY_PORT}\"\nheaders = [\"{}\"]\n\n\
+             [[route]]\nvalue = \"{}\"\nupstream = \"{SEED_ADDR}:{VPN_PORT}\"\n\
+             allow = [\"{SHOOT_ADDR}/32\"]\n",
+            REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
         );
-        std::fs::write(&config, text).map_err(|e| LabError::Io {
-            path: config.clone(),
-            source: e,
-        })?;
-        let pid = self.ingress.spawn(
-            self.ingress
-                .command("tinyproxy")
-                .arg("-d")
-                .arg("-c")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        )?;
-        self.wait_listening(&self.ingress, pid, "tinyproxy", (PROXY_ADDR, PROXY_PORT))?;
+        let config = vpn_server::router::RouterConfig::parse(&text)
+            .map_err(|e| DemoError::Router(e.into()))?;
+        let token = CancellationToken::new();
+        let (rt, counters) = self.ingress.run_in(|| {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(DemoError::Runtime)?;
+            let router = rt
+                .block_on(vpn_server::router::Router::bind_config(config, None))
+                .map_err(DemoError::Router)?;
+            let counters = router.counters();
+            rt.spawn(router.run(token.clone()));
+            Ok::<_, DemoError>((rt, counters))
+        })??;
         Ok((
-            pid,
-            format!("tinyproxy in INGRESS on {PROXY_ADDR}:{PROXY_PORT} (pid {pid})"),
+            IngressRouter {
+                rt: Some(rt),
+                token,
+                counters,
+            },
+            format!(
+                "vpn_server::router in INGRESS on {PROXY_ADDR}:{PROXY_PORT}: {} {} -> {SEED_ADDR}:{VPN_PORT}, allowed for {SHOOT_ADDR}",
+                REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
+            ),
         ))
-    }
-
-    fn proxy_log_path(&self) -> PathBuf {
-        self.dir.path().join("tinyproxy.log")
     }
 
     /// Writes the file and starts `python3 -m http.server` on the pod address.
@@ -892,6 +904,22 @@ fn client_settings(m: &Material) -> Result<vpn_client::Settings, DemoError> {
     Ok(s)
 }
 
+/// The ingress router's runtime in INGRESS; stopped when dropped.
+struct IngressRouter {
+    rt: Option<tokio::runtime::Runtime>,
+    token: CancellationToken,
+    counters: Arc<vpn_server::router::Counters>,
+}
+
+impl Drop for IngressRouter {
+    fn drop(&mut self) {
+        self.token.cancel();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
 /// Cancels a token when dropped (so an early return stops the server and client threads).
 struct CancelOnDrop(CancellationToken);
 
@@ -908,9 +936,10 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
     let Some(material) = rec.step("pki", |_| issue_pki()) else {
         return Ok(());
     };
-    if rec.step("proxy", |_| lab.start_proxy()).is_none() {
+    let Some(router) = rec.step("proxy", |_| lab.start_router()) else {
         return Ok(());
-    }
+    };
+    let counters = Arc::clone(&router.counters);
     let Some(served) = rec.step("pod http server", |_| lab.start_http()) else {
         return Ok(());
     };
@@ -986,7 +1015,7 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
             })?
         });
         let up = rec.step("tunnel", |summary| {
-            wait_tunnel(lab, &client_thread, client_started, summary)
+            wait_tunnel(lab, &client_thread, client_started, &counters, summary)
         });
         let ok = up.is_some()
             && rec
@@ -1055,12 +1084,13 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
     })
 }
 
-/// Waits until SHOOT's tun device carries the pushed pool address, then reads the CONNECT
-/// line from tinyproxy's log.
+/// Waits until SHOOT's tun device carries the pushed pool address, then checks that the
+/// router opened the tunnel.
 fn wait_tunnel(
     lab: &Lab,
     client: &std::thread::ScopedJoinHandle<'_, Result<Stopped, DemoError>>,
     started: Instant,
+    counters: &vpn_server::router::Counters,
     summary: &mut Summary,
 ) -> Result<((), String), DemoError> {
     let deadline = started + WAIT;
@@ -1085,18 +1115,19 @@ fn wait_tunnel(
     let up = started.elapsed();
     summary.tunnel_up = Some(up);
     summary.pool_address = Some(address);
-    summary.proxy_connect = std::fs::read_to_string(lab.proxy_log_path())
-        .ok()
-        .and_then(|log| {
-            // "Request (file descriptor N): CONNECT host:port HTTP/1.0"
-            log.lines()
-                .filter(|l| l.contains("Request (file descriptor"))
-                .find_map(|l| l.find("): CONNECT ").map(|i| l[i + 3..].trim().to_owned()))
-        });
-    let via = summary
-        .proxy_connect
-        .as_deref()
-        .map_or_else(String::new, |c| format!(" via tinyproxy `{c}`"));
+    let tunnels = counters.tunnels.load(std::sync::atomic::Ordering::Relaxed);
+    if tunnels == 0 {
+        return Err(DemoError::unexpected(
+            "tunnel",
+            "the tunnel is up but the router opened none",
+        ));
+    }
+    let routed = format!(
+        "CONNECT {SEED_ADDR}:{VPN_PORT} routed by {}: {} to {SEED_ADDR}:{VPN_PORT}",
+        REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
+    );
+    let via = format!(" via the router ({tunnels} tunnel opened)");
+    summary.proxy_connect = Some(routed);
     Ok((
         (),
         format!("{CLIENT_CN} up in {}{via}; pool address {address}", ms(up)),

@@ -8,14 +8,17 @@
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
 //!   acceptor (proxy side, for tests and the demo).
+//! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
+//!   balancers only), strict CONNECT head under a deadline, the client address to judge.
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
 //!   common variables, running it.
 //!
-//! Not built yet: the PROXY protocol acceptor, the admin HTTP endpoints and shutdown (see the
+//! Not built yet: the admin HTTP endpoints and shutdown (see the
 //! `vpn-server` / `vpn-client` issue).
 
 pub use protocol::http;
 pub mod http_connect;
+pub mod ingress;
 pub mod netlink;
 pub mod script;
 pub mod transport;

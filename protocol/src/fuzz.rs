@@ -245,6 +245,33 @@ pub fn proxy_protocol(data: &[u8]) {
     );
 }
 
+/// Parses `data` as a strict CONNECT request and each of its header values as a routing
+/// value. An accepted head must lie within `data`, re-parse from exactly its own bytes, and
+/// parsing must not depend on what follows the head; an accepted routing value must print
+/// back to the same string.
+pub fn http_request(data: &[u8]) {
+    use crate::http::connect::parse_connect_request;
+    use crate::http::route::RouteValue;
+    let Ok(Some((head, len))) = parse_connect_request(data) else {
+        return;
+    };
+    assert!(len <= data.len(), "head longer than the input");
+    assert_eq!(
+        parse_connect_request(&data[..len]),
+        Ok(Some((head.clone(), len))),
+        "the head parsed differently without the bytes after it"
+    );
+    for header in &head.headers {
+        if let Ok(route) = RouteValue::parse(&header.value) {
+            assert_eq!(
+                route.to_string(),
+                header.value,
+                "routing value not canonical"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +301,7 @@ mod tests {
             key_method_2(input);
             control_messages(input);
             proxy_protocol(input);
+            http_request(input);
         }
     }
 }

@@ -17,6 +17,9 @@
 
 use base64::Engine as _;
 
+pub mod connect;
+pub mod route;
+
 /// Longest message head (start line, headers, blank line) either side accepts, in bytes.
 pub const MAX_HEAD_LEN: usize = 8192;
 
@@ -418,6 +421,13 @@ fn parse_header_line(line: &[u8]) -> Result<Header, HttpError> {
         return Err(HttpError::BadHeader { reason: "no colon" });
     };
     let (name, value) = (&line[..colon], &line[colon + 1..]);
+    // RFC 9112 section 5.1: whitespace between the name and the colon must be rejected (400),
+    // never stripped: a downstream parser might read a different name.
+    if name.last().is_some_and(|&b| b == b' ' || b == b'\t') {
+        return Err(HttpError::BadHeader {
+            reason: "whitespace before colon",
+        });
+    }
     if name.is_empty() || !name.iter().copied().all(is_token_byte) {
         return Err(HttpError::BadHeader {
             reason: "name is not a token",

@@ -1,5 +1,5 @@
 //! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]); the
-//! CONNECT sidecar and the ingress router come later.
+//! CONNECT sidecar comes later; the ingress router is [`router`].
 //!
 //! | module | what it is |
 //! |---|---|
@@ -10,10 +10,12 @@
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
+//! | [`router`] | the ingress router subcommand: header routing, allow-lists, PROXY protocol |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
 
 pub mod config;
 pub mod pool;
+pub mod router;
 pub mod routing;
 pub mod script;
 pub mod server;

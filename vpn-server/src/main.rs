@@ -30,10 +30,23 @@ struct Cli {
     /// `tlsauth/vpn.tlsauth`.
     #[arg(long, env = "VPN_SERVER_SECRETS_DIR", default_value = VPN2_SECRETS_DIR)]
     secrets_dir: PathBuf,
+    /// Another role of this binary; without one, the OpenVPN server.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// The roles besides the OpenVPN server.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
+    Router(vpn_server::router::RouterArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(Command::Router(args)) = cli.command.take() {
+        return vpn_server::router::main(args);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

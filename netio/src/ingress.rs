@@ -1,0 +1,375 @@
+//! The accepting side of the seed's ingress: one inbound connection up to a parsed CONNECT
+//! head, with the client address the allow-lists must judge.
+//!
+//! ```text
+//! accept ─► [PROXY header]        per listener: ProxyMode::Off, or Required from trusted
+//!              │                  load-balancer CIDRs only (others refused before a byte is
+//!              │                  read); must be complete by `proxy_header_timeout`
+//!              ▼
+//!           CONNECT head          strict (protocol::http::connect), complete by
+//!              │                  `header_timeout` (counted from accept), at most
+//!              ▼                  MAX_HEAD_LEN bytes buffered
+//!           Accepted { head, client, early }
+//! ```
+//!
+//! Memory is bounded: the buffer never grows past the PROXY bound plus one read, then past
+//! [`MAX_HEAD_LEN`]. Nothing after the head is parsed; the caller gets those bytes in
+//! [`Accepted::early`] and forwards them only after it has accepted the request. A refused
+//! request is answered with [`refuse`], which discards whatever else the client sends.
+//!
+//! The client address is the PROXY header's source when a `PROXY` command carried an inet
+//! address, else the TCP peer; an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is reported as
+//! IPv4 so IPv4 CIDRs match it.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use protocol::http::connect::{parse_connect_request, ConnectHead, RequestError, Status};
+use protocol::http::MAX_HEAD_LEN;
+use protocol::proxy_protocol::{self, ProxyError, ProxyHeader, DEFAULT_V2_MAX_LEN};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+/// Default bound on the PROXY header's arrival, from accept.
+pub const DEFAULT_PROXY_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on the whole CONNECT head's arrival, from accept.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a refusal, at most this much more input is read and discarded ...
+pub const LINGER_BYTES: usize = 64 * 1024;
+/// ... for at most this long, so the client reads the answer instead of a reset.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// Whether a listener expects a PROXY protocol header.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ProxyMode {
+    /// No header: the client is the TCP peer (a PROXY header would be refused as bad HTTP).
+    #[default]
+    Off,
+    /// Every connection must come from one of these load-balancer networks and start with a
+    /// PROXY header; a connection from anywhere else is closed unread.
+    Required {
+        /// The load balancers' networks.
+        trusted: Vec<IpNet>,
+    },
+}
+
+/// Deadlines of one accept, both counted from the start of [`accept_connect`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// The PROXY header must be complete by then.
+    pub proxy_header: Duration,
+    /// The CONNECT head must be complete by then.
+    pub header: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Self {
+            proxy_header: DEFAULT_PROXY_HEADER_TIMEOUT,
+            header: DEFAULT_HEADER_TIMEOUT,
+        }
+    }
+}
+
+/// A connection whose CONNECT head arrived and parsed.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The request.
+    pub head: ConnectHead,
+    /// The address to judge: the PROXY source or the TCP peer, IPv4-mapped normalised.
+    pub client: IpAddr,
+    /// The TCP peer as accepted.
+    pub peer: SocketAddr,
+    /// The PROXY header, when the listener required one.
+    pub proxy: Option<ProxyHeader>,
+    /// Bytes the client sent after the head (the start of its tunnel payload), at most one
+    /// read's worth.
+    pub early: Vec<u8>,
+}
+
+/// Reads the optional PROXY header and the CONNECT head of one connection from `peer`.
+///
+/// On error the caller answers with [`IngressError::status`] (through [`refuse`]) when there
+/// is one, else just closes.
+pub async fn accept_connect<S>(
+    stream: &mut S,
+    peer: SocketAddr,
+    mode: &ProxyMode,
+    deadlines: Deadlines,
+) -> Result<Accepted, IngressError>
+where
+    S: AsyncRead + Unpin,
+{
+    let start = Instant::now();
+    let peer_ip = canonical_ip(peer.ip());
+    let mut buf = Vec::with_capacity(1024);
+    let mut proxy = None;
+    let mut client = peer_ip;
+    if let ProxyMode::Required { trusted } = mode {
+        if !trusted.iter().any(|net| net.contains(&peer_ip)) {
+            return Err(IngressError::Untrusted { peer });
+        }
+        let header = tokio::time::timeout_at(
+            start + deadlines.proxy_header,
+            read_proxy_header(stream, &mut buf),
+        )
+        .await
+        .map_err(|_| IngressError::ProxyTimeout {
+            after: deadlines.proxy_header,
+        })??;
+        if let Some(source) = header.source() {
+            client = canonical_ip(source.ip());
+        }
+        proxy = Some(header);
+    }
+    let (head, len) =
+        tokio::time::timeout_at(start + deadlines.header, read_head(stream, &mut buf))
+            .await
+            .map_err(|_| IngressError::HeaderTimeout {
+                after: deadlines.header,
+            })??;
+    let early = buf.split_off(len);
+    Ok(Accepted {
+        head,
+        client,
+        peer,
+        proxy,
+        early,
+    })
+}
+
+/// Without a `status`, closes at once. With one, answers it, half-closes, then reads and
+/// discards what the client still sends (at most [`LINGER_BYTES`] for [`LINGER_TIME`]) so the
+/// answer is not lost to a reset. Nothing read here is looked at. Best effort: errors are
+/// ignored.
+pub async fn refuse<S>(stream: &mut S, status: Option<Status>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(status) = status else {
+        // Nothing to deliver: close at once, unread.
+        let _ = stream.shutdown().await;
+        return;
+    };
+    let mut out = Vec::new();
+    status.encode(&mut out);
+    if stream.write_all(&out).await.is_err() || stream.shutdown().await.is_err() {
+        return;
+    }
+    let drain = async {
+        let mut scratch = [0u8; 4096];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
+}
+
+/// `::ffff:a.b.c.d` as `a.b.c.d`; every other address unchanged.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+async fn read_proxy_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> Result<ProxyHeader, IngressError> {
+    loop {
+        if let Some((header, used)) = proxy_protocol::parse(buf).map_err(IngressError::Proxy)? {
+            buf.drain(..used);
+            return Ok(header);
+        }
+        read_some(stream, buf, DEFAULT_V2_MAX_LEN).await?;
+    }
+}
+
+async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> Result<(ConnectHead, usize), IngressError> {
+    loop {
+        if let Some(found) = parse_connect_request(buf).map_err(IngressError::Request)? {
+            return Ok(found);
+        }
+        read_some(stream, buf, MAX_HEAD_LEN).await?;
+    }
+}
+
+/// One read that keeps `buf` at most `cap` bytes long.
+async fn read_some<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> Result<(), IngressError> {
+    let room = cap.saturating_sub(buf.len());
+    if room == 0 {
+        // The parsers refuse a full buffer themselves; this is the backstop.
+        return Err(IngressError::Request(RequestError::Head(
+            protocol::http::HttpError::HeadTooLong { max: cap },
+        )));
+    }
+    let mut scratch = [0u8; 4096];
+    let want = room.min(scratch.len());
+    let n = stream
+        .read(&mut scratch[..want])
+        .await
+        .map_err(|source| IngressError::Io { source })?;
+    if n == 0 {
+        return Err(IngressError::Closed {
+            received: buf.len(),
+        });
+    }
+    buf.extend_from_slice(&scratch[..n]);
+    Ok(())
+}
+
+/// Why a connection did not yield a CONNECT head.
+#[derive(Debug, thiserror::Error)]
+pub enum IngressError {
+    /// The listener requires PROXY and the peer is not a trusted load balancer.
+    #[error("PROXY header required and peer {peer} is not a trusted load balancer")]
+    Untrusted {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// The PROXY header is malformed (or missing: no signature).
+    #[error("bad PROXY header")]
+    Proxy(#[source] ProxyError),
+    /// The PROXY header did not arrive in time.
+    #[error("no PROXY header within {after:?}")]
+    ProxyTimeout {
+        /// The bound.
+        after: Duration,
+    },
+    /// The CONNECT head did not arrive in time.
+    #[error("no complete request head within {after:?}")]
+    HeaderTimeout {
+        /// The bound.
+        after: Duration,
+    },
+    /// The request is refused.
+    #[error("refused request")]
+    Request(#[source] RequestError),
+    /// The client closed first.
+    #[error("client closed after {received} bytes, before the end of its request")]
+    Closed {
+        /// Bytes buffered.
+        received: usize,
+    },
+    /// Reading failed.
+    #[error("reading the request failed")]
+    Io {
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl IngressError {
+    /// The HTTP answer, or `None` when the connection is just closed (PROXY layer failures,
+    /// untrusted peers, a client that left).
+    pub fn status(&self) -> Option<Status> {
+        match self {
+            Self::Request(e) => Some(e.status()),
+            Self::HeaderTimeout { .. } => Some(Status::REQUEST_TIMEOUT),
+            Self::Untrusted { .. }
+            | Self::Proxy(_)
+            | Self::ProxyTimeout { .. }
+            | Self::Closed { .. }
+            | Self::Io { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    const PEER: &str = "10.0.0.9:40000";
+
+    async fn run(input: &[u8], mode: &ProxyMode) -> Result<Accepted, IngressError> {
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        client.write_all(input).await.unwrap();
+        drop(client);
+        accept_connect(
+            &mut server,
+            PEER.parse().unwrap(),
+            mode,
+            Deadlines::default(),
+        )
+        .await
+    }
+
+    fn required() -> ProxyMode {
+        ProxyMode::Required {
+            trusted: vec!["10.0.0.0/24".parse().unwrap()],
+        }
+    }
+
+    #[tokio::test]
+    async fn proxy_source_becomes_the_client_and_early_bytes_are_kept() {
+        let raw =
+            b"PROXY TCP6 ::ffff:192.0.2.7 fd00::1 5000 8443\r\nCONNECT a:1 HTTP/1.0\r\n\r\nEARLY";
+        let got = run(raw, &required()).await.unwrap();
+        assert_eq!(got.client, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)));
+        assert_eq!(got.early, b"EARLY");
+    }
+
+    #[tokio::test]
+    async fn untrusted_peer_missing_header_and_second_header() {
+        let mode = ProxyMode::Required {
+            trusted: vec!["10.9.0.0/24".parse().unwrap()],
+        };
+        let raw = b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\nCONNECT a:1 HTTP/1.0\r\n\r\n";
+        assert!(matches!(
+            run(raw, &mode).await,
+            Err(IngressError::Untrusted { .. })
+        ));
+        assert!(matches!(
+            run(b"CONNECT a:1 HTTP/1.0\r\n\r\n", &required()).await,
+            Err(IngressError::Proxy(ProxyError::NoSignature))
+        ));
+        let twice = b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\nPROXY TCP4 9.9.9.9 5.6.7.8 1 2\r\nCONNECT a:1 HTTP/1.0\r\n\r\n";
+        let err = run(twice, &required()).await.unwrap_err();
+        assert_eq!(err.status(), Some(Status::BAD_REQUEST));
+    }
+
+    #[tokio::test]
+    async fn mapped_peer_is_ipv4() {
+        assert_eq!(
+            canonical_ip(IpAddr::V6(Ipv4Addr::new(10, 1, 2, 3).to_ipv6_mapped())),
+            IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))
+        );
+        assert_eq!(
+            canonical_ip(IpAddr::V6(Ipv6Addr::LOCALHOST)),
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_head_times_out() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        client.write_all(b"CONNECT a:1 HTTP/1.0\r\n").await.unwrap();
+        let err = accept_connect(
+            &mut server,
+            PEER.parse().unwrap(),
+            &ProxyMode::Off,
+            Deadlines::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, IngressError::HeaderTimeout { .. }));
+        assert_eq!(err.status(), Some(Status::REQUEST_TIMEOUT));
+        drop(client);
+    }
+}

@@ -1,0 +1,312 @@
+//! The router's TOML config file, parsed and checked into [`RouterConfig`]. The format is in
+//! the [module docs](super).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use netio::ingress::{Deadlines, ProxyMode};
+use protocol::http::route::{RouteError, RouteValue};
+use serde::Deserialize;
+
+use super::policy::{Policy, Target, ROUTING_HEADERS};
+
+/// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on connections served at once, all listeners together.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+
+/// Everything the config file says, checked.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// The listeners (fixed for the life of the process).
+    pub listeners: Vec<ListenerConfig>,
+    /// Deadlines of each accepted connection.
+    pub deadlines: Deadlines,
+    /// Bound on connecting upstream.
+    pub connect_timeout: Duration,
+    /// Connections served at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// Routes and allow-lists (replaced as a whole on reload).
+    pub policy: Policy,
+}
+
+/// One listening socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// Where it listens.
+    pub address: SocketAddr,
+    /// The routing header names it honours, in their canonical spelling.
+    pub headers: Vec<&'static str>,
+    /// Its PROXY protocol mode.
+    pub proxy: ProxyMode,
+}
+
+impl RouterConfig {
+    /// Reads and checks `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses and checks the text of a config file.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
+            message: e.to_string(),
+        })?;
+        raw.check()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    always_allowed: Vec<String>,
+    max_connections: Option<usize>,
+    #[serde(default)]
+    timeouts: RawTimeouts,
+    #[serde(default, rename = "listener")]
+    listeners: Vec<RawListener>,
+    #[serde(default, rename = "route")]
+    routes: Vec<RawRoute>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    proxy_header_ms: Option<u64>,
+    header_ms: Option<u64>,
+    connect_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    address: String,
+    headers: Vec<String>,
+    #[serde(default)]
+    proxy_protocol: RawProxyMode,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawProxyMode {
+    #[default]
+    Off,
+    Required,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoute {
+    value: String,
+    upstream: String,
+    allow: Option<Vec<String>>,
+}
+
+impl RawConfig {
+    fn check(self) -> Result<RouterConfig, ConfigError> {
+        if self.listeners.is_empty() {
+            return Err(ConfigError::NoListener);
+        }
+        let listeners = self
+            .listeners
+            .into_iter()
+            .map(RawListener::check)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut routes = HashMap::new();
+        for raw in self.routes {
+            let value = RouteValue::parse(&raw.value).map_err(|source| ConfigError::Route {
+                value: raw.value.clone(),
+                source,
+            })?;
+            if raw
+                .upstream
+                .rsplit_once(':')
+                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+            {
+                return Err(ConfigError::Upstream {
+                    upstream: raw.upstream,
+                });
+            }
+            let allow = raw.allow.map(|list| cidrs(&list)).transpose()?;
+            let target = Target {
+                upstream: raw.upstream,
+                allow,
+            };
+            if routes.insert(value, target).is_some() {
+                return Err(ConfigError::DuplicateRoute { value: raw.value });
+            }
+        }
+        let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
+        let defaults = Deadlines::default();
+        Ok(RouterConfig {
+            listeners,
+            deadlines: Deadlines {
+                proxy_header: ms(self.timeouts.proxy_header_ms, defaults.proxy_header),
+                header: ms(self.timeouts.header_ms, defaults.header),
+            },
+            connect_timeout: ms(self.timeouts.connect_ms, DEFAULT_CONNECT_TIMEOUT),
+            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            policy: Policy {
+                routes,
+                always_allowed: cidrs(&self.always_allowed)?,
+            },
+        })
+    }
+}
+
+impl RawListener {
+    fn check(self) -> Result<ListenerConfig, ConfigError> {
+        let address = self.address.parse().map_err(|_| ConfigError::Address {
+            address: self.address.clone(),
+        })?;
+        if self.headers.is_empty() {
+            return Err(ConfigError::Header {
+                name: String::new(),
+            });
+        }
+        let mut headers = Vec::new();
+        for name in &self.headers {
+            let Some(known) = ROUTING_HEADERS
+                .iter()
+                .find(|k| k.eq_ignore_ascii_case(name))
+            else {
+                return Err(ConfigError::Header { name: name.clone() });
+            };
+            if !headers.contains(known) {
+                headers.push(*known);
+            }
+        }
+        let trusted = cidrs(&self.trusted_proxies)?;
+        let proxy = match self.proxy_protocol {
+            RawProxyMode::Off if trusted.is_empty() => ProxyMode::Off,
+            RawProxyMode::Required if !trusted.is_empty() => ProxyMode::Required { trusted },
+            _ => return Err(ConfigError::ProxyMode { address }),
+        };
+        Ok(ListenerConfig {
+            address,
+            headers,
+            proxy,
+        })
+    }
+}
+
+/// Parses CIDRs; a bare address is a host network (/32 or /128).
+fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+    list.iter()
+        .map(|s| {
+            s.parse::<IpNet>()
+                .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map(|n| n.trunc())
+                .map_err(|_| ConfigError::Cidr { cidr: s.clone() })
+        })
+        .collect()
+}
+
+/// Why a config file is refused (the whole file; nothing of it is applied).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read router config {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or a field is unknown or of the wrong type.
+    #[error("router config: {message}")]
+    Toml {
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// No `[[listener]]`.
+    #[error("router config has no [[listener]]")]
+    NoListener,
+    /// A listener address is not `ip:port`.
+    #[error("router config: listener address {address:?} is not ip:port")]
+    Address {
+        /// The value.
+        address: String,
+    },
+    /// A header name is not one of the routing headers (or the list is empty).
+    #[error("router config: {name:?} is not a routing header (X-Gardener-Destination, Reversed-VPN, X-Gardener-API-Route)")]
+    Header {
+        /// The value.
+        name: String,
+    },
+    /// `proxy_protocol = "required"` without `trusted_proxies`, or trusted proxies with
+    /// `"off"`.
+    #[error("router config: listener {address}: proxy_protocol \"required\" needs trusted_proxies, \"off\" takes none")]
+    ProxyMode {
+        /// The listener.
+        address: SocketAddr,
+    },
+    /// A CIDR does not parse.
+    #[error("router config: {cidr:?} is not a CIDR")]
+    Cidr {
+        /// The value.
+        cidr: String,
+    },
+    /// A route's value is not a valid routing value.
+    #[error("router config: route {value:?}")]
+    Route {
+        /// The value.
+        value: String,
+        /// Why.
+        #[source]
+        source: RouteError,
+    },
+    /// A route's upstream is not `host:port`.
+    #[error("router config: upstream {upstream:?} is not host:port")]
+    Upstream {
+        /// The value.
+        upstream: String,
+    },
+    /// Two routes with the same value.
+    #[error("router config: route {value:?} appears twice")]
+    DuplicateRoute {
+        /// The value.
+        value: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses() {
+        let text = include_str!("../../examples/router.toml");
+        let config = RouterConfig::parse(text).unwrap();
+        assert_eq!(config.listeners.len(), 2);
+        assert_eq!(config.policy.routes.len(), 3);
+        assert_eq!(config.listeners[1].headers, ["Reversed-VPN"]);
+    }
+
+    #[test]
+    fn bad_files_are_refused() {
+        let listener = "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n";
+        for bad in [
+            String::new(),
+            format!("{listener}unknown = 1\n"),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Host\"]\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"required\"\n".to_owned(),
+            format!("{listener}[[route]]\nvalue = \"outbound|443||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x:1\"\n"),
+            format!("{listener}[[route]]\nvalue = \"outbound|1194||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x\"\n"),
+            format!("{listener}[[route]]\nvalue = \"outbound|1194||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x:1\"\nallow = [\"10.0.0.0/33\"]\n"),
+        ] {
+            assert!(RouterConfig::parse(&bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The seed's ingress router (`vpn-server router --config FILE`): replaces the Istio ingress
+//! gateway's CONNECT routes (reference section 2.5) and the ACL extension's allow-lists
+//! (section 4.1) with one small, strict proxy.
+//!
+//! Per connection ([`Router::run`]):
+//!
+//! 1. PROXY header, when the listener requires one: only from its trusted load-balancer
+//!    networks (anyone else is closed unread), complete within the PROXY deadline, else
+//!    closed. Its source address becomes the client address.
+//! 2. The CONNECT head, strictly parsed and complete within the header deadline
+//!    (`netio::ingress`); a refusal is answered (400 / 405 / 408 / 414 / 431) and closed.
+//! 3. The routing decision against one snapshot of the [`Policy`] ([`Policy::decide`]):
+//!    exactly one routing header under a name the listener honours, a valid value
+//!    (`protocol::http::route`), an exact route, the client on the target's allow-list.
+//!    Anything else: 400 (403 for an allow-list denial), one log line, closed, no upstream
+//!    connection, never a fallback route.
+//! 4. Connect upstream (503 on failure, 504 on timeout), answer 200, forward the bytes the
+//!    client sent after its head, relay both ways ([`relay`]).
+//!
+//! Bytes after a refused head are never parsed or forwarded: they are read and discarded
+//! (bounded) only so the client sees the answer rather than a reset.
+//!
+//! SIGHUP re-reads the config file: on success the routes, allow-lists and always-allowed
+//! networks are replaced in one atomic swap (a request in flight keeps the snapshot it
+//! started deciding with); a bad file is logged and the old policy stays. Listeners and
+//! timeouts are fixed at start (a change to them is logged and needs a restart).
+//!
+//! # Where it differs from Gardener's Istio gateway, and why
+//!
+//! * A CONNECT without a usable routing header gets 400, and a non-CONNECT request 405 with
+//!   `Allow: CONNECT`; Istio redirects both to https:443. A redirect is no answer a tunnel
+//!   client can use, and the issue asks for 400 and never a fallback.
+//! * Routing values are checked strictly (`protocol::http::route`): the namespace is one DNS
+//!   label and the port must be the service's. Istio's expression accepts any text between
+//!   the service name and `.svc.cluster.local`. The `<id>--kube-apiserver-socket` shape
+//!   (Istio TLS termination) is not routed.
+//! * Routes are listed in the config, not derived from Services: a valid value without a
+//!   route is 400.
+//! * A listener with `proxy_protocol = "required"` accepts connections only from its trusted
+//!   networks and only with a header; Istio's listener filter also accepts connections without
+//!   one, which lets a client spoof its address (reference section 2.5). Hairpin traffic that
+//!   bypasses the load balancer needs its own listener with `"off"`.
+//! * Allow-lists are keyed by the exact routing value (the ACL extension matches the header
+//!   with `.<id>.` anchors to the same effect), and only ALLOW semantics exist.
+//!
+//! # Config file (TOML)
+//!
+//! ```toml
+//! # Networks that may reach every target with an allow-list (seed nodes and pods,
+//! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
+//! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
+//! max_connections = 8192      # optional; one more is answered 503 and closed
+//!
+//! [timeouts]                  # optional, milliseconds
+//! proxy_header_ms = 5000      # PROXY header complete after accept
+//! header_ms = 10000           # CONNECT head complete after accept
+//! connect_ms = 5000           # upstream connect
+//!
+//! [[listener]]
+//! address = "0.0.0.0:8443"
+//! headers = ["X-Gardener-Destination", "X-Gardener-API-Route"]
+//! proxy_protocol = "required" # or "off" (default)
+//! trusted_proxies = ["10.180.0.0/16"]   # required with "required", none with "off"
+//!
+//! [[listener]]
+//! address = "0.0.0.0:8132"    # legacy port
+//! headers = ["Reversed-VPN"]
+//!
+//! [[route]]
+//! value = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local"
+//! upstream = "vpn-seed-server.shoot--p--a.svc.cluster.local:1194"
+//! allow = ["203.0.113.0/24"]  # optional; without it any client may use the route
+//!
+//! [[route]]
+//! value = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local"
+//! upstream = "10.0.12.7:443"
+//! allow = ["203.0.113.0/24"]
+//! ```
+//!
+//! Unknown keys are errors. `vpn-server/examples/router.toml` is a complete example.
+
+mod config;
+mod policy;
+mod serve;
+
+pub use config::{
+    ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+};
+pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
+pub use serve::{main, relay, Counters, Reloader, Router, RouterArgs, RouterError};

@@ -1,0 +1,258 @@
+//! The routing decision: which header, which route, whether the client may use it. Pure:
+//! the caller supplies the parsed head, the listener's header names, the client address and
+//! one [`Policy`] snapshot, so every request is decided by exactly one policy.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use protocol::http::connect::{ConnectHead, Status};
+use protocol::http::route::{RouteError, RouteValue};
+
+/// The routing header names the router knows (canonical spelling; matching ignores case).
+pub const ROUTING_HEADERS: [&str; 3] = [
+    "X-Gardener-Destination",
+    "Reversed-VPN",
+    "X-Gardener-API-Route",
+];
+
+/// Routes and allow-lists; replaced as a whole on reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Routing value → target; exact match only.
+    pub routes: HashMap<RouteValue, Target>,
+    /// Networks allowed to reach every target that has an allow-list (seed nodes and pods,
+    /// the operator's additional CIDRs).
+    pub always_allowed: Vec<IpNet>,
+}
+
+/// Where a routing value leads, and who may go there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port` to connect to.
+    pub upstream: String,
+    /// `None`: any client. `Some(list)`: clients in `list` or in
+    /// [`Policy::always_allowed`] only.
+    pub allow: Option<Vec<IpNet>>,
+}
+
+/// An accepted request: the route it matched and its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision<'p> {
+    /// The matched routing value.
+    pub route: &'p RouteValue,
+    /// Its target.
+    pub target: &'p Target,
+}
+
+impl Policy {
+    /// Decides `head` from `client` on a listener honouring `honoured` header names.
+    ///
+    /// The request must carry exactly one routing header line, under a name the listener
+    /// honours; a routing header the listener does not honour, a second line (even with the
+    /// same value), a malformed value or one without a route is refused, never routed
+    /// elsewhere. Then the client must be on the target's allow-list.
+    pub fn decide<'p>(
+        &'p self,
+        head: &ConnectHead,
+        honoured: &[&str],
+        client: IpAddr,
+    ) -> Result<Decision<'p>, Refusal> {
+        let mut found = Vec::new();
+        for header in &head.headers {
+            let Some(known) = ROUTING_HEADERS.iter().find(|k| header.is(k)) else {
+                continue;
+            };
+            if !honoured.contains(known) {
+                return Err(Refusal::NotHonoured { name: known });
+            }
+            found.push(header.value.as_str());
+        }
+        let value = match found[..] {
+            [] => return Err(Refusal::Missing),
+            [one] => one,
+            [..] => {
+                let conflicting = found.iter().any(|v| *v != found[0]);
+                return Err(Refusal::Repeated {
+                    count: found.len(),
+                    conflicting,
+                });
+            }
+        };
+        let route = RouteValue::parse(value).map_err(|source| Refusal::Malformed {
+            value: value.to_owned(),
+            source,
+        })?;
+        let Some((route, target)) = self.routes.get_key_value(&route) else {
+            return Err(Refusal::Unknown { route });
+        };
+        if let Some(allow) = &target.allow {
+            let ok = allow
+                .iter()
+                .chain(&self.always_allowed)
+                .any(|net| net.contains(&client));
+            if !ok {
+                return Err(Refusal::Denied {
+                    route: route.clone(),
+                    client,
+                });
+            }
+        }
+        Ok(Decision { route, target })
+    }
+}
+
+/// Why a parsed request is not routed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// No routing header.
+    #[error("no routing header")]
+    Missing,
+    /// More than one routing header line.
+    #[error("{count} routing header lines (conflicting: {conflicting})")]
+    Repeated {
+        /// How many.
+        count: usize,
+        /// Whether their values differ.
+        conflicting: bool,
+    },
+    /// A routing header this listener does not honour.
+    #[error("routing header {name} is not honoured on this listener")]
+    NotHonoured {
+        /// Its canonical name.
+        name: &'static str,
+    },
+    /// The value is malformed.
+    #[error("malformed routing value {value:?}")]
+    Malformed {
+        /// The value.
+        value: String,
+        /// Why.
+        #[source]
+        source: RouteError,
+    },
+    /// A valid value with no route.
+    #[error("no route for {route}")]
+    Unknown {
+        /// The value.
+        route: RouteValue,
+    },
+    /// The client is not on the target's allow-list.
+    #[error("client {client} is not allowed to reach {route}")]
+    Denied {
+        /// The target.
+        route: RouteValue,
+        /// The client address judged.
+        client: IpAddr,
+    },
+}
+
+impl Refusal {
+    /// 403 for a denial, 400 for everything else.
+    pub fn status(&self) -> Status {
+        match self {
+            Refusal::Denied { .. } => Status::FORBIDDEN,
+            _ => Status::BAD_REQUEST,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::http::connect::parse_connect_request;
+
+    fn head(headers: &str) -> ConnectHead {
+        let raw = format!("CONNECT a:1 HTTP/1.0\r\n{headers}\r\n");
+        parse_connect_request(raw.as_bytes()).unwrap().unwrap().0
+    }
+
+    fn vpn(ns: &str) -> String {
+        format!("outbound|1194||vpn-seed-server.{ns}.svc.cluster.local")
+    }
+
+    fn policy() -> Policy {
+        let mut routes = HashMap::new();
+        for (ns, allow) in [
+            ("shoot--p--a", Some(vec!["192.0.2.0/24".parse().unwrap()])),
+            ("shoot--p--ab", None),
+            ("shoot--p--a-b", None),
+        ] {
+            routes.insert(
+                RouteValue::parse(&vpn(ns)).unwrap(),
+                Target {
+                    upstream: format!("{ns}:1194"),
+                    allow,
+                },
+            );
+        }
+        Policy {
+            routes,
+            always_allowed: vec!["10.250.0.0/16".parse().unwrap()],
+        }
+    }
+
+    const H: &[&str] = &["X-Gardener-Destination", "Reversed-VPN"];
+
+    #[test]
+    fn allow_lists_apply_to_their_exact_target_only() {
+        let p = policy();
+        let outsider: IpAddr = "198.51.100.1".parse().unwrap();
+        let insider: IpAddr = "192.0.2.9".parse().unwrap();
+        let seed: IpAddr = "10.250.3.4".parse().unwrap();
+        let h = |ns: &str| head(&format!("X-Gardener-Destination: {}\r\n", vpn(ns)));
+        assert!(matches!(
+            p.decide(&h("shoot--p--a"), H, outsider),
+            Err(Refusal::Denied { .. })
+        ));
+        assert!(p.decide(&h("shoot--p--a"), H, insider).is_ok());
+        assert!(p.decide(&h("shoot--p--a"), H, seed).is_ok());
+        assert!(p.decide(&h("shoot--p--ab"), H, outsider).is_ok());
+        assert!(p.decide(&h("shoot--p--a-b"), H, outsider).is_ok());
+    }
+
+    #[test]
+    fn header_refusals() {
+        let p = policy();
+        let c: IpAddr = "192.0.2.9".parse().unwrap();
+        let v = vpn("shoot--p--a");
+        for (headers, want) in [
+            (String::new(), Refusal::Missing),
+            (
+                format!("Reversed-VPN: {v}\r\nX-Gardener-Destination: {v}\r\n"),
+                Refusal::Repeated {
+                    count: 2,
+                    conflicting: false,
+                },
+            ),
+            (
+                format!(
+                    "Reversed-VPN: {v}\r\nreversed-vpn: {}\r\n",
+                    vpn("shoot--p--ab")
+                ),
+                Refusal::Repeated {
+                    count: 2,
+                    conflicting: true,
+                },
+            ),
+            (
+                format!("X-Gardener-API-Route: {v}\r\n"),
+                Refusal::NotHonoured {
+                    name: "X-Gardener-API-Route",
+                },
+            ),
+            (
+                format!("Reversed-VPN: {}\r\n", vpn("shoot--p--zz")),
+                Refusal::Unknown {
+                    route: RouteValue::parse(&vpn("shoot--p--zz")).unwrap(),
+                },
+            ),
+        ] {
+            assert_eq!(p.decide(&head(&headers), H, c), Err(want), "{headers}");
+        }
+        assert!(matches!(
+            p.decide(&head(&format!("Reversed-VPN: {v}.\r\n")), H, c),
+            Err(Refusal::Malformed { .. })
+        ));
+    }
+}

@@ -8,6 +8,8 @@
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
 //!   acceptor (proxy side, for tests and the demo).
+//! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
+//!   timeout, byte counts, fixed buffers.
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
 //!   common variables, running it.
 //!
@@ -17,6 +19,7 @@
 pub use protocol::http;
 pub mod http_connect;
 pub mod netlink;
+pub mod relay;
 pub mod script;
 pub mod transport;
 pub mod tun;

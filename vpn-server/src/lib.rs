@@ -1,5 +1,5 @@
-//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]); the
-//! CONNECT sidecar and the ingress router come later.
+//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]) and the
+//! CONNECT sidecar that replaces Envoy ([`sidecar`]); the ingress router comes later.
 //!
 //! | module | what it is |
 //! |---|---|
@@ -11,6 +11,7 @@
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
+//! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
 pub mod config;
 pub mod pool;
@@ -18,10 +19,11 @@ pub mod routing;
 pub mod script;
 pub mod server;
 pub mod settings;
+pub mod sidecar;
 pub mod spoof;
 pub mod status;
 
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
 pub use script::{Script, ScriptError};
-pub use server::{cancel_on_signals, run, ClientId, Server, ServerError, Stats};
+pub use server::{cancel_on_signals, run, ClientId, ClientRoutes, Server, ServerError, Stats};
 pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};

@@ -253,6 +253,13 @@ impl Server {
         Arc::clone(&self.shared.stats)
     }
 
+    /// A handle on the client routes, for the CONNECT sidecar running in this process.
+    pub fn client_routes(&self) -> ClientRoutes {
+        ClientRoutes {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// Serves until `shutdown` is cancelled, then tells clients (`RESTART`), drains and
     /// returns once every task has ended.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ServerError> {
@@ -281,6 +288,23 @@ impl Server {
         tracker.wait().await;
         info!("shutdown complete");
         Ok(())
+    }
+}
+
+/// Answers whether a connected client's address or iroute covers an address (what the tun
+/// reader would find for a packet to it).
+#[derive(Debug, Clone)]
+pub struct ClientRoutes {
+    shared: Arc<Shared>,
+}
+
+impl ClientRoutes {
+    /// Whether a packet to `addr` has a client to go to now.
+    pub fn covers(&self, addr: IpAddr) -> bool {
+        lock(&self.shared.registry)
+            .routes
+            .lookup(addr.to_canonical())
+            .is_some()
     }
 }
 

@@ -297,7 +297,10 @@ impl SidecarMetrics {
         for (name, kind, help) in CATALOGUE {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             let simple = |c: &AtomicU64, labels: &str, out: &mut String| {
-                let _ = writeln!(out, "{name}{{{labels}}} {}", v(c));
+                let _ = match labels {
+                    "" => writeln!(out, "{name} {}", v(c)),
+                    _ => writeln!(out, "{name}{{{labels}}} {}", v(c)),
+                };
             };
             match *name {
                 "envoy_http_downstream_cx_total" => {

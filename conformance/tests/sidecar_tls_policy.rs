@@ -17,13 +17,11 @@
 //! * CONNECT to the shoot address over both listeners → 200, exactly those connections;
 //! * the metrics listener reports it all under the catalogued names.
 
-mod sidecar_support;
-
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use conformance::netns::Netns;
 use conformance::require_lab;
-use sidecar_support::{
+use conformance::sidecar_lab::{
     config, connect_status, connector, metric, ns_runtime, scrape, start_sidecar, tls, Pki,
     Recorder,
 };

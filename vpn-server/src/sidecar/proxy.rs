@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use netio::http::{encode_response, parse_request_head, RequestHead, MAX_HEAD_LEN};
 use netio::relay::{relay, RelayConfig, RelayEnd};
 use openssl::nid::Nid;
-use openssl::ssl::{Ssl, SslAcceptor};
+use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -114,8 +114,14 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
             return;
         }
         Ok(Err(HeadFailure::Tls(e))) => {
-            shared.metrics.tls_failed();
-            info!(%peer, error = %e, "sidecar TLS handshake failed");
+            // A TCP probe (Gardener's liveness check on 9443) connects and closes: no bytes,
+            // no failure worth a log line.
+            if e.code() == ErrorCode::SYSCALL && e.io_error().is_none() {
+                debug!(%peer, "closed before the TLS handshake");
+            } else {
+                shared.metrics.tls_failed();
+                info!(%peer, error = %e, "sidecar TLS handshake failed");
+            }
             return;
         }
         Ok(Err(HeadFailure::Gone)) => return,
@@ -134,7 +140,7 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
 }
 
 enum HeadFailure {
-    Tls(String),
+    Tls(openssl::ssl::Error),
     Gone,
     Malformed(SslStream<TcpStream>, String),
 }
@@ -143,12 +149,12 @@ async fn handshake_and_head(
     shared: &Shared,
     tcp: TcpStream,
 ) -> Result<(SslStream<TcpStream>, RequestHead, BytesMut), HeadFailure> {
-    let ssl = Ssl::new(shared.acceptor.context()).map_err(|e| HeadFailure::Tls(e.to_string()))?;
-    let mut tls = SslStream::new(ssl, tcp).map_err(|e| HeadFailure::Tls(e.to_string()))?;
+    let ssl = Ssl::new(shared.acceptor.context()).map_err(|e| HeadFailure::Tls(e.into()))?;
+    let mut tls = SslStream::new(ssl, tcp).map_err(|e| HeadFailure::Tls(e.into()))?;
     Pin::new(&mut tls)
         .accept()
         .await
-        .map_err(|e| HeadFailure::Tls(e.to_string()))?;
+        .map_err(HeadFailure::Tls)?;
     let mut buf = BytesMut::with_capacity(1024);
     loop {
         match parse_request_head(&buf) {

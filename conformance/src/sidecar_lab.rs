@@ -1,9 +1,9 @@
-//! Shared pieces of the `sidecar_*` tests: a PKI made with the `pki` crate (including a
-//! foreign CA and an expired client certificate), the sidecar started inside a lab namespace,
-//! a blocking mTLS client speaking CONNECT, a listener that proves nobody connected, and a
-//! metrics scrape.
+//! Lab pieces for the CONNECT sidecar tests: a PKI made with the `pki` crate (including a
+//! foreign CA and an expired client certificate), the sidecar started on a runtime inside a lab
+//! namespace, a blocking mTLS client speaking CONNECT, a listener that proves nobody connected,
+//! and a metrics scrape. Test-only: failures panic with a message.
 
-#![allow(dead_code)] // each test file uses a different subset
+#![allow(clippy::unwrap_used)]
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,10 +11,10 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use conformance::netns::Netns;
+use crate::netns::Netns;
 use openssl::ssl::{SslConnector, SslStream};
 use pki::{Ca, CaBundle, CertProfile, Identity, IssueRequest, KeySpec, San, Validity};
-use tokio_util::sync::CancellationToken;
+use vpn_client::CancellationToken;
 use vpn_server::sidecar::{RouteCheck, Sidecar, SidecarConfig, SidecarMetrics};
 
 /// The name in the sidecar's certificate (what the client checks).
@@ -23,6 +23,7 @@ pub const SERVER_NAME: &str = "vpn-seed-server";
 pub const WAIT: Duration = Duration::from_secs(30);
 
 /// The certificates of a sidecar test.
+#[derive(Debug)]
 pub struct Pki {
     /// The `ca-vpn` bundle.
     pub bundle: CaBundle,
@@ -34,7 +35,12 @@ pub struct Pki {
     pub foreign_client: Identity,
     /// A client certificate from the right CA whose validity ended yesterday.
     pub expired_client: Identity,
+    /// The OpenVPN client's certificate (CN [`VPN_CLIENT_CN`]).
+    pub vpn_client: Identity,
 }
+
+/// The CN of the OpenVPN client certificate (the server's iroute is keyed on it).
+pub const VPN_CLIENT_CN: &str = "vpn-shoot-client";
 
 fn now() -> i64 {
     SystemTime::now()
@@ -80,6 +86,9 @@ impl Pki {
             expired_client: ca
                 .issue(&leaf(CertProfile::Client, cn, expired))
                 .expect("expired client"),
+            vpn_client: ca
+                .issue(&leaf(CertProfile::Client, VPN_CLIENT_CN, valid))
+                .expect("vpn client"),
         }
     }
 }
@@ -98,7 +107,24 @@ pub fn ns_runtime(ns: &Netns) -> tokio::runtime::Runtime {
     .expect("runtime")
 }
 
+impl Pki {
+    /// Writes `server.crt`, `server.key`, `ca.crt`, `client.crt`, `client.key` into `dir`.
+    pub fn write(&self, dir: &std::path::Path) {
+        let files = [
+            ("server.crt", self.server.chain_pem()),
+            ("server.key", self.server.key_pem()),
+            ("ca.crt", self.bundle.to_pem()),
+            ("client.crt", self.client.chain_pem()),
+            ("client.key", self.client.key_pem()),
+        ];
+        for (name, pem) in files {
+            std::fs::write(dir.join(name), pem.expect("PEM")).expect("write PEM");
+        }
+    }
+}
+
 /// A sidecar running on its own runtime inside a namespace; stopped on drop.
+#[derive(Debug)]
 pub struct RunningSidecar {
     /// The bound TLS addresses, in the order configured.
     pub addrs: Vec<SocketAddr>,
@@ -203,6 +229,7 @@ pub fn connect_status<S: Read + Write>(stream: &mut S, target: &str) -> Option<u
 }
 
 /// A listener whose accept queue shows whether anybody connected.
+#[derive(Debug)]
 pub struct Recorder {
     listener: TcpListener,
 }

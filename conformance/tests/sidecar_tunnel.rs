@@ -6,6 +6,7 @@
 //! ```text
 //!  SEED  vpn_server::Server [::]:1194, tun0 192.168.123.1/24, route 100.96.0.0/24 tun0
 //!        sidecar 127.0.0.1:9443 (metrics 127.0.0.1:15000), allow 100.96.0.0/24
+//!        sidecar "alone" 127.0.0.1:9444 (same, without the server's routes)
 //!        10.250.0.1/30 ──veth── 10.250.0.2/30  SHOOT  vpn_client::run (tun0), ip_forward=1
 //!                                              100.96.0.1/24 ──veth── 100.96.0.10/24  POD
 //! ```
@@ -13,7 +14,10 @@
 //! * CONNECT 100.96.0.10:8080 from SEED carries a 64 MiB download from the pod; its SHA-256
 //!   matches what the pod sent;
 //! * with the client gone (tunnel down) a CONNECT to the pod is refused with 503 within 1 s
-//!   (an upper bound on the refusal, not a speed measurement), and counted.
+//!   (an upper bound on the refusal, not a speed measurement), and counted: by the in-process
+//!   sidecar because the server reports no client route, and by a second sidecar that runs
+//!   as if alone (no view of the server) because the server answers the SYN with ICMP
+//!   "host unreachable".
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -180,6 +184,10 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
         vec![POD_NETWORK.parse().expect("net")],
         vec!["10.250.0.0/30".parse().expect("net")],
     );
+    // A second sidecar as if it ran alone: no view of the server's routes.
+    let mut alone_config = sidecar_config.clone();
+    alone_config.listen = vec!["127.0.0.1:9444".parse().expect("addr")];
+    alone_config.metrics_listen = Vec::new();
     let token = seed_token.clone();
     let seed_task = seed_rt.spawn(async move {
         let server = Server::bind(settings).await.expect("server bind");
@@ -187,10 +195,15 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
         let sidecar = Sidecar::bind(sidecar_config, Some(Arc::new(routes.clone())))
             .await
             .expect("sidecar bind");
+        let alone = Sidecar::bind(alone_config, None)
+            .await
+            .expect("standalone sidecar bind");
         ready_tx.send(routes).expect("ready");
         let sidecar_task = tokio::spawn(sidecar.run(token.clone()));
+        let alone_task = tokio::spawn(alone.run(token.clone()));
         server.run(token).await.expect("server run");
         sidecar_task.await.expect("sidecar task");
+        alone_task.await.expect("standalone sidecar task");
     });
     let routes = ready_rx
         .recv_timeout(WAIT)
@@ -246,21 +259,31 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
         .expect("client task")
         .expect("client run");
     wait_route(&routes, false);
-    let (refused, took, text) = seed
+    let alone_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 9444));
+    let (refusals, text) = seed
         .run_in(|| {
-            let mut s = tls(&good, sidecar_addr).expect("handshake");
-            let started = Instant::now();
-            let status = connect_status(&mut s, &target);
-            let took = started.elapsed();
+            let refusals: Vec<(Option<u16>, Duration)> = [sidecar_addr, alone_addr]
+                .iter()
+                .map(|addr| {
+                    let mut s = tls(&good, *addr).expect("handshake");
+                    let started = Instant::now();
+                    let status = connect_status(&mut s, &target);
+                    (status, started.elapsed())
+                })
+                .collect();
             let text = scrape(SocketAddr::from((Ipv4Addr::LOCALHOST, 15000)));
-            (status, took, text)
+            (refusals, text)
         })
         .expect("run in seed");
-    assert_eq!(refused, Some(503), "CONNECT with the tunnel down");
-    assert!(
-        took < Duration::from_secs(1),
-        "the refusal took {took:?} (must be under 1 s)"
-    );
+    // In-process: the server's routes say no client; alone: the server's ICMP unreachable
+    // fails the connect.
+    for ((status, took), mode) in refusals.iter().zip(["in-process", "alone"]) {
+        assert_eq!(*status, Some(503), "{mode}: CONNECT with the tunnel down");
+        assert!(
+            *took < Duration::from_secs(1),
+            "{mode}: the refusal took {took:?} (must be under 1 s)"
+        );
+    }
     let cluster = "envoy_cluster_name=\"dynamic_forward_proxy_cluster\"";
     assert_eq!(
         metric(

@@ -10,6 +10,7 @@
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
+//! | [`unreachable`] | ICMP "destination unreachable" for tun packets no client routes |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
@@ -22,6 +23,7 @@ pub mod settings;
 pub mod sidecar;
 pub mod spoof;
 pub mod status;
+pub mod unreachable;
 
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
 pub use script::{Script, ScriptError};

@@ -14,11 +14,13 @@
 //! ```
 //!
 //! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
-//! (the server's [`crate::server::ClientRoutes`]) and answers 503 at once when no connected
-//! client's address or iroute covers the destination. Run alone (`vpn-server sidecar`) it has
-//! no such view and dials: the kernel routes the SYN into the tun device, and the connect
-//! fails only when the server (or the network) refuses it, at the latest after
-//! `connect_timeout`. Deployments that need the quick 503 run the sidecar in-process.
+//! (the server's [`crate::server::ClientRoutes`]) and answers 503 before dialing when no
+//! connected client's address or iroute covers the destination. Run alone (`vpn-server
+//! sidecar`) it has no such view and dials: the kernel sends the SYN into the tun device, and
+//! our server answers a packet no client routes with ICMP "host unreachable"
+//! ([`crate::unreachable`]), so the connect fails at once (`EHOSTUNREACH`) and the sidecar
+//! answers 503. Against a server that drops such packets silently (upstream OpenVPN), the
+//! standalone sidecar answers 504 only after `connect_timeout`.
 //!
 //! **Address translation.** The sidecar dials the requested address as it is. vpn2's Envoy
 //! relied on NAT rules matching its group id (31415) to map overlapping shoot networks into

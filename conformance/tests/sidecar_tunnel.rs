@@ -7,12 +7,17 @@
 //!  SEED  vpn_server::Server [::]:1194, tun0 192.168.123.1/24, route 100.96.0.0/24 tun0
 //!        sidecar 127.0.0.1:9443 (metrics 127.0.0.1:15000), allow 100.96.0.0/24
 //!        sidecar "alone" 127.0.0.1:9444 (same, without the server's routes)
+//!        sidecar "mapped" 127.0.0.1:9445 (same, with vpn2's mapping 100.96.0.0/24 → 244.0.0.0/24)
+//!        route and iroute also 244.0.0.0/8 (vpn2's mapped pod range)
 //!        10.250.0.1/30 ──veth── 10.250.0.2/30  SHOOT  vpn_client::run (tun0), ip_forward=1
 //!                                              100.96.0.1/24 ──veth── 100.96.0.10/24  POD
+//!                                              244.0.0.1/24            244.0.0.10/24
 //! ```
 //!
 //! * CONNECT 100.96.0.10:8080 from SEED carries a 64 MiB download from the pod; its SHA-256
 //!   matches what the pod sent;
+//! * through the "mapped" sidecar, CONNECT 100.96.0.10 arrives at 244.0.0.10 (vpn2's
+//!   address translation done in the sidecar);
 //! * with the client gone (tunnel down) a CONNECT to the pod is refused with 503 within 1 s
 //!   (an upper bound on the refusal, not a speed measurement), and counted: by the in-process
 //!   sidecar because the server reports no client route, and by a second sidecar that runs
@@ -36,7 +41,7 @@ use protocol::digest::Digest;
 use protocol::key::KeyDirection;
 use protocol::session::{ControlProtection, Keepalive};
 use vpn_client::{CancellationToken, Remote, TlsMaterial};
-use vpn_server::sidecar::{RouteCheck, Sidecar};
+use vpn_server::sidecar::{Netmap, RouteCheck, Sidecar};
 use vpn_server::{ClientOptions, ClientRoutes, Server, Settings};
 
 const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
@@ -44,6 +49,8 @@ const SHOOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
 const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(100, 96, 0, 1);
 const POD_ADDR: Ipv4Addr = Ipv4Addr::new(100, 96, 0, 10);
 const POD_NETWORK: &str = "100.96.0.0/24";
+/// `POD_ADDR` under vpn2's mapping of the pod network `100.96.0.0/24` into `244/8`.
+const POD_MAPPED: Ipv4Addr = Ipv4Addr::new(244, 0, 0, 10);
 const POD_PORT: u16 = 8080;
 const LEN: usize = 64 << 20;
 
@@ -66,11 +73,12 @@ fn server_settings(pki: &Pki, tls_auth: &protocol::key::Key2) -> Settings {
         ping: 10,
         ping_restart: 60,
     });
-    s.routes = vec![pod];
+    let mapped: IpNet = "244.0.0.0/8".parse().expect("net");
+    s.routes = vec![pod, mapped];
     s.clients.insert(
         VPN_CLIENT_CN.into(),
         ClientOptions {
-            iroutes: vec![pod],
+            iroutes: vec![pod, mapped],
             ..ClientOptions::default()
         },
     );
@@ -121,44 +129,20 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
     let pod = Netns::new().expect("pod");
     Netns::veth_pair(&seed, "seed-shoot", &shoot, "shoot-seed").expect("veth");
     Netns::veth_pair(&shoot, "shoot-pod", &pod, "pod0").expect("veth");
-    seed.run([
-        "ip",
-        "addr",
-        "add",
-        &format!("{SEED_ADDR}/30"),
-        "dev",
-        "seed-shoot",
-    ])
-    .expect("addr");
-    shoot
-        .run([
-            "ip",
-            "addr",
-            "add",
-            &format!("{SHOOT_ADDR}/30"),
-            "dev",
-            "shoot-seed",
-        ])
-        .expect("addr");
-    shoot
-        .run([
-            "ip",
-            "addr",
-            "add",
-            &format!("{POD_GATEWAY}/24"),
-            "dev",
-            "shoot-pod",
-        ])
-        .expect("addr");
-    pod.run([
-        "ip",
-        "addr",
-        "add",
-        &format!("{POD_ADDR}/24"),
-        "dev",
-        "pod0",
-    ])
-    .expect("addr");
+    // The pod also has its vpn2-mapped address (what vpn2's shoot-side NAT would translate
+    // back to; here the pod simply answers on it).
+    let addresses: [(&Netns, String, &str); 6] = [
+        (&seed, format!("{SEED_ADDR}/30"), "seed-shoot"),
+        (&shoot, format!("{SHOOT_ADDR}/30"), "shoot-seed"),
+        (&shoot, format!("{POD_GATEWAY}/24"), "shoot-pod"),
+        (&shoot, "244.0.0.1/24".to_owned(), "shoot-pod"),
+        (&pod, format!("{POD_ADDR}/24"), "pod0"),
+        (&pod, format!("{POD_MAPPED}/24"), "pod0"),
+    ];
+    for (ns, cidr, dev) in &addresses {
+        ns.run(["ip", "addr", "add", cidr, "dev", dev])
+            .expect("address");
+    }
     pod.run([
         "ip",
         "route",
@@ -188,6 +172,12 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
     let mut alone_config = sidecar_config.clone();
     alone_config.listen = vec!["127.0.0.1:9444".parse().expect("addr")];
     alone_config.metrics_listen = Vec::new();
+    // A third one with vpn2's address translation of the pod network.
+    let mut mapped_config = sidecar_config.clone();
+    mapped_config.listen = vec!["127.0.0.1:9445".parse().expect("addr")];
+    mapped_config.metrics_listen = Vec::new();
+    mapped_config.netmap =
+        Netmap::vpn2(&[POD_NETWORK.parse().expect("net")], &[], &[]).expect("netmap");
     let token = seed_token.clone();
     let seed_task = seed_rt.spawn(async move {
         let server = Server::bind(settings).await.expect("server bind");
@@ -198,12 +188,17 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
         let alone = Sidecar::bind(alone_config, None)
             .await
             .expect("standalone sidecar bind");
+        let mapped = Sidecar::bind(mapped_config, Some(Arc::new(routes.clone())))
+            .await
+            .expect("mapping sidecar bind");
         ready_tx.send(routes).expect("ready");
+        let mapped_task = tokio::spawn(mapped.run(token.clone()));
         let sidecar_task = tokio::spawn(sidecar.run(token.clone()));
         let alone_task = tokio::spawn(alone.run(token.clone()));
         server.run(token).await.expect("server run");
         sidecar_task.await.expect("sidecar task");
         alone_task.await.expect("standalone sidecar task");
+        mapped_task.await.expect("mapping sidecar task");
     });
     let routes = ready_rx
         .recv_timeout(WAIT)
@@ -250,6 +245,30 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
         "SHA-256 of the 64 MiB download differs"
     );
     drop(got);
+
+    // vpn2's translation: CONNECT to the real pod address arrives at its mapped address.
+    let mapped_listener = pod
+        .run_in(|| TcpListener::bind((POD_MAPPED, POD_PORT + 1)))
+        .expect("run in pod")
+        .expect("mapped listener");
+    let mapped_server = std::thread::spawn(move || {
+        let (mut s, _) = mapped_listener.accept().expect("accept");
+        s.write_all(b"reached at the mapped address")
+            .expect("write");
+    });
+    let mapped_target = format!("{POD_ADDR}:{}", POD_PORT + 1);
+    let (status, got) = seed
+        .run_in(|| {
+            let mut s = tls(&good, SocketAddr::from((Ipv4Addr::LOCALHOST, 9445))).expect("tls");
+            let status = connect_status(&mut s, &mapped_target);
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).expect("read");
+            (status, got)
+        })
+        .expect("run in seed");
+    mapped_server.join().expect("mapped server");
+    assert_eq!(status, Some(200));
+    assert_eq!(got, b"reached at the mapped address");
 
     // The tunnel goes down: the client stops, the server forgets its iroute.
     client_token.cancel();

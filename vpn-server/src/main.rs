@@ -81,11 +81,18 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         None => from_vpn2_env(&Vpn2ServerEnv::parse(std::env::vars())?, &cli.secrets_dir)?,
     };
     let sidecar = match cli.sidecar {
-        true => Some(cli.sidecar_args.resolve(
-            &cli.secrets_dir,
-            ShootNetworks::Routes(loaded.settings.routes.clone()),
-            std::env::vars(),
-        )?),
+        true => {
+            // vpn2 environment mode: the shoot networks (and vpn2's mapping) from the same
+            // variables; a config file: the networks it routes into the tunnel.
+            let shoot = match cli.config {
+                None => ShootNetworks::Vpn2Env,
+                Some(_) => ShootNetworks::Routes(loaded.settings.routes.clone()),
+            };
+            Some(
+                cli.sidecar_args
+                    .resolve(&cli.secrets_dir, shoot, std::env::vars())?,
+            )
+        }
         false => None,
     };
     init_tracing(cli.log.as_deref().unwrap_or(verb_filter(loaded.verb)));

@@ -10,7 +10,9 @@
 //!   `route` directives, which vpn2's environment fills with the shoot networks) plus vpn2's
 //!   mapped ranges; alone, the vpn2 variables `SHOOT_POD_NETWORKS`, `SHOOT_SERVICE_NETWORKS`,
 //!   `SHOOT_NODE_NETWORKS` (vpn2's defaults when unset) plus the mapped ranges;
-//! * denied seed networks: `--sidecar-deny` plus vpn2's `SEED_POD_NETWORK`.
+//! * denied seed networks: `--sidecar-deny` plus vpn2's `SEED_POD_NETWORK`;
+//! * address translation ([`Netmap`]): vpn2's, when the networks come from its environment
+//!   and `--sidecar-allow` is not given; none otherwise.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,7 +22,8 @@ use ipnet::IpNet;
 use pki::pem::{CaBundle, Identity, PemError};
 use pki::tls::ClientCertMode;
 
-use super::{DestinationPolicy, SidecarConfig};
+use super::policy::NetmapError;
+use super::{DestinationPolicy, Netmap, SidecarConfig};
 
 /// Whether the sidecar requires a client certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -125,6 +128,9 @@ pub enum SidecarConfigError {
         /// Its value.
         value: String,
     },
+    /// The shoot networks do not fit vpn2's mapped ranges.
+    #[error("cannot map the shoot networks")]
+    Netmap(#[from] NetmapError),
     /// A metrics listen address did not parse.
     #[error("invalid metrics listen address {value:?}")]
     MetricsListen {
@@ -138,7 +144,8 @@ pub enum SidecarConfigError {
 pub enum ShootNetworks {
     /// In-process: the networks the server routes into the tunnel.
     Routes(Vec<IpNet>),
-    /// Alone: vpn2's `SHOOT_*_NETWORKS` environment variables.
+    /// vpn2's `SHOOT_*_NETWORKS` environment variables (alone, or in-process in vpn2
+    /// environment mode), with vpn2's address translation.
     Vpn2Env,
 }
 
@@ -188,6 +195,7 @@ impl SidecarArgs {
             };
         let mut seed = self.deny.clone();
         seed.extend(networks("SEED_POD_NETWORK", "")?);
+        let mut netmap = Netmap::none();
         let policy = if !self.allow.is_empty() {
             DestinationPolicy::new(self.allow.clone(), seed)
         } else {
@@ -196,12 +204,14 @@ impl SidecarArgs {
                     // Routes carry no kind; any IPv4 one adds every mapped range.
                     DestinationPolicy::from_shoot_networks(&routes, &routes, &routes, seed)
                 }
-                ShootNetworks::Vpn2Env => DestinationPolicy::from_shoot_networks(
-                    &networks("SHOOT_POD_NETWORKS", VPN2_DEFAULT_POD_NETWORKS)?,
-                    &networks("SHOOT_SERVICE_NETWORKS", VPN2_DEFAULT_SERVICE_NETWORKS)?,
-                    &networks("SHOOT_NODE_NETWORKS", "")?,
-                    seed,
-                ),
+                ShootNetworks::Vpn2Env => {
+                    let pods = networks("SHOOT_POD_NETWORKS", VPN2_DEFAULT_POD_NETWORKS)?;
+                    let services =
+                        networks("SHOOT_SERVICE_NETWORKS", VPN2_DEFAULT_SERVICE_NETWORKS)?;
+                    let nodes = networks("SHOOT_NODE_NETWORKS", "")?;
+                    netmap = Netmap::vpn2(&pods, &services, &nodes)?;
+                    DestinationPolicy::from_shoot_networks(&pods, &services, &nodes, seed)
+                }
             }
         };
         let metrics_listen = self
@@ -216,6 +226,7 @@ impl SidecarArgs {
         let mut config = SidecarConfig::new(identity, trust, policy);
         config.listen = self.listen.clone();
         config.metrics_listen = metrics_listen;
+        config.netmap = netmap;
         config.client_cert = match self.client_cert {
             ClientCertArg::Required => ClientCertMode::Required,
             ClientCertArg::Optional => ClientCertMode::Optional,

@@ -22,10 +22,12 @@
 //! answers 503. Against a server that drops such packets silently (upstream OpenVPN), the
 //! standalone sidecar answers 504 only after `connect_timeout`.
 //!
-//! **Address translation.** The sidecar dials the requested address as it is. vpn2's Envoy
-//! relied on NAT rules matching its group id (31415) to map overlapping shoot networks into
-//! `242/8`-`244/8`; the policy accepts those mapped ranges as destinations, but the sidecar does
-//! not translate. A seed network always wins over an overlapping shoot network.
+//! **Address translation.** vpn2's shoot client expects IPv4 shoot addresses mapped into
+//! `242/8`-`244/8` (vpn2 did that with NAT rules matching Envoy's group id 31415), and the
+//! server's iroute for it covers only those ranges. With [`SidecarConfig::netmap`] set (the
+//! default when the networks come from vpn2's environment) the sidecar dials the mapped
+//! address itself; the policy is checked on the address as requested. A seed network always
+//! wins over an overlapping shoot network.
 //!
 //! Access log: one `info` line per request that failed (status other than 200, or a relay
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
@@ -53,7 +55,7 @@ use tracing::{info, warn};
 
 pub use cli::SidecarArgs;
 pub use metrics::SidecarMetrics;
-pub use policy::{Denied, DestinationPolicy};
+pub use policy::{Denied, DestinationPolicy, Netmap};
 
 /// Gardener's Envoy cluster connect timeout (gardener#4362).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -101,6 +103,8 @@ pub struct SidecarConfig {
     pub client_cert: ClientCertMode,
     /// Allowed destinations.
     pub policy: DestinationPolicy,
+    /// How an allowed address is rewritten before dialing (vpn2's mapped ranges).
+    pub netmap: Netmap,
     /// Bound on connecting upstream (all resolved addresses together).
     pub connect_timeout: Duration,
     /// No bytes either way for this long closes a tunnel.
@@ -120,6 +124,7 @@ impl fmt::Debug for SidecarConfig {
             .field("metrics_listen", &self.metrics_listen)
             .field("client_cert", &self.client_cert)
             .field("policy", &self.policy)
+            .field("netmap", &self.netmap)
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("header_timeout", &self.header_timeout)
@@ -147,6 +152,7 @@ impl SidecarConfig {
             trust,
             client_cert: ClientCertMode::Required,
             policy,
+            netmap: Netmap::none(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             header_timeout: DEFAULT_HEADER_TIMEOUT,

@@ -194,7 +194,8 @@ async fn tunnel(
         respond(tls, shared, 400, "Bad Request").await;
         return Outcome::refused(400, target, "request target is not host:port");
     };
-    // The destination addresses, each checked by the policy before anything is dialed.
+    // The destination addresses, each checked by the policy before anything is dialed, then
+    // mapped.
     let candidates: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => {
             if let Err(why) = config.policy.check(ip) {
@@ -241,6 +242,10 @@ async fn tunnel(
             allowed
         }
     };
+    let candidates: Vec<SocketAddr> = candidates
+        .into_iter()
+        .map(|a| SocketAddr::new(config.netmap.map(a.ip()), a.port()))
+        .collect();
     if let Some(routes) = &shared.routes {
         if !candidates.iter().any(|a| routes.has_route(a.ip())) {
             metrics.no_route();

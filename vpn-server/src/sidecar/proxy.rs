@@ -176,6 +176,30 @@ async fn handshake_and_head(
     }
 }
 
+/// A refused request: the status line to answer and the access-log detail.
+struct Refusal {
+    status: u16,
+    reason: &'static str,
+    detail: String,
+}
+
+impl Refusal {
+    fn new(status: u16, detail: impl Into<String>) -> Self {
+        let reason = match status {
+            400 => "Bad Request",
+            403 => "Forbidden",
+            405 => "Method Not Allowed",
+            504 => "Gateway Timeout",
+            _ => "Service Unavailable",
+        };
+        Refusal {
+            status,
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Checks the request, connects and relays; the answer has been sent when it returns.
 async fn tunnel(
     shared: &Shared,
@@ -183,109 +207,125 @@ async fn tunnel(
     head: &RequestHead,
     early: BytesMut,
 ) -> Outcome {
+    let target = head.target.as_str();
+    let (upstream, _permit) = match open(shared, head).await {
+        Ok(opened) => opened,
+        Err(r) => {
+            respond(tls, shared, r.status, r.reason).await;
+            return Outcome::refused(r.status, target, r.detail);
+        }
+    };
+    relay_tunnel(shared, tls, upstream, target, early).await
+}
+
+/// Everything before the `200`: method, target, policy, name lookup, mapping, route check,
+/// concurrency limit, connect. Nothing is dialed unless every check passed.
+async fn open(
+    shared: &Shared,
+    head: &RequestHead,
+) -> Result<(TcpStream, OwnedSemaphorePermit), Refusal> {
     let config = &shared.config;
     let metrics = &shared.metrics;
-    let target = head.target.as_str();
     if head.method != "CONNECT" {
-        respond(tls, shared, 405, "Method Not Allowed").await;
-        return Outcome::refused(405, target, format!("method {}", head.method));
+        return Err(Refusal::new(405, format!("method {}", head.method)));
     }
     let Ok((host, port)) = head.authority() else {
-        respond(tls, shared, 400, "Bad Request").await;
-        return Outcome::refused(400, target, "request target is not host:port");
+        return Err(Refusal::new(400, "request target is not host:port"));
     };
-    // The destination addresses, each checked by the policy before anything is dialed, then
-    // mapped.
-    let candidates: Vec<SocketAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => {
-            if let Err(why) = config.policy.check(ip) {
-                metrics.denied(why);
-                respond(tls, shared, 403, "Forbidden").await;
-                return Outcome::refused(403, target, why.to_string());
-            }
-            vec![SocketAddr::new(ip, port)]
-        }
-        Err(_) => {
-            let lookup = tokio::time::timeout(
-                config.connect_timeout,
-                tokio::net::lookup_host((host, port)),
-            )
-            .await;
-            let resolved: Vec<SocketAddr> = match lookup {
-                Ok(Ok(addrs)) => addrs.collect(),
-                Ok(Err(e)) => {
-                    respond(tls, shared, 503, "Service Unavailable").await;
-                    return Outcome::refused(503, target, format!("DNS lookup failed: {e}"));
-                }
-                Err(_) => {
-                    respond(tls, shared, 504, "Gateway Timeout").await;
-                    return Outcome::refused(504, target, "DNS lookup timed out");
-                }
-            };
-            let mut first_denial: Option<Denied> = None;
-            let allowed: Vec<SocketAddr> = resolved
-                .into_iter()
-                .filter(|a| match config.policy.check(a.ip()) {
-                    Ok(()) => true,
-                    Err(why) => {
-                        first_denial.get_or_insert(why);
-                        false
-                    }
-                })
-                .collect();
-            if allowed.is_empty() {
-                let why = first_denial.unwrap_or(Denied::NotShoot);
-                metrics.denied(why);
-                respond(tls, shared, 403, "Forbidden").await;
-                return Outcome::refused(403, target, format!("resolved to a {why}"));
-            }
-            allowed
-        }
-    };
-    let candidates: Vec<SocketAddr> = candidates
+    let allowed = destinations(shared, host, port).await?;
+    let candidates: Vec<SocketAddr> = allowed
         .into_iter()
         .map(|a| SocketAddr::new(config.netmap.map(a.ip()), a.port()))
         .collect();
     if let Some(routes) = &shared.routes {
         if !candidates.iter().any(|a| routes.has_route(a.ip())) {
             metrics.no_route();
-            respond(tls, shared, 503, "Service Unavailable").await;
-            return Outcome::refused(503, target, "no VPN client routes the destination");
+            return Err(Refusal::new(503, "no VPN client routes the destination"));
         }
     }
-    let Ok(_permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
+    let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
         metrics.overflowed();
-        respond(tls, shared, 503, "Service Unavailable").await;
-        return Outcome::refused(
+        return Err(Refusal::new(
             503,
-            target,
             format!("{} tunnels open (limit)", config.max_connections),
-        );
+        ));
     };
-    let connect_started = Instant::now();
-    let mut upstream =
-        match tokio::time::timeout(config.connect_timeout, connect_any(&candidates)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                metrics.connect_failed(false);
-                respond(tls, shared, 503, "Service Unavailable").await;
-                return Outcome::refused(503, target, format!("upstream connect failed: {e}"));
-            }
-            Err(_) => {
-                metrics.connect_failed(true);
-                respond(tls, shared, 504, "Gateway Timeout").await;
-                return Outcome::refused(
-                    504,
-                    target,
-                    format!(
-                        "upstream connect timed out after {:?}",
-                        config.connect_timeout
-                    ),
-                );
-            }
+    let started = Instant::now();
+    match tokio::time::timeout(config.connect_timeout, connect_any(&candidates)).await {
+        Ok(Ok(upstream)) => {
+            metrics.upstream_opened(started.elapsed());
+            Ok((upstream, permit))
+        }
+        Ok(Err(e)) => {
+            metrics.connect_failed(false);
+            Err(Refusal::new(503, format!("upstream connect failed: {e}")))
+        }
+        Err(_) => {
+            metrics.connect_failed(true);
+            Err(Refusal::new(
+                504,
+                format!(
+                    "upstream connect timed out after {:?}",
+                    config.connect_timeout
+                ),
+            ))
+        }
+    }
+}
+
+/// The addresses the policy allows for `host`: the literal, or every resolved address that
+/// passes (403 when none does).
+async fn destinations(shared: &Shared, host: &str, port: u16) -> Result<Vec<SocketAddr>, Refusal> {
+    let config = &shared.config;
+    let deny = |why: Denied, detail: String| {
+        shared.metrics.denied(why);
+        Refusal::new(403, detail)
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return match config.policy.check(ip) {
+            Ok(()) => Ok(vec![SocketAddr::new(ip, port)]),
+            Err(why) => Err(deny(why, why.to_string())),
         };
+    }
+    let lookup = tokio::time::timeout(
+        config.connect_timeout,
+        tokio::net::lookup_host((host, port)),
+    )
+    .await;
+    let resolved: Vec<SocketAddr> = match lookup {
+        Ok(Ok(addrs)) => addrs.collect(),
+        Ok(Err(e)) => return Err(Refusal::new(503, format!("DNS lookup failed: {e}"))),
+        Err(_) => return Err(Refusal::new(504, "DNS lookup timed out")),
+    };
+    let mut first_denial: Option<Denied> = None;
+    let allowed: Vec<SocketAddr> = resolved
+        .into_iter()
+        .filter(|a| match config.policy.check(a.ip()) {
+            Ok(()) => true,
+            Err(why) => {
+                first_denial.get_or_insert(why);
+                false
+            }
+        })
+        .collect();
+    if allowed.is_empty() {
+        let why = first_denial.unwrap_or(Denied::NotShoot);
+        return Err(deny(why, format!("resolved to a {why}")));
+    }
+    Ok(allowed)
+}
+
+/// Answers `200`, forwards the bytes that came with the head, relays to the end.
+async fn relay_tunnel(
+    shared: &Shared,
+    tls: &mut SslStream<TcpStream>,
+    mut upstream: TcpStream,
+    target: &str,
+    early: BytesMut,
+) -> Outcome {
+    let config = &shared.config;
+    let metrics = &shared.metrics;
     let opened = Instant::now();
-    metrics.upstream_opened(opened - connect_started);
     let mut ok = Vec::with_capacity(48);
     encode_response(200, "Connection established", &mut ok);
     metrics.responded(200);

@@ -6,12 +6,18 @@
 //!  kube-apiserver ──TLS (client cert required)──► listener 0.0.0.0:9443 and [::]:9443
 //!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ head within `header_timeout`
 //!                                                   ▼
+//!     400 / 405  malformed head / not CONNECT
 //!     403  policy: not a shoot network, or loopback / link-local / seed (no connect attempt)
 //!     503  no connected client routes the destination (in-process: asked the server)
 //!     503  `max_connections` tunnels already open
 //!     503/504  connect failed / took longer than `connect_timeout`
 //!     200  then one relay (netio::relay): half-close both ways, `idle_timeout`
 //! ```
+//!
+//! **Running it.** `vpn-server --sidecar` (`VPN_SERVER_SIDECAR=true`) runs it beside the
+//! OpenVPN server in one process; `vpn-server sidecar` runs it alone. The `--sidecar-*` flags
+//! (each also a `SIDECAR_*` variable) and their defaults are in [`cli`]; the metrics and their
+//! names in [`metrics`]; the destination rules in [`policy`].
 //!
 //! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
 //! (the server's [`crate::server::ClientRoutes`]) and answers 503 before dialing when no

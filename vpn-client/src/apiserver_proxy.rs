@@ -13,7 +13,8 @@
 //!
 //! The ingress name is resolved for every connection (its addresses may change). Defaults
 //! follow Gardener's Envoy apiserver-proxy: upstream connect timeout 5 s, at most 10,000
-//! connections (more are closed at accept), 32 KiB buffers per direction.
+//! connections (more are closed at accept), 32 KiB buffers per direction, TCP keepalive on the
+//! connection to the ingress after 7200 s idle, probing every 55 s.
 
 use std::io;
 use std::net::SocketAddr;
@@ -36,6 +37,10 @@ pub const DEFAULT_HEADER_NAME: &str = "X-Gardener-API-Route";
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Gardener's apiserver-proxy connection limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Idle time before the first keepalive probe to the ingress (GEP-30's Envoy).
+pub const KEEPALIVE_TIME: Duration = Duration::from_secs(7200);
+/// Interval between keepalive probes (GEP-30's Envoy).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(55);
 /// Envoy's TCP proxy idle timeout (1 h).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -247,6 +252,12 @@ async fn tunnel(
         .collect();
     let proxied = connect_via_proxy(&ingress, &config.request(), config.connect_timeout).await?;
     let mut upstream = proxied.stream;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_TIME)
+        .with_interval(KEEPALIVE_INTERVAL);
+    if let Err(e) = socket2::SockRef::from(&upstream).set_tcp_keepalive(&keepalive) {
+        debug!(error = %e, "cannot set TCP keepalive towards the ingress");
+    }
     if !proxied.leftover.is_empty() {
         client
             .write_all(&proxied.leftover)

@@ -15,7 +15,9 @@
 //! * CONNECT to loopback (IPv4, IPv6, `localhost`), the seed network, a link-local address or
 //!   an address outside the shoot → 403, and the recording listeners saw no connection;
 //! * CONNECT to the shoot address over both listeners → 200, exactly those connections;
-//! * the metrics listener reports it all under the catalogued names.
+//! * the metrics listener reports it all under the catalogued names;
+//! * with `optional` client certificates (Envoy's mode) no certificate is accepted, but a
+//!   foreign one still fails.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -202,6 +204,41 @@ fn handshake_requires_a_valid_client_cert_and_policy_refuses_without_connecting(
             &format!("envoy_cluster_upstream_cx_connect_ms_count{{{cluster}}}")
         ),
         2
+    );
+    drop(sidecar);
+
+    // (5) Envoy's mode, `--sidecar-client-cert optional`: no certificate is accepted, a
+    // presented one must still verify.
+    let mut optional = config(
+        &pki,
+        vec!["127.0.0.1:9444".parse().expect("addr")],
+        vec![],
+        vec!["100.96.0.0/24".parse().expect("net")],
+        vec![],
+    );
+    optional.client_cert = pki::tls::ClientCertMode::Optional;
+    let sidecar = start_sidecar(ns_runtime(&ns), optional, None);
+    let addr = sidecar.addrs[0];
+    let (anonymous, foreign) = ns
+        .run_in(|| {
+            let anonymous = tls(&connector(&pki.bundle, None), addr)
+                .ok()
+                .and_then(|mut s| connect_status(&mut s, &shoot_target));
+            let foreign = match tls(&connector(&pki.bundle, Some(&pki.foreign_client)), addr) {
+                Err(_) => None,
+                Ok(mut s) => connect_status(&mut s, &shoot_target),
+            };
+            (anonymous, foreign)
+        })
+        .expect("run in namespace");
+    assert_eq!(
+        anonymous,
+        Some(200),
+        "optional mode admits a client without a certificate"
+    );
+    assert_eq!(
+        foreign, None,
+        "optional mode still refuses an untrusted certificate"
     );
     drop(sidecar);
 }

@@ -18,6 +18,8 @@
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).
 //! * [`driver`] - a blocking driver for our sans-IO sessions over a real TCP connection.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.
+//! * [`sidecar_lab`] - certificates, a namespaced runtime, an mTLS CONNECT client, a
+//!   connection recorder and a metrics scrape for the CONNECT sidecar tests.
 //! * [`tinyproxy`] - Debian's tinyproxy as the CONNECT proxy of a lab, started and awaited.
 //! * [`require_lab`] - fails a test loudly when it cannot run (not root, tool missing): a lab
 //!   test never passes by skipping.
@@ -32,6 +34,7 @@ pub mod matrix;
 pub mod netns;
 pub mod pki_fixture;
 pub mod probe;
+pub mod sidecar_lab;
 pub mod tinyproxy;
 pub mod upstream;
 

@@ -10,6 +10,8 @@
 //!   acceptor (proxy side, for tests and the demo).
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
 //!   balancers only), strict CONNECT head under a deadline, the client address to judge.
+//! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
+//!   timeout, byte counts, fixed buffers.
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
 //!   common variables, running it.
 //!
@@ -20,6 +22,7 @@ pub use protocol::http;
 pub mod http_connect;
 pub mod ingress;
 pub mod netlink;
+pub mod relay;
 pub mod script;
 pub mod transport;
 pub mod tun;

@@ -52,6 +52,7 @@ pub use settings::{
 };
 pub use tunnel::TunnelError;
 
+pub mod apiserver_proxy;
 pub mod config;
 pub mod script;
 mod settings;

@@ -2,6 +2,9 @@
 //! without one, from the vpn2 environment variables; init logging; run until SIGINT/SIGTERM.
 //! Any error ends the process with status 1 and one line on stderr naming the file and line
 //! or the path at fault.
+//!
+//! `vpn-client apiserver-proxy` runs the GEP-30 apiserver-proxy instead (see
+//! [`vpn_client::apiserver_proxy`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +30,14 @@ struct Cli {
     /// vpn2 environment mode: the directory holding `vpn-client/` and `tlsauth/`.
     #[arg(long, env = "VPN2_SECRETS_DIR", default_value = vpn2::DEFAULT_SECRETS_DIR)]
     vpn2_secrets_dir: PathBuf,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Tunnel local TCP connections to the ingress with CONNECT and a routing header (GEP-30).
+    ApiserverProxy(vpn_client::apiserver_proxy::ApiserverProxyArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +56,17 @@ fn run() -> anyhow::Result<()> {
         .with_env_filter(EnvFilter::try_new(&cli.log).context("--log")?)
         .with_writer(std::io::stderr)
         .init();
+    if let Some(Command::ApiserverProxy(args)) = &cli.command {
+        let config = args.to_config()?;
+        let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
+        return runtime.block_on(async {
+            let shutdown = CancellationToken::new();
+            tokio::spawn(cancel_on_signal(shutdown.clone()));
+            let proxy = vpn_client::apiserver_proxy::ApiserverProxy::bind(config).await?;
+            proxy.run(shutdown).await;
+            Ok(())
+        });
+    }
     let Loaded { settings, warnings } = load(&cli)?;
     for warning in &warnings {
         tracing::warn!("{warning}");

@@ -1,5 +1,5 @@
-//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]); the
-//! CONNECT sidecar comes later; the ingress router is [`router`].
+//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]), the
+//! CONNECT sidecar that replaces Envoy ([`sidecar`]) and the ingress router ([`router`]).
 //!
 //! | module | what it is |
 //! |---|---|
@@ -11,7 +11,9 @@
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
 //! | [`router`] | the ingress router subcommand: header routing, allow-lists, PROXY protocol |
+//! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
+//! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
 pub mod config;
 pub mod pool;
@@ -20,10 +22,12 @@ pub mod routing;
 pub mod script;
 pub mod server;
 pub mod settings;
+pub mod sidecar;
 pub mod spoof;
 pub mod status;
+pub mod unreachable;
 
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
 pub use script::{Script, ScriptError};
-pub use server::{cancel_on_signals, run, ClientId, Server, ServerError, Stats};
+pub use server::{cancel_on_signals, run, ClientId, ClientRoutes, Server, ServerError, Stats};
 pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};

@@ -3,9 +3,13 @@
 //! `--config FILE` runs an OpenVPN server config; without it the server is configured from the
 //! vpn2 environment variables and vpn2's file layout under `--secrets-dir`. SIGTERM or SIGINT
 //! tells the clients, drains and exits 0. Errors are one line naming the file (and line).
+//!
+//! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
+//! `vpn-server sidecar` runs it alone.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use protocol::config::env::Vpn2ServerEnv;
@@ -13,6 +17,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use vpn_server::config::VPN2_SECRETS_DIR;
+use vpn_server::sidecar::cli::ShootNetworks;
+use vpn_server::sidecar::{Sidecar, SidecarArgs, SidecarConfig};
 use vpn_server::{from_vpn2_env, load_file, Loaded, Server};
 
 /// OpenVPN-compatible server of the reversed cluster VPN.
@@ -30,6 +36,11 @@ struct Cli {
     /// `tlsauth/vpn.tlsauth`.
     #[arg(long, env = "VPN_SERVER_SECRETS_DIR", default_value = VPN2_SECRETS_DIR)]
     secrets_dir: PathBuf,
+    /// Also run the CONNECT sidecar (the `--sidecar-*` flags) in this process.
+    #[arg(long, env = "VPN_SERVER_SIDECAR")]
+    sidecar: bool,
+    #[command(flatten)]
+    sidecar_args: SidecarArgs,
     /// Another role of this binary; without one, the OpenVPN server.
     #[command(subcommand)]
     command: Option<Command>,
@@ -40,6 +51,8 @@ struct Cli {
 enum Command {
     /// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
     Router(vpn_server::router::RouterArgs),
+    /// Run only the CONNECT sidecar (the mTLS HTTP CONNECT proxy that replaces Envoy).
+    Sidecar(SidecarArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,28 +70,60 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(Command::Sidecar(args)) = &cli.command {
+        let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
+        init_tracing(cli.log.as_deref().unwrap_or("info"));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return rt.block_on(async {
+            let token = CancellationToken::new();
+            tokio::spawn(vpn_server::cancel_on_signals(token.clone()));
+            Sidecar::bind(config, None).await?.run(token).await;
+            Ok(())
+        });
+    }
     let loaded = match &cli.config {
         Some(path) => load_file(path)?,
         None => from_vpn2_env(&Vpn2ServerEnv::parse(std::env::vars())?, &cli.secrets_dir)?,
     };
-    let filter = cli
-        .log
-        .clone()
-        .unwrap_or_else(|| verb_filter(loaded.verb).into());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .init();
+    let sidecar = match cli.sidecar {
+        true => {
+            // vpn2 environment mode: the shoot networks (and vpn2's mapping) from the same
+            // variables; a config file: the networks it routes into the tunnel.
+            let shoot = match cli.config {
+                None => ShootNetworks::Vpn2Env,
+                Some(_) => ShootNetworks::Routes(loaded.settings.routes.clone()),
+            };
+            Some(
+                cli.sidecar_args
+                    .resolve(&cli.secrets_dir, shoot, std::env::vars())?,
+            )
+        }
+        false => None,
+    };
+    init_tracing(cli.log.as_deref().unwrap_or(verb_filter(loaded.verb)));
     for w in &loaded.warnings {
         warn!("{w}");
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(serve(loaded))
+    rt.block_on(serve(loaded, sidecar))
 }
 
-async fn serve(loaded: Loaded) -> Result<(), Box<dyn std::error::Error>> {
+fn init_tracing(filter: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+async fn serve(
+    loaded: Loaded,
+    sidecar: Option<SidecarConfig>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let Loaded {
         settings,
         up,
@@ -101,11 +146,21 @@ async fn serve(loaded: Loaded) -> Result<(), Box<dyn std::error::Error>> {
     let script_settings = settings.clone();
     let server = Server::bind(settings).await?;
     let dev = server.tun_name().to_owned();
+    let sidecar = match sidecar {
+        Some(config) => {
+            let bound = Sidecar::bind(config, Some(Arc::new(server.client_routes()))).await?;
+            Some(tokio::spawn(bound.run(token.clone())))
+        }
+        None => None,
+    };
     if let Some(up) = up {
         up.run(&script_settings, &dev, verb).await?;
     }
     info!("Initialization Sequence Completed");
     server.run(token).await?;
+    if let Some(task) = sidecar {
+        let _ = task.await;
+    }
     if let Some(down) = down {
         if let Err(e) = down.run(&script_settings, &dev, verb).await {
             warn!("{}", one_line(&e));

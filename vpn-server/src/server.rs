@@ -10,6 +10,9 @@
 //!                          registry (pool, routing table, clients)   status writer
 //! ```
 //!
+//! A packet from the tun device that no client routes is answered with ICMP "destination
+//! unreachable" (rate-limited; see [`crate::unreachable`]), so seed-side connects fail at once.
+//!
 //! A connection is admitted by a permit of `max-clients`; it must bring its tunnel up within
 //! `handshake_timeout` or it is closed. On `ClientIdentified` the registry picks the address
 //! (`ifconfig-push`, else the pool), installs the client's host routes and iroutes, and the
@@ -43,6 +46,7 @@ use crate::routing::{Forward, RoutingTable};
 use crate::settings::{ClientOptions, Settings};
 use crate::spoof::{self, SourceFilter, SpoofVerdict};
 use crate::status::{self, ClientStatus, RouteStatus, StatusSnapshot};
+use crate::unreachable;
 
 /// Packets queued from the tun device towards one connection before new ones are dropped.
 pub const TUN_QUEUE: usize = 1024;
@@ -96,6 +100,8 @@ pub struct Stats {
     pub ignored: AtomicU64,
     /// Packets from the tun device with no client route.
     pub no_route: AtomicU64,
+    /// ICMP / ICMPv6 "destination unreachable" answers to such packets (rate-limited).
+    pub unreachable_sent: AtomicU64,
     /// Packets dropped because a connection's queue was full.
     pub queue_full: AtomicU64,
     /// Packets from clients written to the tun device.
@@ -253,6 +259,13 @@ impl Server {
         Arc::clone(&self.shared.stats)
     }
 
+    /// A handle on the client routes, for the CONNECT sidecar running in this process.
+    pub fn client_routes(&self) -> ClientRoutes {
+        ClientRoutes {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// Serves until `shutdown` is cancelled, then tells clients (`RESTART`), drains and
     /// returns once every task has ended.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ServerError> {
@@ -281,6 +294,23 @@ impl Server {
         tracker.wait().await;
         info!("shutdown complete");
         Ok(())
+    }
+}
+
+/// Answers whether a connected client's address or iroute covers an address (what the tun
+/// reader would find for a packet to it).
+#[derive(Debug, Clone)]
+pub struct ClientRoutes {
+    shared: Arc<Shared>,
+}
+
+impl ClientRoutes {
+    /// Whether a packet to `addr` has a client to go to now.
+    pub fn covers(&self, addr: IpAddr) -> bool {
+        lock(&self.shared.registry)
+            .routes
+            .lookup(addr.to_canonical())
+            .is_some()
     }
 }
 
@@ -388,6 +418,8 @@ async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
     let max_len = usize::from(shared.settings.tun_mtu);
     let chunk = 64 * (SEND_HEADROOM + max_len + DATA_TAILROOM);
     let mut buf = BytesMut::with_capacity(chunk);
+    let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
+    let mut limiter = unreachable::Limiter::new();
     loop {
         if buf.capacity() < SEND_HEADROOM + max_len + DATA_TAILROOM {
             buf = BytesMut::with_capacity(chunk);
@@ -425,7 +457,17 @@ async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
                 Ok(()) => bump(&shared.stats.from_tun),
                 Err(_) => bump(&shared.stats.queue_full),
             },
-            None => bump(&shared.stats.no_route),
+            None => {
+                bump(&shared.stats.no_route);
+                // Tell the sender at once instead of letting its connect time out.
+                if limiter.allow(Instant::now()) {
+                    if let Some(n) = unreachable::reply(payload, &mut icmp) {
+                        if shared.tun.send(&icmp[..n]).await.is_ok() {
+                            bump(&shared.stats.unreachable_sent);
+                        }
+                    }
+                }
+            }
         }
     }
 }

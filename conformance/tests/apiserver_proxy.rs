@@ -1,0 +1,197 @@
+//! The GEP-30 apiserver-proxy (`vpn_client::apiserver_proxy`) in a shoot namespace, tunnelling
+//! in-cluster API traffic to a test "kube-apiserver" (an HTTPS server) in the seed namespace
+//! through an HTTP CONNECT ingress that routes only requests carrying the right header.
+//!
+//! ```text
+//!  SHOOT  a "pod": HTTPS GET /version ──► apiserver-proxy 127.0.0.1:6443 (right header)
+//!                                         apiserver-proxy 127.0.0.1:6444 (wrong value)
+//!         10.250.0.2/30 ──veth── 10.250.0.1/30  SEED
+//!                          ingress :8443 (netio ConnectAcceptor, requires
+//!                            X-Gardener-API-Route: outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local)
+//!                          kube-apiserver 127.0.0.1:443 (HTTPS, answers /version)
+//! ```
+//!
+//! * through the proxy with the configured header the pod's TLS session reaches the
+//!   kube-apiserver end to end (the certificate is the apiserver's, the answer its `/version`);
+//! * the same proxy with another header value gets nothing through, and the kube-apiserver
+//!   saw exactly one connection: the header arrives with the configured value and nothing else
+//!   passes the ingress.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use conformance::netns::Netns;
+use conformance::require_lab;
+use conformance::sidecar_lab::{connector, ns_runtime, Pki, SERVER_NAME, WAIT};
+use netio::http_connect::{ConnectAcceptor, Upstream};
+use openssl::ssl::SslAcceptor;
+use vpn_client::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
+use vpn_client::CancellationToken;
+
+const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
+const SHOOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
+const INGRESS_PORT: u16 = 8443;
+const ROUTE: &str = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local";
+const VERSION: &str = "{\"major\":\"1\",\"minor\":\"33\"}";
+
+/// The "kube-apiserver": HTTPS on `listener`, answering every request with `VERSION`; counts
+/// connections.
+fn kube_apiserver(listener: TcpListener, acceptor: SslAcceptor, count: Arc<AtomicUsize>) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            count.fetch_add(1, Ordering::Relaxed);
+            let Ok(mut tls) = acceptor.accept(stream) else {
+                continue;
+            };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match tls.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{VERSION}",
+                VERSION.len()
+            );
+            let _ = tls.write_all(answer.as_bytes());
+            let _ = tls.shutdown();
+        }
+    });
+}
+
+/// `GET /version` over TLS through `proxy` (call inside SHOOT); the whole response, or why not.
+fn get_version(pki: &Pki, proxy: SocketAddr) -> Result<String, String> {
+    let tcp = TcpStream::connect_timeout(&proxy, WAIT).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(WAIT))
+        .map_err(|e| e.to_string())?;
+    let mut tls = connector(&pki.bundle, Some(&pki.client))
+        .connect(SERVER_NAME, tcp)
+        .map_err(|e| format!("TLS: {e}"))?;
+    tls.write_all(b"GET /version HTTP/1.1\r\nHost: kubernetes\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    tls.read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+#[test]
+fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header() {
+    require_lab(&[]);
+    let pki = Pki::generate();
+    let seed = Netns::new().expect("seed");
+    let shoot = Netns::new().expect("shoot");
+    Netns::veth_pair(&seed, "seed-shoot", &shoot, "shoot-seed").expect("veth");
+    seed.run([
+        "ip",
+        "addr",
+        "add",
+        &format!("{SEED_ADDR}/30"),
+        "dev",
+        "seed-shoot",
+    ])
+    .expect("addr");
+    shoot
+        .run([
+            "ip",
+            "addr",
+            "add",
+            &format!("{SHOOT_ADDR}/30"),
+            "dev",
+            "shoot-seed",
+        ])
+        .expect("addr");
+
+    // SEED: the kube-apiserver and the ingress.
+    let connections = Arc::new(AtomicUsize::new(0));
+    let apiserver = seed
+        .run_in(|| TcpListener::bind((Ipv4Addr::LOCALHOST, 443)))
+        .expect("run in seed")
+        .expect("apiserver listener");
+    let acceptor = pki::tls::connect_proxy_acceptor(
+        &pki.server,
+        &pki.bundle,
+        pki::tls::ClientCertMode::Optional,
+    )
+    .expect("apiserver TLS");
+    kube_apiserver(apiserver, acceptor, Arc::clone(&connections));
+    let seed_rt = ns_runtime(&seed);
+    let ingress = seed_rt
+        .block_on(async {
+            seed_rt
+                .spawn(async { tokio::net::TcpListener::bind((SEED_ADDR, INGRESS_PORT)).await })
+                .await
+        })
+        .expect("task")
+        .expect("ingress listener");
+    seed_rt.spawn(
+        ConnectAcceptor::new(Upstream::Fixed(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            443,
+        ))))
+        .require_header(DEFAULT_HEADER_NAME, ROUTE)
+        .with_timeout(Duration::from_secs(5))
+        .serve(ingress),
+    );
+
+    // SHOOT: two apiserver-proxies, the second with a wrong header value.
+    let shoot_rt = ns_runtime(&shoot);
+    let token = CancellationToken::new();
+    let ingress_addr = format!("{SEED_ADDR}:{INGRESS_PORT}");
+    let mut proxies = Vec::new();
+    for (port, value) in [
+        (6443, ROUTE),
+        (
+            6444,
+            "outbound|443||kube-apiserver.shoot--p--b.svc.cluster.local",
+        ),
+    ] {
+        let config = ApiserverProxyConfig::new(
+            vec![SocketAddr::from((Ipv4Addr::LOCALHOST, port))],
+            ingress_addr.clone(),
+            value.into(),
+        );
+        assert_eq!(config.header_name, "X-Gardener-API-Route");
+        let proxy = shoot_rt
+            .block_on(async { shoot_rt.spawn(ApiserverProxy::bind(config)).await })
+            .expect("task")
+            .expect("apiserver-proxy bind");
+        proxies.push(shoot_rt.spawn(proxy.run(token.clone())));
+    }
+
+    let (good, bad) = shoot
+        .run_in(|| {
+            (
+                get_version(&pki, SocketAddr::from((Ipv4Addr::LOCALHOST, 6443))),
+                get_version(&pki, SocketAddr::from((Ipv4Addr::LOCALHOST, 6444))),
+            )
+        })
+        .expect("run in shoot");
+    let good = good.expect("GET /version through the apiserver-proxy");
+    assert!(good.starts_with("HTTP/1.1 200 OK\r\n"), "{good}");
+    assert!(good.ends_with(VERSION), "{good}");
+    assert!(
+        bad.is_err(),
+        "a wrong routing header value got through: {bad:?}"
+    );
+    assert_eq!(
+        connections.load(Ordering::Relaxed),
+        1,
+        "the kube-apiserver saw only the correctly routed connection"
+    );
+
+    token.cancel();
+    for p in proxies {
+        shoot_rt
+            .block_on(async { tokio::time::timeout(WAIT, p).await })
+            .expect("proxy stops")
+            .expect("proxy task");
+    }
+    shoot_rt.shutdown_timeout(Duration::from_secs(5));
+    seed_rt.shutdown_timeout(Duration::from_secs(5));
+}

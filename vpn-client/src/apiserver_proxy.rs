@@ -1,0 +1,415 @@
+//! The GEP-30 apiserver-proxy: a local TCP listener in the shoot whose every connection is
+//! tunnelled to the seed's ingress with HTTP CONNECT and a routing header, instead of a PROXY
+//! protocol header. The ingress routes by the header alone (the request-line target is
+//! informational), so the client's real address stays the one the load balancer reports.
+//!
+//! ```text
+//!  pod ──TCP──► listen (e.g. <kubernetes service address>:443)
+//!                  │ CONNECT <target> HTTP/1.1
+//!                  │ X-Gardener-API-Route: outbound|443||kube-apiserver.<ns>.svc.cluster.local
+//!                  ▼
+//!              ingress HOST:PORT ──200──► relay (netio::relay), half-close both ways
+//! ```
+//!
+//! The ingress name is resolved for every connection (its addresses may change). Defaults
+//! follow Gardener's Envoy apiserver-proxy: upstream connect timeout 5 s, at most 10,000
+//! connections (more are closed at accept), 32 KiB buffers per direction, TCP keepalive on the
+//! connection to the ingress after 7200 s idle, probing every 55 s.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
+use netio::http_connect::{connect_via_proxy, ConnectError};
+use netio::relay::{relay, RelayConfig, DEFAULT_BUFFER_SIZE};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+/// The routing header GEP-30's apiserver-proxy sends by default.
+pub const DEFAULT_HEADER_NAME: &str = "X-Gardener-API-Route";
+/// Gardener's apiserver-proxy upstream connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Gardener's apiserver-proxy connection limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Idle time before the first keepalive probe to the ingress (GEP-30's Envoy).
+pub const KEEPALIVE_TIME: Duration = Duration::from_secs(7200);
+/// Interval between keepalive probes (GEP-30's Envoy).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(55);
+/// Envoy's TCP proxy idle timeout (1 h).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The apiserver-proxy's settings.
+#[derive(Debug, Clone)]
+pub struct ApiserverProxyConfig {
+    /// Local listen addresses.
+    pub listen: Vec<SocketAddr>,
+    /// The ingress as `host:port` (resolved per connection).
+    pub ingress: String,
+    /// The CONNECT request target (`host:port`); the ingress ignores it.
+    pub target: (String, u16),
+    /// Routing header name.
+    pub header_name: String,
+    /// Routing header value, e.g. `outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local`.
+    pub header_value: String,
+    /// Bound on reaching the ingress and getting its `200`.
+    pub connect_timeout: Duration,
+    /// No bytes either way for this long closes a connection.
+    pub idle_timeout: Duration,
+    /// Concurrent connections; more are closed at accept.
+    pub max_connections: usize,
+}
+
+impl ApiserverProxyConfig {
+    /// Defaults for everything but the addresses and the header value; the request target is
+    /// the FQDN and port of an `outbound|PORT||FQDN` value, else `kubernetes:443`.
+    pub fn new(listen: Vec<SocketAddr>, ingress: String, header_value: String) -> Self {
+        let target = target_from_route(&header_value).unwrap_or(("kubernetes".into(), 443));
+        ApiserverProxyConfig {
+            listen,
+            ingress,
+            target,
+            header_name: DEFAULT_HEADER_NAME.into(),
+            header_value,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The CONNECT request every tunnel sends.
+    pub fn request(&self) -> ConnectRequest {
+        let mut req = ConnectRequest::new(self.target.0.clone(), self.target.1);
+        req.version = HttpVersion::Http11;
+        req.custom_headers.push(CustomHeader::NameValue {
+            name: self.header_name.clone(),
+            value: self.header_value.clone(),
+        });
+        req
+    }
+}
+
+/// `outbound|PORT||FQDN` → (FQDN, PORT).
+fn target_from_route(value: &str) -> Option<(String, u16)> {
+    let mut parts = value.split('|');
+    let (Some("outbound"), Some(port), Some(""), Some(fqdn), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    Some((fqdn.to_owned(), port.parse().ok()?))
+}
+
+/// Why the apiserver-proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiserverProxyError {
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The CONNECT request cannot be built from the settings (a control byte in the header
+    /// value, ...).
+    #[error("invalid CONNECT request settings")]
+    Request(#[source] netio::http::HttpError),
+}
+
+/// A bound apiserver-proxy; [`ApiserverProxy::run`] serves.
+#[derive(Debug)]
+pub struct ApiserverProxy {
+    config: Arc<ApiserverProxyConfig>,
+    listeners: Vec<TcpListener>,
+}
+
+impl ApiserverProxy {
+    /// Checks the request and binds the listeners. Must run inside a tokio runtime.
+    pub async fn bind(config: ApiserverProxyConfig) -> Result<Self, ApiserverProxyError> {
+        config
+            .request()
+            .to_bytes()
+            .map_err(ApiserverProxyError::Request)?;
+        let mut listeners = Vec::new();
+        for addr in &config.listen {
+            let l = TcpListener::bind(addr)
+                .await
+                .map_err(|source| ApiserverProxyError::Bind {
+                    addr: *addr,
+                    source,
+                })?;
+            info!(addr = %l.local_addr().unwrap_or(*addr), ingress = %config.ingress, "apiserver-proxy listening");
+            listeners.push(l);
+        }
+        Ok(ApiserverProxy {
+            config: Arc::new(config),
+            listeners,
+        })
+    }
+
+    /// The bound listen addresses.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves until `shutdown`; then closes every connection and returns.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let tracker = TaskTracker::new();
+        let permits = Arc::new(Semaphore::new(self.config.max_connections));
+        for listener in self.listeners {
+            let config = Arc::clone(&self.config);
+            let permits = Arc::clone(&permits);
+            let shutdown = shutdown.clone();
+            let inner = tracker.clone();
+            tracker.spawn(async move {
+                loop {
+                    let accepted = tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        a = listener.accept() => a,
+                    };
+                    let (client, peer) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            warn!(error = %e, "apiserver-proxy accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                        warn!(%peer, "apiserver-proxy connection limit reached; closed");
+                        continue;
+                    };
+                    let config = Arc::clone(&config);
+                    let shutdown = shutdown.clone();
+                    inner.spawn(async move {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {}
+                            r = tunnel(&config, client) => match r {
+                                Ok((up, down)) => debug!(%peer, up, down, "apiserver-proxy connection closed"),
+                                Err(e) => info!(%peer, error = %e, "apiserver-proxy connection failed"),
+                            }
+                        }
+                        drop(permit);
+                    });
+                }
+            });
+        }
+        shutdown.cancelled().await;
+        tracker.close();
+        tracker.wait().await;
+    }
+}
+
+/// Why one tunnel failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TunnelError {
+    /// The ingress name did not resolve.
+    #[error("cannot resolve the ingress {ingress}")]
+    Resolve {
+        /// The ingress.
+        ingress: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The CONNECT exchange failed.
+    #[error("CONNECT through the ingress failed")]
+    Connect(#[from] ConnectError),
+    /// Relaying failed.
+    #[error("relay failed")]
+    Relay(#[from] netio::relay::RelayError),
+    /// Writing to the local client failed.
+    #[error("writing to the local client failed")]
+    Client(#[source] io::Error),
+}
+
+/// Tunnels one local connection; returns the bytes (client→ingress, ingress→client).
+async fn tunnel(
+    config: &ApiserverProxyConfig,
+    mut client: TcpStream,
+) -> Result<(u64, u64), TunnelError> {
+    let _ = client.set_nodelay(true);
+    let ingress: Vec<SocketAddr> = tokio::net::lookup_host(config.ingress.as_str())
+        .await
+        .map_err(|source| TunnelError::Resolve {
+            ingress: config.ingress.clone(),
+            source,
+        })?
+        .collect();
+    let proxied = connect_via_proxy(&ingress, &config.request(), config.connect_timeout).await?;
+    let mut upstream = proxied.stream;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_TIME)
+        .with_interval(KEEPALIVE_INTERVAL);
+    if let Err(e) = socket2::SockRef::from(&upstream).set_tcp_keepalive(&keepalive) {
+        debug!(error = %e, "cannot set TCP keepalive towards the ingress");
+    }
+    if !proxied.leftover.is_empty() {
+        client
+            .write_all(&proxied.leftover)
+            .await
+            .map_err(TunnelError::Client)?;
+    }
+    let stats = relay(
+        &mut client,
+        &mut upstream,
+        RelayConfig {
+            idle_timeout: config.idle_timeout,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+        },
+    )
+    .await?;
+    Ok((stats.a_to_b, stats.b_to_a + proxied.leftover.len() as u64))
+}
+
+/// The `vpn-client apiserver-proxy` flags (each also an environment variable).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApiserverProxyArgs {
+    /// Local listen addresses, comma-separated.
+    #[arg(
+        long,
+        env = "APISERVER_PROXY_LISTEN",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub listen: Vec<SocketAddr>,
+    /// The ingress (`host:port`, e.g. the shoot's API FQDN and 8443).
+    #[arg(long, env = "APISERVER_PROXY_INGRESS")]
+    pub ingress: String,
+    /// Routing header name.
+    #[arg(long, env = "APISERVER_PROXY_HEADER_NAME", default_value = DEFAULT_HEADER_NAME)]
+    pub header_name: String,
+    /// Routing header value (`outbound|443||kube-apiserver.<ns>.svc.cluster.local`).
+    #[arg(long, env = "APISERVER_PROXY_HEADER_VALUE")]
+    pub header_value: String,
+    /// CONNECT request target (`host:port`); default from the header value.
+    #[arg(long, env = "APISERVER_PROXY_TARGET")]
+    pub target: Option<String>,
+    /// Connect timeout in seconds (reaching the ingress and its answer).
+    #[arg(long, env = "APISERVER_PROXY_CONNECT_TIMEOUT", default_value_t = 5)]
+    pub connect_timeout_secs: u64,
+    /// Idle timeout of a connection in seconds.
+    #[arg(long, env = "APISERVER_PROXY_IDLE_TIMEOUT", default_value_t = 3600)]
+    pub idle_timeout_secs: u64,
+    /// Concurrent connections.
+    #[arg(long, env = "APISERVER_PROXY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+}
+
+impl ApiserverProxyArgs {
+    /// The settings these flags describe.
+    pub fn to_config(&self) -> Result<ApiserverProxyConfig, InvalidTarget> {
+        let mut config = ApiserverProxyConfig::new(
+            self.listen.clone(),
+            self.ingress.clone(),
+            self.header_value.clone(),
+        );
+        config.header_name = self.header_name.clone();
+        if let Some(target) = &self.target {
+            let (host, port) = target
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+                .ok_or_else(|| InvalidTarget {
+                    value: target.clone(),
+                })?;
+            config.target = (host.to_owned(), port);
+        }
+        config.connect_timeout = Duration::from_secs(self.connect_timeout_secs);
+        config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
+        config.max_connections = self.max_connections;
+        Ok(config)
+    }
+}
+
+/// `--target` is not `host:port`.
+#[derive(Debug, thiserror::Error)]
+#[error("--target {value:?} is not host:port")]
+pub struct InvalidTarget {
+    /// The value.
+    pub value: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netio::http_connect::{ConnectAcceptor, Upstream};
+    use tokio::io::AsyncReadExt;
+
+    const ROUTE: &str = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local";
+
+    #[test]
+    fn target_comes_from_the_route() {
+        assert_eq!(
+            target_from_route(ROUTE),
+            Some(("kube-apiserver.shoot--p--a.svc.cluster.local".into(), 443))
+        );
+        assert_eq!(
+            target_from_route("shoot--p--a--kube-apiserver-socket"),
+            None
+        );
+        assert_eq!(target_from_route("outbound|443|x|h"), None);
+        let c = ApiserverProxyConfig::new(vec![], "x:1".into(), "opaque".into());
+        assert_eq!(c.target, ("kubernetes".into(), 443));
+        let bytes = c.request().to_bytes().unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(
+            text.starts_with("CONNECT kubernetes:443 HTTP/1.1\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\r\nX-Gardener-API-Route: opaque\r\n"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn tunnels_through_a_connect_proxy_with_the_header() {
+        // An echo "apiserver".
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let echo_addr = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = echo.accept().await.unwrap();
+            let (mut r, mut w) = s.split();
+            tokio::io::copy(&mut r, &mut w).await.unwrap();
+            w.shutdown().await.unwrap();
+        });
+        let ingress = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ingress_addr = ingress.local_addr().unwrap();
+        tokio::spawn(
+            ConnectAcceptor::new(Upstream::Fixed(echo_addr))
+                .require_header(DEFAULT_HEADER_NAME, ROUTE)
+                .serve(ingress),
+        );
+        let config = ApiserverProxyConfig::new(
+            vec!["127.0.0.1:0".parse().unwrap()],
+            ingress_addr.to_string(),
+            ROUTE.into(),
+        );
+        let proxy = ApiserverProxy::bind(config).await.unwrap();
+        let local = proxy.local_addrs()[0];
+        let token = CancellationToken::new();
+        let task = tokio::spawn(proxy.run(token.clone()));
+        let mut c = TcpStream::connect(local).await.unwrap();
+        c.write_all(b"GET /version").await.unwrap();
+        c.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        c.read_to_end(&mut back).await.unwrap();
+        assert_eq!(back, b"GET /version");
+        token.cancel();
+        task.await.unwrap();
+    }
+}

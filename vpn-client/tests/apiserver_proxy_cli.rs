@@ -1,0 +1,65 @@
+//! `vpn-client apiserver-proxy` refuses bad settings with one line and a non-zero exit, before
+//! listening (no network needed).
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vpn-client"));
+    cmd.arg("apiserver-proxy").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("APISERVER_PROXY_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.output().expect("run vpn-client")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_target_without_port_is_named() {
+    let out = run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--ingress",
+        "127.0.0.1:1",
+        "--header-value",
+        "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local",
+        "--target",
+        "kubernetes",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--target \"kubernetes\" is not host:port"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_header_value_with_a_control_byte_is_refused() {
+    let out = run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--ingress",
+        "127.0.0.1:1",
+        "--header-value",
+        "outbound|443||x\r\nX-Injected: 1",
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("invalid CONNECT request settings"), "{err}");
+}
+
+#[test]
+fn listen_and_header_value_are_required() {
+    let out = run(&["--ingress", "127.0.0.1:1"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--listen") && err.contains("--header-value"),
+        "{err}"
+    );
+}

@@ -1,0 +1,312 @@
+//! The CONNECT sidecar: the mTLS HTTP CONNECT proxy in the vpn-seed-server pod that the
+//! kube-apiserver's egress selector (`cluster`) uses to reach kubelets, webhooks and pods in
+//! the shoot. It replaces Gardener's Envoy sidecar.
+//!
+//! ```text
+//!  kube-apiserver ──TLS (client cert required)──► listener 0.0.0.0:9443 and [::]:9443
+//!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ head within `header_timeout`
+//!                                                   ▼
+//!     400 / 405  malformed head / not CONNECT
+//!     403  policy: not a shoot network, or loopback / link-local / seed (no connect attempt)
+//!     503  no connected client routes the destination (in-process: asked the server)
+//!     503  `max_connections` tunnels already open
+//!     503/504  connect failed / took longer than `connect_timeout`
+//!     200  then one relay (netio::relay): half-close both ways, `idle_timeout`
+//! ```
+//!
+//! **Running it.** `vpn-server --sidecar` (`VPN_SERVER_SIDECAR=true`) runs it beside the
+//! OpenVPN server in one process; `vpn-server sidecar` runs it alone. The `--sidecar-*` flags
+//! (each also a `SIDECAR_*` variable) and their defaults are in [`cli`]; the metrics and their
+//! names in [`metrics`]; the destination rules in [`policy`].
+//!
+//! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
+//! (the server's [`crate::server::ClientRoutes`]) and answers 503 before dialing when no
+//! connected client's address or iroute covers the destination. Run alone (`vpn-server
+//! sidecar`) it has no such view and dials: the kernel sends the SYN into the tun device, and
+//! our server answers a packet no client routes with ICMP "host unreachable"
+//! ([`crate::unreachable`]), so the connect fails at once (`EHOSTUNREACH`) and the sidecar
+//! answers 503. Against a server that drops such packets silently (upstream OpenVPN), the
+//! standalone sidecar answers 504 only after `connect_timeout`.
+//!
+//! **Address translation.** vpn2's shoot client expects IPv4 shoot addresses mapped into
+//! `242/8`-`244/8` (vpn2 did that with NAT rules matching Envoy's group id 31415), and the
+//! server's iroute for it covers only those ranges. With [`SidecarConfig::netmap`] set (the
+//! default when the networks come from vpn2's environment) the sidecar dials the mapped
+//! address itself; the policy is checked on the address as requested. A seed network always
+//! wins over an overlapping shoot network.
+//!
+//! Access log: one `info` line per request that failed (status other than 200, or a relay
+//! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
+//! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx.
+
+pub mod cli;
+pub mod metrics;
+pub mod policy;
+mod proxy;
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openssl::ssl::SslAcceptor;
+use pki::pem::{CaBundle, Identity};
+use pki::tls::ClientCertMode;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+pub use cli::SidecarArgs;
+pub use metrics::SidecarMetrics;
+pub use policy::{Denied, DestinationPolicy, Netmap};
+
+/// Gardener's Envoy cluster connect timeout (gardener#4362).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// Envoy's default stream idle timeout, which long `exec` / `logs -f` streams relied on.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
+/// Gardener's Envoy circuit breaker: at most 8192 upstream connections.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+/// The TLS handshake and the CONNECT head must arrive within this.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections still in the TLS handshake or head phase; more are closed at accept.
+pub const DEFAULT_MAX_PENDING: usize = 1024;
+/// A request that takes at least this long is access-logged even when it succeeded.
+pub const SLOW_REQUEST: Duration = Duration::from_secs(1);
+/// The sidecar's port (Gardener's `http-proxy` service port).
+pub const DEFAULT_PORT: u16 = 9443;
+/// The metrics port (Gardener's `metrics` service port).
+pub const DEFAULT_METRICS_PORT: u16 = 15000;
+
+/// Answers whether a connected VPN client routes an address (its assigned address or one of
+/// its iroutes).
+pub trait RouteCheck: Send + Sync + fmt::Debug {
+    /// Whether packets to `addr` currently have a client to go to.
+    fn has_route(&self, addr: IpAddr) -> bool;
+}
+
+impl RouteCheck for crate::server::ClientRoutes {
+    fn has_route(&self, addr: IpAddr) -> bool {
+        self.covers(addr)
+    }
+}
+
+/// Everything the sidecar needs.
+#[derive(Clone)]
+pub struct SidecarConfig {
+    /// TLS listen addresses (default `0.0.0.0:9443` and `[::]:9443`; a `[::]` listener is
+    /// IPv6-only so both can bind).
+    pub listen: Vec<SocketAddr>,
+    /// Plain-HTTP `GET /metrics` listen addresses (may be empty).
+    pub metrics_listen: Vec<SocketAddr>,
+    /// The server certificate chain and key.
+    pub identity: Identity,
+    /// The CA bundle client certificates are checked against.
+    pub trust: CaBundle,
+    /// Whether a client certificate is required (default) or only checked when presented.
+    pub client_cert: ClientCertMode,
+    /// Allowed destinations.
+    pub policy: DestinationPolicy,
+    /// How an allowed address is rewritten before dialing (vpn2's mapped ranges).
+    pub netmap: Netmap,
+    /// Bound on connecting upstream (all resolved addresses together).
+    pub connect_timeout: Duration,
+    /// No bytes either way for this long closes a tunnel.
+    pub idle_timeout: Duration,
+    /// Bound on the TLS handshake plus the CONNECT head.
+    pub header_timeout: Duration,
+    /// Concurrent tunnels (including those connecting); the next CONNECT gets 503.
+    pub max_connections: usize,
+    /// Concurrent connections before their CONNECT head; more are closed at accept.
+    pub max_pending: usize,
+}
+
+impl fmt::Debug for SidecarConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SidecarConfig")
+            .field("listen", &self.listen)
+            .field("metrics_listen", &self.metrics_listen)
+            .field("client_cert", &self.client_cert)
+            .field("policy", &self.policy)
+            .field("netmap", &self.netmap)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("max_pending", &self.max_pending)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SidecarConfig {
+    /// The defaults above, listening on `0.0.0.0` and `[::]` ports 9443 / 15000.
+    pub fn new(identity: Identity, trust: CaBundle, policy: DestinationPolicy) -> Self {
+        let any4 = IpAddr::from([0u8; 4]);
+        let any6 = IpAddr::from([0u16; 8]);
+        SidecarConfig {
+            listen: vec![
+                SocketAddr::new(any4, DEFAULT_PORT),
+                SocketAddr::new(any6, DEFAULT_PORT),
+            ],
+            metrics_listen: vec![
+                SocketAddr::new(any4, DEFAULT_METRICS_PORT),
+                SocketAddr::new(any6, DEFAULT_METRICS_PORT),
+            ],
+            identity,
+            trust,
+            client_cert: ClientCertMode::Required,
+            policy,
+            netmap: Netmap::none(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_pending: DEFAULT_MAX_PENDING,
+        }
+    }
+}
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    /// The TLS context could not be built from the identity and bundle.
+    #[error("cannot build the sidecar's TLS context")]
+    Tls(#[from] pki::tls::TlsError),
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A bound sidecar; [`Sidecar::run`] serves.
+#[derive(Debug)]
+pub struct Sidecar {
+    shared: Arc<proxy::Shared>,
+    listeners: Vec<TcpListener>,
+    metrics_listeners: Vec<TcpListener>,
+}
+
+impl Sidecar {
+    /// Builds the TLS context and binds every listener. `routes` is the server's view of
+    /// client routes when running in-process (`None` alone). Must run inside a tokio runtime.
+    pub async fn bind(
+        config: SidecarConfig,
+        routes: Option<Arc<dyn RouteCheck>>,
+    ) -> Result<Sidecar, SidecarError> {
+        let acceptor: SslAcceptor =
+            pki::tls::connect_proxy_acceptor(&config.identity, &config.trust, config.client_cert)?;
+        raise_nofile_limit();
+        let listeners = bind_all(&config.listen)?;
+        let metrics_listeners = bind_all(&config.metrics_listen)?;
+        for l in &listeners {
+            if let Ok(addr) = l.local_addr() {
+                info!(%addr, client_cert = ?config.client_cert, "CONNECT sidecar listening");
+            }
+        }
+        let shared = Arc::new(proxy::Shared {
+            permits: Arc::new(Semaphore::new(config.max_connections)),
+            pending: Arc::new(Semaphore::new(config.max_pending)),
+            metrics: Arc::new(SidecarMetrics::default()),
+            acceptor,
+            routes,
+            config,
+        });
+        Ok(Sidecar {
+            shared,
+            listeners,
+            metrics_listeners,
+        })
+    }
+
+    /// The bound TLS listen addresses (with the port the kernel chose for port 0).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// The bound metrics listen addresses.
+    pub fn metrics_addrs(&self) -> Vec<SocketAddr> {
+        self.metrics_listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// The counters (they keep counting while the sidecar runs).
+    pub fn metrics(&self) -> Arc<SidecarMetrics> {
+        Arc::clone(&self.shared.metrics)
+    }
+
+    /// Serves until `shutdown` is cancelled; then stops accepting, ends open tunnels and
+    /// returns when every task has ended.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let tracker = TaskTracker::new();
+        for listener in self.listeners {
+            tracker.spawn(proxy::accept_loop(
+                Arc::clone(&self.shared),
+                listener,
+                shutdown.clone(),
+                tracker.clone(),
+            ));
+        }
+        for listener in self.metrics_listeners {
+            tracker.spawn(metrics::serve_metrics(
+                listener,
+                Arc::clone(&self.shared.metrics),
+                shutdown.clone(),
+            ));
+        }
+        shutdown.cancelled().await;
+        tracker.close();
+        tracker.wait().await;
+        info!("CONNECT sidecar stopped");
+    }
+}
+
+fn bind_all(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, SidecarError> {
+    addrs
+        .iter()
+        .map(|addr| {
+            bind(*addr).map_err(|source| SidecarError::Bind {
+                addr: *addr,
+                source,
+            })
+        })
+        .collect()
+}
+
+/// A listener with `SO_REUSEADDR`, and `IPV6_V6ONLY` for IPv6 addresses so `[::]` and
+/// `0.0.0.0` can share a port.
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// Two sockets per tunnel: lift the soft `RLIMIT_NOFILE` to the hard limit, as servers do.
+fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            warn!(error = %e, "cannot raise the open-file limit");
+        }
+    }
+}

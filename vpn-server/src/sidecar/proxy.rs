@@ -1,0 +1,422 @@
+//! One connection of the sidecar: TLS, the CONNECT head, the checks, the upstream connect and
+//! the relay. See the parent module for the flow.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use netio::http::{encode_response, parse_request_head, RequestHead, MAX_HEAD_LEN};
+use netio::relay::{relay, RelayConfig, RelayEnd};
+use openssl::nid::Nid;
+use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_openssl::SslStream;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, info, warn};
+
+use super::metrics::SidecarMetrics;
+use super::policy::Denied;
+use super::{RouteCheck, SidecarConfig, SLOW_REQUEST};
+
+/// State shared by every connection of one sidecar.
+pub(super) struct Shared {
+    pub(super) config: SidecarConfig,
+    pub(super) acceptor: SslAcceptor,
+    pub(super) routes: Option<Arc<dyn RouteCheck>>,
+    pub(super) permits: Arc<Semaphore>,
+    pub(super) pending: Arc<Semaphore>,
+    pub(super) metrics: Arc<SidecarMetrics>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .field("routes", &self.routes)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(super) async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                warn!(error = %e, "sidecar accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(pending) = Arc::clone(&shared.pending).try_acquire_owned() else {
+            debug!(%peer, "too many connections before their CONNECT head; closed");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = Arc::clone(&shared);
+        let shutdown = shutdown.clone();
+        tracker.spawn(async move {
+            shared.metrics.downstream_opened();
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = serve(&shared, stream, peer, pending) => {}
+            }
+            shared.metrics.downstream_closed();
+        });
+    }
+}
+
+/// What one request came to, for the access log.
+struct Outcome {
+    status: u16,
+    target: String,
+    detail: String,
+    to_upstream: u64,
+    from_upstream: u64,
+}
+
+impl Outcome {
+    fn refused(status: u16, target: &str, detail: impl Into<String>) -> Self {
+        Outcome {
+            status,
+            target: target.to_owned(),
+            detail: detail.into(),
+            to_upstream: 0,
+            from_upstream: 0,
+        }
+    }
+}
+
+async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: OwnedSemaphorePermit) {
+    let started = Instant::now();
+    let head = tokio::time::timeout(
+        shared.config.header_timeout,
+        handshake_and_head(shared, tcp),
+    )
+    .await;
+    let (mut tls, head, early) = match head {
+        Err(_) => {
+            debug!(%peer, "no CONNECT head within the header timeout; closed");
+            return;
+        }
+        Ok(Err(HeadFailure::Tls(e))) => {
+            // A TCP probe (Gardener's liveness check on 9443) connects and closes: no bytes,
+            // no failure worth a log line.
+            if e.code() == ErrorCode::SYSCALL && e.io_error().is_none() {
+                debug!(%peer, "closed before the TLS handshake");
+            } else {
+                shared.metrics.tls_failed();
+                info!(%peer, error = %e, "sidecar TLS handshake failed");
+            }
+            return;
+        }
+        Ok(Err(HeadFailure::Gone)) => return,
+        Ok(Err(HeadFailure::Malformed(mut tls, detail))) => {
+            respond(&mut tls, shared, 400, "Bad Request").await;
+            log(peer, &tls, started, &Outcome::refused(400, "-", detail));
+            return;
+        }
+        Ok(Ok(found)) => found,
+    };
+    drop(pending);
+    let outcome = tunnel(shared, &mut tls, &head, early).await;
+    if outcome.status != 200 || !outcome.detail.is_empty() || started.elapsed() >= SLOW_REQUEST {
+        log(peer, &tls, started, &outcome);
+    }
+}
+
+enum HeadFailure {
+    Tls(openssl::ssl::Error),
+    Gone,
+    Malformed(SslStream<TcpStream>, String),
+}
+
+async fn handshake_and_head(
+    shared: &Shared,
+    tcp: TcpStream,
+) -> Result<(SslStream<TcpStream>, RequestHead, BytesMut), HeadFailure> {
+    let ssl = Ssl::new(shared.acceptor.context()).map_err(|e| HeadFailure::Tls(e.into()))?;
+    let mut tls = SslStream::new(ssl, tcp).map_err(|e| HeadFailure::Tls(e.into()))?;
+    Pin::new(&mut tls)
+        .accept()
+        .await
+        .map_err(HeadFailure::Tls)?;
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        match parse_request_head(&buf) {
+            Ok(Some((head, len))) => {
+                let early = buf.split_off(len);
+                return Ok((tls, head, early));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(HeadFailure::Malformed(tls, e.to_string())),
+        }
+        if buf.len() >= MAX_HEAD_LEN {
+            return Err(HeadFailure::Malformed(tls, "head too large".into()));
+        }
+        buf.reserve(1024);
+        match tls.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return Err(HeadFailure::Gone),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A refused request: the status line to answer and the access-log detail.
+struct Refusal {
+    status: u16,
+    reason: &'static str,
+    detail: String,
+}
+
+impl Refusal {
+    fn new(status: u16, detail: impl Into<String>) -> Self {
+        let reason = match status {
+            400 => "Bad Request",
+            403 => "Forbidden",
+            405 => "Method Not Allowed",
+            504 => "Gateway Timeout",
+            _ => "Service Unavailable",
+        };
+        Refusal {
+            status,
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Checks the request, connects and relays; the answer has been sent when it returns.
+async fn tunnel(
+    shared: &Shared,
+    tls: &mut SslStream<TcpStream>,
+    head: &RequestHead,
+    early: BytesMut,
+) -> Outcome {
+    let target = head.target.as_str();
+    let (upstream, _permit) = match open(shared, head).await {
+        Ok(opened) => opened,
+        Err(r) => {
+            respond(tls, shared, r.status, r.reason).await;
+            return Outcome::refused(r.status, target, r.detail);
+        }
+    };
+    relay_tunnel(shared, tls, upstream, target, early).await
+}
+
+/// Everything before the `200`: method, target, policy, name lookup, mapping, route check,
+/// concurrency limit, connect. Nothing is dialed unless every check passed.
+async fn open(
+    shared: &Shared,
+    head: &RequestHead,
+) -> Result<(TcpStream, OwnedSemaphorePermit), Refusal> {
+    let config = &shared.config;
+    let metrics = &shared.metrics;
+    if head.method != "CONNECT" {
+        return Err(Refusal::new(405, format!("method {}", head.method)));
+    }
+    let Ok((host, port)) = head.authority() else {
+        return Err(Refusal::new(400, "request target is not host:port"));
+    };
+    let allowed = destinations(shared, host, port).await?;
+    let candidates: Vec<SocketAddr> = allowed
+        .into_iter()
+        .map(|a| SocketAddr::new(config.netmap.map(a.ip()), a.port()))
+        .collect();
+    if let Some(routes) = &shared.routes {
+        if !candidates.iter().any(|a| routes.has_route(a.ip())) {
+            metrics.no_route();
+            return Err(Refusal::new(503, "no VPN client routes the destination"));
+        }
+    }
+    let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
+        metrics.overflowed();
+        return Err(Refusal::new(
+            503,
+            format!("{} tunnels open (limit)", config.max_connections),
+        ));
+    };
+    let started = Instant::now();
+    match tokio::time::timeout(config.connect_timeout, connect_any(&candidates)).await {
+        Ok(Ok(upstream)) => {
+            metrics.upstream_opened(started.elapsed());
+            Ok((upstream, permit))
+        }
+        Ok(Err(e)) => {
+            metrics.connect_failed(false);
+            Err(Refusal::new(503, format!("upstream connect failed: {e}")))
+        }
+        Err(_) => {
+            metrics.connect_failed(true);
+            Err(Refusal::new(
+                504,
+                format!(
+                    "upstream connect timed out after {:?}",
+                    config.connect_timeout
+                ),
+            ))
+        }
+    }
+}
+
+/// The addresses the policy allows for `host`: the literal, or every resolved address that
+/// passes (403 when none does).
+async fn destinations(shared: &Shared, host: &str, port: u16) -> Result<Vec<SocketAddr>, Refusal> {
+    let config = &shared.config;
+    let deny = |why: Denied, detail: String| {
+        shared.metrics.denied(why);
+        Refusal::new(403, detail)
+    };
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return match config.policy.check(ip) {
+            Ok(()) => Ok(vec![SocketAddr::new(ip, port)]),
+            Err(why) => Err(deny(why, why.to_string())),
+        };
+    }
+    let lookup = tokio::time::timeout(
+        config.connect_timeout,
+        tokio::net::lookup_host((host, port)),
+    )
+    .await;
+    let resolved: Vec<SocketAddr> = match lookup {
+        Ok(Ok(addrs)) => addrs.collect(),
+        Ok(Err(e)) => return Err(Refusal::new(503, format!("DNS lookup failed: {e}"))),
+        Err(_) => return Err(Refusal::new(504, "DNS lookup timed out")),
+    };
+    let mut first_denial: Option<Denied> = None;
+    let allowed: Vec<SocketAddr> = resolved
+        .into_iter()
+        .filter(|a| match config.policy.check(a.ip()) {
+            Ok(()) => true,
+            Err(why) => {
+                first_denial.get_or_insert(why);
+                false
+            }
+        })
+        .collect();
+    if allowed.is_empty() {
+        let why = first_denial.unwrap_or(Denied::NotShoot);
+        return Err(deny(why, format!("resolved to a {why}")));
+    }
+    Ok(allowed)
+}
+
+/// Answers `200`, forwards the bytes that came with the head, relays to the end.
+async fn relay_tunnel(
+    shared: &Shared,
+    tls: &mut SslStream<TcpStream>,
+    mut upstream: TcpStream,
+    target: &str,
+    early: BytesMut,
+) -> Outcome {
+    let config = &shared.config;
+    let metrics = &shared.metrics;
+    let opened = Instant::now();
+    let mut ok = Vec::with_capacity(48);
+    encode_response(200, "Connection established", &mut ok);
+    metrics.responded(200);
+    let mut outcome = Outcome {
+        status: 200,
+        target: target.to_owned(),
+        detail: String::new(),
+        to_upstream: 0,
+        from_upstream: 0,
+    };
+    if let Err(e) = tls.write_all(&ok).await {
+        outcome.detail = format!("writing the 200 failed: {e}");
+        metrics.upstream_closed(opened.elapsed(), 0, 0);
+        return outcome;
+    }
+    if !early.is_empty() {
+        if let Err(e) = upstream.write_all(&early).await {
+            outcome.detail = format!("forwarding early bytes failed: {e}");
+            metrics.upstream_closed(opened.elapsed(), 0, 0);
+            return outcome;
+        }
+    }
+    let relay_config = RelayConfig {
+        idle_timeout: config.idle_timeout,
+        ..RelayConfig::default()
+    };
+    match relay(tls, &mut upstream, relay_config).await {
+        Ok(stats) => {
+            outcome.to_upstream = stats.a_to_b + early.len() as u64;
+            outcome.from_upstream = stats.b_to_a;
+            if stats.end == RelayEnd::Idle {
+                metrics.idle_timeout();
+                outcome.detail = format!("idle for {:?}", config.idle_timeout);
+            }
+        }
+        Err(e) => {
+            outcome.to_upstream = e.a_to_b + early.len() as u64;
+            outcome.from_upstream = e.b_to_a;
+            outcome.detail = format!("relay ended: {}", e.source);
+        }
+    }
+    metrics.upstream_closed(opened.elapsed(), outcome.to_upstream, outcome.from_upstream);
+    outcome
+}
+
+async fn connect_any(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::from(std::io::ErrorKind::AddrNotAvailable);
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Sends a bodyless refusal and closes; best effort (the client may be gone). Bytes the
+/// client sent after its head are never read.
+async fn respond(tls: &mut SslStream<TcpStream>, shared: &Shared, status: u16, reason: &str) {
+    shared.metrics.responded(status);
+    let mut out = Vec::with_capacity(64);
+    encode_response(status, reason, &mut out);
+    let _ = tls.write_all(&out).await;
+    let _ = tls.shutdown().await;
+}
+
+/// The access-log line.
+fn log(peer: SocketAddr, tls: &SslStream<TcpStream>, started: Instant, o: &Outcome) {
+    let cn = tls
+        .ssl()
+        .peer_certificate()
+        .and_then(|c| {
+            c.subject_name()
+                .entries_by_nid(Nid::COMMONNAME)
+                .next()
+                .and_then(|e| e.data().to_string().ok())
+        })
+        .unwrap_or_else(|| "-".into());
+    info!(
+        target: "vpn_server::sidecar::access",
+        %peer,
+        client_cn = %cn,
+        target_addr = %o.target,
+        status = o.status,
+        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        bytes_up = o.to_upstream,
+        bytes_down = o.from_upstream,
+        detail = %o.detail,
+        "CONNECT"
+    );
+}

@@ -57,7 +57,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    if let Some(Command::Router(args)) = cli.command.take() {
+    if let Some(Command::Router(args)) = cli.command.take_if(|c| matches!(c, Command::Router(_))) {
         return vpn_server::router::main(args);
     }
     match run(cli) {

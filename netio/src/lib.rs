@@ -11,7 +11,8 @@
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
 //!   balancers only), strict CONNECT head under a deadline, the client address to judge.
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
-//!   timeout, byte counts, fixed buffers.
+//!   timeout, byte counts, fixed buffers; `relay_tcp` does the same for two TCP sockets with
+//!   `splice(2)` (zero-copy) on Linux.
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
 //!   common variables, running it.
 //!
@@ -24,5 +25,7 @@ pub mod ingress;
 pub mod netlink;
 pub mod relay;
 pub mod script;
+#[cfg(target_os = "linux")]
+mod splice;
 pub mod transport;
 pub mod tun;

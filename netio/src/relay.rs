@@ -16,6 +16,10 @@
 //!
 //! Both directions are driven by one future (no spawned tasks), so dropping the future drops
 //! the relay.
+//!
+//! [`relay`] works on any byte stream (TLS included) and copies through its buffers;
+//! [`relay_tcp`] is the same contract for two plain TCP sockets, zero-copy with `splice(2)` on
+//! Linux (see `splice.rs`), falling back to [`relay`] where the kernel cannot splice.
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -24,6 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// The default per-direction buffer: 32 KiB (what Gardener's apiserver-proxy Envoy uses per
@@ -34,6 +39,10 @@ pub const DEFAULT_BUFFER_SIZE: usize = 32 * 1024;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How a relay is run.
+///
+/// For [`relay_tcp`] on Linux, `buffer_size` is the pipe size asked for per direction (the
+/// kernel rounds it up to a power of two pages, at most [`MAX_PIPE_SIZE`]); pipe pages hold
+/// references to socket pages, not copies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayConfig {
     /// No bytes either way for this long closes both sides.
@@ -142,6 +151,31 @@ where
             source,
         }),
     }
+}
+
+/// The largest splice pipe [`relay_tcp`] asks for (Linux's default `fs.pipe-max-size`).
+pub const MAX_PIPE_SIZE: usize = 1024 * 1024;
+
+/// [`relay`] for two plain TCP sockets, moving bytes socket → pipe → socket with `splice(2)`
+/// on Linux so they never pass through user space: same half-close, idle timeout, counts and
+/// errors.
+///
+/// Falls back to [`relay`] (copying, `config.buffer_size` per direction) when pipes cannot be
+/// created or the kernel refuses to splice these sockets before any byte moved, and on other
+/// systems.
+pub async fn relay_tcp(
+    a: &mut TcpStream,
+    b: &mut TcpStream,
+    config: RelayConfig,
+) -> Result<RelayStats, RelayError> {
+    #[cfg(target_os = "linux")]
+    match crate::splice::relay(a, b, config).await {
+        crate::splice::Outcome::Done(result) => return result,
+        crate::splice::Outcome::Unsupported(e) => {
+            tracing::debug!("splice unavailable ({e}); relaying through buffers");
+        }
+    }
+    relay(a, b, config).await
 }
 
 /// One direction: a fixed buffer, what of it is still to be written, and whether the reader

@@ -360,8 +360,18 @@ async fn handle(
     }
     shared.counters.tunnels.fetch_add(1, Ordering::Relaxed);
     debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
-    match relay(&mut stream, &mut upstream).await {
-        Ok((up, down)) => {
+    match netio::relay::relay_tcp(
+        &mut stream,
+        &mut upstream,
+        netio::relay::RelayConfig::default(),
+    )
+    .await
+    {
+        Ok(netio::relay::RelayStats {
+            a_to_b: up,
+            b_to_a: down,
+            ..
+        }) => {
             debug!(%peer, %route, to_upstream = up + early.len() as u64, to_client = down, "tunnel closed")
         }
         Err(e) => debug!(%peer, %route, "tunnel ended: {e}"),

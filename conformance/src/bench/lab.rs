@@ -277,6 +277,10 @@ impl<'ns> VpnProcess<'ns> {
 impl Drop for VpnProcess<'_> {
     fn drop(&mut self) {
         self.ns.stop(self.pid);
+        // `BENCH_KEEP_LOGS=DIR` keeps every VPN process's log as DIR/PID.log.
+        if let Some(dir) = std::env::var_os("BENCH_KEEP_LOGS") {
+            let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{}.log", self.pid)));
+        }
     }
 }
 

@@ -57,22 +57,36 @@ pub struct Transfer {
     pub server_cpu_s_per_gb: f64,
     /// CPU seconds per GB of the client process.
     pub client_cpu_s_per_gb: f64,
+    /// CPU seconds per GB of the proxy process, when there is one.
+    pub proxy_cpu_s_per_gb: Option<f64>,
     /// Highest resident memory sampled during the run, server, KiB.
     pub server_rss_kib: u64,
     /// Highest resident memory sampled during the run, client, KiB.
     pub client_rss_kib: u64,
 }
 
+/// The processes whose CPU time a transfer is charged to.
+#[derive(Debug, Clone, Copy)]
+pub struct Pids {
+    /// The VPN server.
+    pub server: u32,
+    /// The VPN client.
+    pub client: u32,
+    /// The CONNECT proxy, if the client goes through one.
+    pub proxy: Option<u32>,
+}
+
 /// Runs `iperf3 -c` from `from` to `target` for `duration` with `load`, measuring the CPU time
-/// of the VPN processes `pids` (server, client).
+/// of `pids`.
 pub fn iperf(
     from: &Netns,
     target: SocketAddr,
     load: Load,
     duration: Duration,
-    pids: (u32, u32),
+    pids: Pids,
 ) -> Result<Transfer, BenchError> {
-    let (server_pid, client_pid) = pids;
+    let (server_pid, client_pid) = (pids.server, pids.client);
+    let proxy0 = pids.proxy.map(cpu_seconds).transpose()?;
     let Load { streams, reverse } = load;
     let secs = duration.as_secs().max(1);
     let mut cmd = from.command("iperf3");
@@ -123,6 +137,7 @@ pub fn iperf(
         std::thread::sleep(Duration::from_millis(100));
     };
     let cpu1 = (cpu_seconds(server_pid)?, cpu_seconds(client_pid)?);
+    let proxy1 = pids.proxy.map(cpu_seconds).transpose()?;
     let json = reader.join().unwrap_or_default();
     if !status.success() {
         return Err(BenchError::unexpected(
@@ -137,6 +152,7 @@ pub fn iperf(
         bytes,
         server_cpu_s_per_gb: (cpu1.0 - cpu0.0) / gb,
         client_cpu_s_per_gb: (cpu1.1 - cpu0.1) / gb,
+        proxy_cpu_s_per_gb: proxy0.zip(proxy1).map(|(a, b)| (b - a) / gb),
         server_rss_kib: srv_rss,
         client_rss_kib: cli_rss,
     })

@@ -362,7 +362,7 @@ fn run_case(lab: &BenchLab, opts: &Options, case: Case) -> Result<Sample, BenchE
         Via::Direct => None,
         Via::Proxy(kind) => Some(lab.start_proxy(kind)?),
     };
-    let result = measure_case(lab, opts, case, proxy.map(|(port, _)| port));
+    let result = measure_case(lab, opts, case, proxy);
     if let Some((_, pid)) = proxy {
         lab.seed.stop(pid);
     }
@@ -373,8 +373,9 @@ fn measure_case(
     lab: &BenchLab,
     opts: &Options,
     case: Case,
-    proxy_port: Option<u16>,
+    proxy: Option<(u16, u32)>,
 ) -> Result<Sample, BenchError> {
+    let proxy_port = proxy.map(|(port, _)| port);
     let server = VpnProcess::start(
         &lab.seed,
         case.pair.server,
@@ -445,7 +446,11 @@ fn measure_case(
                     (CLIENT_TUN_ADDR, IPERF_PORT).into(),
                     load,
                     opts.duration,
-                    (server.pid(), client.pid()),
+                    measure::Pids {
+                        server: server.pid(),
+                        client: client.pid(),
+                        proxy: proxy.map(|(_, pid)| pid),
+                    },
                 )
             };
             // iperf3 sometimes loses its control connection at the start of a run (seen once

@@ -89,6 +89,11 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     let _ = writeln!(md, "Command (as root):\n\n```\n{command}\n```\n");
     let _ = writeln!(
         md,
+        "Profiles, what changed in the data path and what bounds each figure: \
+         [performance-notes.md](performance-notes.md).\n"
+    );
+    let _ = writeln!(
+        md,
         "Machine: {} CPUs ({}), kernel {}, {}. Finished {}.\n",
         machine.cpus, machine.cpu_model, machine.kernel, machine.openvpn, machine.date
     );
@@ -133,6 +138,9 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
             s.transfers
                 .get(i)
                 .map(|t| t.server_cpu_s_per_gb + t.client_cpu_s_per_gb)
+        }));
+        cpu.push(metric(format!("proxy {}", load.label()), 1, move |s| {
+            s.transfers.get(i).and_then(|t| t.proxy_cpu_s_per_gb)
         }));
     }
     let _ = writeln!(

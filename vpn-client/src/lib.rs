@@ -16,9 +16,10 @@
 //! while the tunnel is up) and the session's timer. After each input it follows the session's
 //! driving contract: write what `poll_transmit` returns (all of it in one socket write), then
 //! handle `poll_event`, then sleep no longer than `poll_timeout`. The session stays owned by
-//! one task (no lock); the expensive system call of the receive direction, the write into the
-//! tun device (where the kernel runs the whole inner TCP receive path), runs in a second task
-//! fed by a channel, so under load both cores work.
+//! one task (no lock), and the binary runs it on a current-thread runtime (no work stealing,
+//! no cross-thread wake-ups on the latency path); the expensive system call of the receive
+//! direction, the write into the tun device (where the kernel runs the whole inner TCP receive
+//! path), runs on a thread of its own fed by a channel, so under load both cores work.
 //!
 //! No buffer is allocated per packet in the steady state: tun packets are read in batches of
 //! up to [`TUN_BATCH`] into slices of one pooled buffer after [`SEND_HEADROOM`] bytes,
@@ -36,7 +37,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
@@ -102,6 +102,9 @@ pub enum RunError {
     /// Reading from the tun device failed.
     #[error("tun device read failed")]
     TunRead(#[source] io::Error),
+    /// The tun writer thread could not be started.
+    #[error("cannot start the tun writer thread")]
+    Thread(#[source] io::Error),
     /// The `up` command failed.
     #[error("up script")]
     Up(#[source] ScriptError),
@@ -307,7 +310,10 @@ impl Connection {
                         if tun_tx.is_none() {
                             if let Some(tun) = tunnel.shared_tun() {
                                 let (tx, rx) = mpsc::channel(TUN_QUEUE);
-                                tokio::spawn(tun_writer(tun, rx));
+                                std::thread::Builder::new()
+                                    .name("tun-writer".into())
+                                    .spawn(move || tun_writer(&tun, rx))
+                                    .map_err(RunError::Thread)?;
                                 tun_tx = Some(tx);
                             }
                         }
@@ -642,11 +648,11 @@ async fn to_tun(
     }
 }
 
-/// Writes the packets of one connection into the tun device until the connection drops its
-/// sender.
-async fn tun_writer(tun: Arc<netio::tun::Tun>, mut rx: mpsc::Receiver<BytesMut>) {
-    while let Some(packet) = rx.recv().await {
-        if let Err(e) = tun.send(&packet).await {
+/// The tun writer thread: writes the packets of one connection into the tun device until the
+/// connection drops its sender.
+fn tun_writer(tun: &netio::tun::Tun, mut rx: mpsc::Receiver<BytesMut>) {
+    while let Some(packet) = rx.blocking_recv() {
+        if let Err(e) = tun.send_sync(&packet) {
             tracing::debug!(error = %e, "tun write failed; packet dropped");
         }
     }

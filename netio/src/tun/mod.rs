@@ -23,6 +23,9 @@ mod register;
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
 pub const IFNAMSIZ_MAX: usize = 15;
 
+/// How often [`Tun::send_sync`] retries a write the kernel refused with `WouldBlock`.
+pub const SEND_SYNC_RETRIES: u32 = 100;
+
 /// Packets a [`Tun::recv_many`] pool grows by at once.
 pub const RECV_POOL_SLOTS: usize = 32;
 
@@ -154,6 +157,29 @@ impl Tun {
             pool.clear();
             if n > 0 || max == 0 {
                 return Ok(n);
+            }
+        }
+    }
+
+    /// Writes one whole IP packet without the reactor, from any thread (a tun write does not
+    /// wait for room: the kernel takes the packet or drops it). A `WouldBlock` is retried a
+    /// bounded number of times.
+    pub fn send_sync(&self, packet: &[u8]) -> io::Result<()> {
+        let mut tries = 0;
+        loop {
+            match self.fd.get_ref().send(packet) {
+                Ok(n) if n == packet.len() => return Ok(()),
+                Ok(n) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("tun accepted {n} of {} bytes", packet.len()),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < SEND_SYNC_RETRIES => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                Err(e) => return Err(e),
             }
         }
     }

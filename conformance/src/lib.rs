@@ -27,6 +27,7 @@
 //! Network rule: everything here happens inside namespaces the lab created. Nothing adds an
 //! address or a route in the root namespace; veth pairs only join two lab namespaces.
 
+pub mod bench;
 pub mod demo;
 pub mod driver;
 pub mod icmp;

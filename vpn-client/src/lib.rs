@@ -12,16 +12,20 @@
 //! # The loop of one connection
 //!
 //! One task drives one [`ClientSession`] with a `select!` over four sources: the cancellation
-//! token, the next framed packet from the socket, the next packet from the tun device (only
+//! token, the framed packets from the socket, a batch of packets from the tun device (only
 //! while the tunnel is up) and the session's timer. After each input it follows the session's
-//! driving contract: write what `poll_transmit` returns, then handle `poll_event`, then sleep
-//! no longer than `poll_timeout`. One task rather than one per direction keeps the session
-//! free of locks; the session's `&mut` API makes the two directions share it anyway (splitting
-//! them into tasks, and coalescing several packets into one socket write, is later performance
-//! work). No buffer is allocated per packet in the steady state: a tun packet is read into one
-//! reused buffer after [`SEND_HEADROOM`] bytes, encrypted there in place and written as is; a
-//! received packet is split off the receive buffer (whose space is reclaimed once the packet
-//! is written to the tun) and decrypted in place.
+//! driving contract: write what `poll_transmit` returns (all of it in one socket write), then
+//! handle `poll_event`, then sleep no longer than `poll_timeout`. The session stays owned by
+//! one task (no lock), and the binary runs it on a current-thread runtime (no work stealing,
+//! no cross-thread wake-ups on the latency path); the expensive system call of the receive
+//! direction, the write into the tun device (where the kernel runs the whole inner TCP receive
+//! path), runs on a thread of its own fed by a channel, so under load both cores work.
+//!
+//! No buffer is allocated per packet in the steady state: tun packets are read in batches of
+//! up to [`TUN_BATCH`] into slices of one pooled buffer after [`SEND_HEADROOM`] bytes,
+//! encrypted there in place and coalesced into one socket write; every packet already in the
+//! receive buffer is split off it and decrypted in place, and its space is reclaimed once the
+//! tun writer has written it.
 //!
 //! # Reconnecting
 //!
@@ -36,12 +40,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
+use netio::tun::PacketLayout;
 use protocol::data::DATA_TAILROOM;
 use protocol::framing::{FrameDecoder, DEFAULT_STREAM_MAXLEN};
 use protocol::session::{ClientConfig, ClientSession, CloseReason, Event, SessionError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::mpsc;
 pub use tokio_util::sync::CancellationToken;
 
 pub use protocol::session::SEND_HEADROOM;
@@ -62,6 +68,16 @@ pub mod vpn2;
 use protocol::config::Family;
 use script::{run_script, ScriptError, ScriptType, TunInfo};
 use tunnel::{chain, Plan, Tunnel};
+
+/// Most tun packets read (and encrypted, and written to the socket as one write) per wakeup.
+pub const TUN_BATCH: usize = 32;
+
+/// Most packets already received that are decrypted per wakeup before the other sources get
+/// a turn.
+pub const RECV_BATCH: usize = 64;
+
+/// Decrypted packets queued for the tun writer task before the receive direction waits.
+pub const TUN_QUEUE: usize = 256;
 
 /// Why [`run`] returned normally.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +103,9 @@ pub enum RunError {
     /// Reading from the tun device failed.
     #[error("tun device read failed")]
     TunRead(#[source] io::Error),
+    /// The tun writer thread could not be started.
+    #[error("cannot start the tun writer thread")]
+    Thread(#[source] io::Error),
     /// The `up` command failed.
     #[error("up script")]
     Up(#[source] ScriptError),
@@ -224,6 +243,7 @@ impl Client<'_> {
                 decoder: FrameDecoder::with_max_len(frame_max_len(self.settings.tun.mtu)),
             },
             writer: write,
+            out: BytesMut::with_capacity(TUN_BATCH * 2048),
             up: false,
         };
         let ended = conn
@@ -242,6 +262,8 @@ struct Connection {
     session: ClientSession,
     reader: FrameReader,
     writer: OwnedWriteHalf,
+    /// Coalesced output: framed packets written to the socket together.
+    out: BytesMut,
     up: bool,
 }
 
@@ -253,7 +275,11 @@ impl Connection {
         up_ran: &mut Option<TunInfo>,
         settings: &Settings,
     ) -> Result<Ended, RunError> {
-        let mut tun_buf = BytesMut::new();
+        let mut pool = BytesMut::new();
+        let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_BATCH);
+        // The tun writer task of this connection; it ends when this sender is dropped.
+        let mut tun_tx: Option<mpsc::Sender<BytesMut>> = None;
+        let mut payloads: Vec<BytesMut> = Vec::with_capacity(RECV_BATCH);
         loop {
             // A flood on one source must not starve the timers (pings, renegotiation).
             let now = Instant::now();
@@ -282,8 +308,16 @@ impl Connection {
                             tracing::info!(option = dropped.text, reason = ?dropped.reason, "pushed option dropped");
                         }
                         tunnel.apply(&Plan::from_push(&c.push.accepted)).await?;
-                        let mtu = usize::from(tunnel.mtu());
-                        tun_buf = BytesMut::with_capacity(SEND_HEADROOM + mtu + DATA_TAILROOM);
+                        if tun_tx.is_none() {
+                            if let Some(tun) = tunnel.shared_tun() {
+                                let (tx, rx) = mpsc::channel(TUN_QUEUE);
+                                std::thread::Builder::new()
+                                    .name("tun-writer".into())
+                                    .spawn(move || tun_writer(&tun, rx))
+                                    .map_err(RunError::Thread)?;
+                                tun_tx = Some(tx);
+                            }
+                        }
                         if up_ran.is_none() {
                             let dev = tunnel
                                 .tun()
@@ -312,7 +346,11 @@ impl Connection {
                 }
             }
             let timeout = self.session.poll_timeout();
-            let mtu = usize::from(tunnel.mtu());
+            let layout = PacketLayout {
+                headroom: SEND_HEADROOM,
+                max_len: usize::from(tunnel.mtu()),
+                tailroom: DATA_TAILROOM,
+            };
             let tun = tunnel.tun().filter(|_| self.up);
             // Unbiased: the socket and the tun take turns under load.
             tokio::select! {
@@ -325,17 +363,27 @@ impl Connection {
                 }
                 frame = self.reader.next() => match frame {
                     Ok(Some(packet)) => {
-                        match self.session.handle_packet(Instant::now(), unix_now(), packet) {
-                            Ok(Some(payload)) => {
-                                if let Some(tun) = tunnel.tun() {
-                                    if let Err(e) = tun.send(&payload).await {
-                                        tracing::debug!(error = %e, "tun write failed; packet dropped");
+                        // This packet and every one already buffered behind it, bounded.
+                        let now = Instant::now();
+                        let secs = unix_now();
+                        let mut next = Some(packet);
+                        while let Some(packet) = next.take() {
+                            match self.session.handle_packet(now, secs, packet) {
+                                Ok(Some(payload)) => payloads.push(payload),
+                                Ok(None) | Err(SessionError::Fatal) => {}
+                                Err(e) => tracing::debug!(error = %chain(&e), "received packet dropped"),
+                            }
+                            if payloads.len() < RECV_BATCH && !self.session.is_closed() {
+                                match self.reader.buffered() {
+                                    Ok(p) => next = p,
+                                    Err(e) => {
+                                        tracing::warn!(error = %chain(&e), "TCP connection failed");
+                                        return Ok(self.retry(false));
                                     }
                                 }
                             }
-                            Ok(None) | Err(SessionError::Fatal) => {}
-                            Err(e) => tracing::debug!(error = %chain(&e), "received packet dropped"),
                         }
+                        to_tun(tunnel.tun(), tun_tx.as_ref(), &mut payloads).await;
                     }
                     Ok(None) => {
                         tracing::warn!("server closed the TCP connection");
@@ -346,16 +394,20 @@ impl Connection {
                         return Ok(self.retry(false));
                     }
                 },
-                read = recv_tun(tun, &mut tun_buf, mtu) => {
+                read = recv_tun(tun, &mut pool, layout, &mut batch) => {
                     read.map_err(RunError::TunRead)?;
-                    match self.session.send_tun_packet(Instant::now(), &mut tun_buf, SEND_HEADROOM) {
-                        Ok(()) => {
-                            if let Err(e) = self.writer.write_all(&tun_buf).await {
-                                tracing::warn!(error = %e, "write to the server failed");
-                                return Ok(self.retry(false));
-                            }
+                    let now = Instant::now();
+                    for packet in &mut batch {
+                        match self.session.send_tun_packet(now, packet, SEND_HEADROOM) {
+                            Ok(()) => self.out.extend_from_slice(packet),
+                            Err(e) => tracing::debug!(error = %chain(&e), "tun packet dropped"),
                         }
-                        Err(e) => tracing::debug!(error = %chain(&e), "tun packet dropped"),
+                    }
+                    // Dropping the packets lets the pool reuse their space.
+                    batch.clear();
+                    if let Err(e) = self.flush().await {
+                        tracing::warn!(error = %e, "write to the server failed");
+                        return Ok(self.retry(false));
                     }
                 }
                 () = sleep_until(timeout) => {
@@ -365,10 +417,22 @@ impl Connection {
         }
     }
 
-    /// Writes everything the session has queued.
+    /// Writes everything the session has queued, in one socket write.
     async fn transmit(&mut self) -> io::Result<()> {
-        while let Some(out) = self.session.poll_transmit(Instant::now(), unix_now()) {
-            self.writer.write_all(&out).await?;
+        let now = Instant::now();
+        let secs = unix_now();
+        while let Some(packet) = self.session.poll_transmit(now, secs) {
+            self.out.extend_from_slice(&packet);
+        }
+        self.flush().await
+    }
+
+    /// Writes the coalesced output.
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.out.is_empty() {
+            let written = self.writer.write_all(&self.out).await;
+            self.out.clear();
+            written?;
         }
         Ok(())
     }
@@ -501,9 +565,14 @@ struct FrameReader {
 }
 
 /// Bytes reserved before each socket read.
-const READ_CHUNK: usize = 16 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 
 impl FrameReader {
+    /// The next packet already in the buffer, without reading the socket.
+    fn buffered(&mut self) -> Result<Option<BytesMut>, FrameReadError> {
+        Ok(self.decoder.decode(&mut self.buf)?)
+    }
+
     /// The next packet (without its length prefix); `None` on a clean close between packets.
     async fn next(&mut self) -> Result<Option<BytesMut>, FrameReadError> {
         loop {
@@ -537,16 +606,56 @@ fn frame_max_len(tun_mtu: u16) -> u16 {
     DEFAULT_STREAM_MAXLEN.saturating_add(tun_mtu.saturating_sub(DEFAULT_TUN_MTU))
 }
 
-/// One packet from the tun into `buf` after [`SEND_HEADROOM`]; never resolves without a
-/// device.
+/// A batch of packets from the tun into slices of `pool`, laid out as `layout`; never
+/// resolves without a device.
 async fn recv_tun(
     tun: Option<&netio::tun::Tun>,
-    buf: &mut BytesMut,
-    mtu: usize,
+    pool: &mut BytesMut,
+    layout: PacketLayout,
+    batch: &mut Vec<BytesMut>,
 ) -> io::Result<usize> {
     match tun {
-        Some(tun) => tun.recv(buf, SEND_HEADROOM, mtu).await,
+        Some(tun) => tun.recv_many(pool, layout, batch, TUN_BATCH).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Writes the decrypted packets of one socket read into the tun device and empties
+/// `payloads`. A lone packet while the writer task is idle is written here (a hand-off to
+/// another thread would add its wake-up to every request/response round trip); a burst goes
+/// to the writer task, waiting when its queue is full (the socket is then read no faster
+/// than the device takes packets). Without a tunnel the packets are dropped.
+async fn to_tun(
+    tun: Option<&netio::tun::Tun>,
+    tx: Option<&mpsc::Sender<BytesMut>>,
+    payloads: &mut Vec<BytesMut>,
+) {
+    let (Some(tun), Some(tx)) = (tun, tx) else {
+        payloads.clear();
+        return;
+    };
+    if payloads.len() == 1 && tx.capacity() == tx.max_capacity() {
+        if let Some(packet) = payloads.pop() {
+            if let Err(e) = tun.send(&packet).await {
+                tracing::debug!(error = %e, "tun write failed; packet dropped");
+            }
+        }
+        return;
+    }
+    for payload in payloads.drain(..) {
+        if let Err(mpsc::error::TrySendError::Full(payload)) = tx.try_send(payload) {
+            let _ = tx.send(payload).await;
+        }
+    }
+}
+
+/// The tun writer thread: writes the packets of one connection into the tun device until the
+/// connection drops its sender.
+fn tun_writer(tun: &netio::tun::Tun, mut rx: mpsc::Receiver<BytesMut>) {
+    while let Some(packet) = rx.blocking_recv() {
+        if let Err(e) = tun.send_sync(&packet) {
+            tracing::debug!(error = %e, "tun write failed; packet dropped");
+        }
     }
 }
 

@@ -71,7 +71,11 @@ fn run() -> anyhow::Result<()> {
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
-    let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
+    // One thread drives the session; `vpn_client::run` starts the tun writer thread itself.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
     let stopped = runtime.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));

@@ -10,6 +10,7 @@
 //! closes the device when the client stops.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::tun::{Tun, TunError};
@@ -126,7 +127,7 @@ impl Plan {
 pub(crate) struct Tunnel {
     settings: TunSettings,
     netlink: Netlink,
-    tun: Option<Tun>,
+    tun: Option<Arc<Tun>>,
     mtu: u16,
     addresses: Vec<IpPrefix>,
     routes: Vec<Route>,
@@ -149,7 +150,12 @@ impl Tunnel {
 
     /// The open device, if any.
     pub fn tun(&self) -> Option<&Tun> {
-        self.tun.as_ref()
+        self.tun.as_deref()
+    }
+
+    /// The open device, shared (for the task that writes packets into it).
+    pub fn shared_tun(&self) -> Option<Arc<Tun>> {
+        self.tun.clone()
     }
 
     /// The device MTU in force.
@@ -163,7 +169,7 @@ impl Tunnel {
         if self.tun.is_none() {
             let tun = Tun::open(&self.settings.name).map_err(TunnelError::Open)?;
             tracing::info!(dev = tun.name(), "tun device opened");
-            self.tun = Some(tun);
+            self.tun = Some(Arc::new(tun));
         }
         let dev = self
             .tun

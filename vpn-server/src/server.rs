@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net};
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
-use netio::tun::{Tun, TunError};
+use netio::tun::{PacketLayout, Tun, TunError};
 use protocol::control_msg::ServerSignal;
 use protocol::data::DATA_TAILROOM;
 use protocol::framing::FrameDecoder;
@@ -50,6 +50,12 @@ use crate::unreachable;
 
 /// Packets queued from the tun device towards one connection before new ones are dropped.
 pub const TUN_QUEUE: usize = 1024;
+
+/// Packets from clients queued for the tun writer task before the connections wait.
+pub const TUN_WRITE_QUEUE: usize = 1024;
+
+/// Most packets the tun reader takes from the device (and routes under one lock) per wakeup.
+pub const TUN_READ_BATCH: usize = 32;
 
 /// A connection's internal id (upstream's "Client ID" in the status file).
 pub type ClientId = u64;
@@ -182,6 +188,8 @@ struct Shared {
     registry: Mutex<Registry>,
     stats: Arc<Stats>,
     tun: Tun,
+    /// Decrypted packets for the tun writer task.
+    tun_tx: mpsc::Sender<BytesMut>,
     next_id: AtomicU64,
 }
 
@@ -201,6 +209,7 @@ fn unix_now() -> u64 {
 pub struct Server {
     shared: Arc<Shared>,
     listeners: Vec<TcpListener>,
+    tun_rx: mpsc::Receiver<BytesMut>,
 }
 
 impl Server {
@@ -226,6 +235,7 @@ impl Server {
             listeners.push(l);
         }
         let config = settings.server_config();
+        let (tun_tx, tun_rx) = mpsc::channel(TUN_WRITE_QUEUE);
         let shared = Arc::new(Shared {
             endpoint: Mutex::new(ServerEndpoint::new(config)),
             registry: Mutex::new(Registry {
@@ -235,10 +245,15 @@ impl Server {
             }),
             stats: Arc::new(Stats::default()),
             tun,
+            tun_tx,
             next_id: AtomicU64::new(0),
             settings,
         });
-        Ok(Server { shared, listeners })
+        Ok(Server {
+            shared,
+            listeners,
+            tun_rx,
+        })
     }
 
     /// The bound listen addresses (with the port the kernel chose for port 0).
@@ -281,6 +296,11 @@ impl Server {
             ));
         }
         tracker.spawn(tun_reader(Arc::clone(&self.shared), shutdown.clone()));
+        tracker.spawn(tun_writer(
+            Arc::clone(&self.shared),
+            self.tun_rx,
+            shutdown.clone(),
+        ));
         if let Some(status) = self.shared.settings.status.clone() {
             tracker.spawn(status_writer(
                 Arc::clone(&self.shared),
@@ -413,61 +433,87 @@ async fn accept_loop(
 }
 
 /// The tun reader: each packet goes to the connection owning the longest prefix containing
-/// its destination; buffers are carved from one allocation with send headroom and tailroom.
+/// its destination, and a packet no client routes is answered with ICMP unreachable.
+/// Reads packets from the tun device in batches (into slices of one pooled buffer, with the
+/// headroom and tailroom the connections encrypt in), routes a whole batch under one lock of
+/// the registry, and queues each packet to its connection.
 async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
-    let max_len = usize::from(shared.settings.tun_mtu);
-    let chunk = 64 * (SEND_HEADROOM + max_len + DATA_TAILROOM);
-    let mut buf = BytesMut::with_capacity(chunk);
+    let layout = PacketLayout {
+        headroom: SEND_HEADROOM,
+        max_len: usize::from(shared.settings.tun_mtu),
+        tailroom: DATA_TAILROOM,
+    };
+    let mut pool = BytesMut::new();
+    let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_READ_BATCH);
     let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
     let mut limiter = unreachable::Limiter::new();
+    let mut replies: Vec<Vec<u8>> = Vec::new();
     loop {
-        if buf.capacity() < SEND_HEADROOM + max_len + DATA_TAILROOM {
-            buf = BytesMut::with_capacity(chunk);
-        }
-        let n = tokio::select! {
+        tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = shared.tun.recv(&mut buf, SEND_HEADROOM, max_len) => match r {
-                Ok(n) => n,
-                Err(e) => {
+            r = shared.tun.recv_many(&mut pool, layout, &mut batch, TUN_READ_BATCH) => {
+                if let Err(e) = r {
                     warn!(error = %e, "tun read failed");
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
-            },
-        };
-        buf.resize(SEND_HEADROOM + n + DATA_TAILROOM, 0);
-        let mut packet = buf.split();
-        packet.truncate(SEND_HEADROOM + n);
-        let Some(payload) = packet.get(SEND_HEADROOM..) else {
-            continue;
-        };
-        let Ok((_, dst)) = spoof::addresses(payload) else {
-            bump(&shared.stats.malformed);
-            continue;
-        };
-        let tx = {
+            }
+        }
+        {
             let reg = lock(&shared.registry);
-            reg.routes
-                .lookup(dst)
-                .and_then(|id| reg.clients.get(&id))
-                .map(|c| c.tx.clone())
-        };
-        match tx {
-            Some(tx) => match tx.try_send(packet) {
-                Ok(()) => bump(&shared.stats.from_tun),
-                Err(_) => bump(&shared.stats.queue_full),
-            },
-            None => {
-                bump(&shared.stats.no_route);
-                // Tell the sender at once instead of letting its connect time out.
-                if limiter.allow(Instant::now()) {
-                    if let Some(n) = unreachable::reply(payload, &mut icmp) {
-                        if shared.tun.send(&icmp[..n]).await.is_ok() {
-                            bump(&shared.stats.unreachable_sent);
+            for packet in batch.drain(..) {
+                let Some(payload) = packet.get(SEND_HEADROOM..) else {
+                    continue;
+                };
+                let Ok((_, dst)) = spoof::addresses(payload) else {
+                    bump(&shared.stats.malformed);
+                    continue;
+                };
+                let client = reg.routes.lookup(dst).and_then(|id| reg.clients.get(&id));
+                match client {
+                    Some(c) => match c.tx.try_send(packet) {
+                        Ok(()) => bump(&shared.stats.from_tun),
+                        Err(_) => bump(&shared.stats.queue_full),
+                    },
+                    None => {
+                        bump(&shared.stats.no_route);
+                        // Tell the sender at once instead of letting its connect time out
+                        // (rate-limited, so this path allocates only a bounded amount).
+                        if limiter.allow(Instant::now()) {
+                            if let Some(n) = unreachable::reply(payload, &mut icmp) {
+                                replies.push(icmp[..n].to_vec());
+                            }
                         }
                     }
                 }
             }
+        }
+        for reply in replies.drain(..) {
+            if shared.tun.send(&reply).await.is_ok() {
+                bump(&shared.stats.unreachable_sent);
+            }
+        }
+    }
+}
+
+/// Writes the packets the connections decrypted into the tun device, so the kernel's work on
+/// them (the whole inner receive path runs inside the write) is off the connections' tasks.
+async fn tun_writer(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<BytesMut>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let packet = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            p = rx.recv() => match p {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        match shared.tun.send(&packet).await {
+            Ok(()) => bump(&shared.stats.to_tun),
+            Err(e) => debug!(error = %e, "tun write failed"),
         }
     }
 }
@@ -724,6 +770,7 @@ impl Connection {
         let (mut rd, mut wr) = stream.into_split();
         let decoder = FrameDecoder::new();
         let mut inbuf = BytesMut::with_capacity(64 * 1024);
+        let mut frames: Vec<BytesMut> = Vec::with_capacity(64);
         let mut out = BytesMut::with_capacity(64 * 1024);
         let handshake_deadline = start + shared.settings.handshake_timeout;
         let mut established = false;
@@ -827,19 +874,22 @@ impl Connection {
                         info.traffic.received.fetch_add(n as u64, Ordering::Relaxed);
                         loop {
                             match decoder.decode(&mut inbuf) {
-                                Ok(Some(packet)) => {
-                                    let now = Instant::now();
-                                    match session.handle_packet(now, unix_now(), packet) {
-                                        Ok(Some(payload)) => conn.packet_from_client(payload).await,
-                                        Ok(None) => {}
-                                        Err(e) => debug!(client = id, error = %e, "packet dropped"),
-                                    }
-                                }
+                                Ok(Some(packet)) => frames.push(packet),
                                 Ok(None) => break,
                                 Err(e) => {
                                     why = format!("bad framing: {e}");
                                     break 'conn;
                                 }
+                            }
+                        }
+                        let now = Instant::now();
+                        let secs = unix_now();
+                        let lone = frames.len() == 1;
+                        for packet in frames.drain(..) {
+                            match session.handle_packet(now, secs, packet) {
+                                Ok(Some(payload)) => conn.packet_from_client(payload, lone).await,
+                                Ok(None) => {}
+                                Err(e) => debug!(client = id, error = %e, "packet dropped"),
                             }
                         }
                         if inbuf.capacity() - inbuf.len() < 4096 {
@@ -901,8 +951,10 @@ impl Connection {
     }
 
     /// A decrypted packet from the client: spoof check, then the tun device or another
-    /// client.
-    async fn packet_from_client(&mut self, payload: BytesMut) {
+    /// client. `lone`: the only packet of its socket read; written to the device here when
+    /// the tun writer is idle (a hand-off would add a wake-up to every round trip), otherwise
+    /// queued to the writer.
+    async fn packet_from_client(&mut self, payload: BytesMut, lone: bool) {
         let stats = &self.shared.stats;
         let Some(filter) = &self.filter else {
             bump(&stats.malformed);
@@ -910,7 +962,10 @@ impl Connection {
         };
         match filter.check(&payload) {
             SpoofVerdict::Accept { dst, .. } => {
-                let target = {
+                // Without client-to-client every packet goes to the tun device: no lookup.
+                let target = if !self.shared.settings.client_to_client {
+                    None
+                } else {
                     let reg = lock(&self.shared.registry);
                     match reg
                         .routes
@@ -922,10 +977,16 @@ impl Connection {
                 };
                 match target {
                     None => {
-                        if let Err(e) = self.shared.tun.send(&payload).await {
-                            debug!(client = self.id, error = %e, "tun write failed");
+                        let tx = &self.shared.tun_tx;
+                        if lone && tx.capacity() == tx.max_capacity() {
+                            match self.shared.tun.send(&payload).await {
+                                Ok(()) => bump(&stats.to_tun),
+                                Err(e) => debug!(client = self.id, error = %e, "tun write failed"),
+                            }
                         } else {
-                            bump(&stats.to_tun);
+                            // Waits when the writer is behind: the socket is then read no
+                            // faster than the device takes packets.
+                            let _ = tx.send(payload).await;
                         }
                     }
                     Some(tx) => {

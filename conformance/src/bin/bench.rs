@@ -1,0 +1,165 @@
+//! The benchmark against upstream OpenVPN: `cargo run --release -p conformance --bin bench`,
+//! as root. See [`conformance::bench`]. Builds our `vpn-server` and `vpn-client` in release
+//! mode first (through the `cargo` that runs it), prints a line per case as it finishes, and
+//! writes the tables to `docs/performance.md` (or `--out`).
+//!
+//! A quick run: `--rounds 1 --duration 2 --pairs upstream-upstream,ours-ours --ciphers gcm
+//! --via direct`.
+
+#![allow(clippy::print_stdout)] // Printing progress and the tables is what this program is for.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use conformance::bench::{self, Case, Cipher, Options, Pair, Via};
+
+/// Our VPN against upstream OpenVPN 2.6 in a namespace lab.
+#[derive(Debug, Parser)]
+#[command(about)]
+struct Cli {
+    /// Rounds over the whole matrix.
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 3)]
+    rounds: u32,
+    /// Seconds per iperf3 run.
+    #[arg(long, env = "BENCH_DURATION", default_value_t = 4)]
+    duration: u64,
+    /// Pairs (server-client): upstream-upstream, ours-ours, ours-upstream, upstream-ours.
+    #[arg(
+        long,
+        env = "BENCH_PAIRS",
+        value_delimiter = ',',
+        default_value = "upstream-upstream,ours-ours,ours-upstream,upstream-ours"
+    )]
+    pairs: Vec<String>,
+    /// Ciphers: gcm, cbc.
+    #[arg(
+        long,
+        env = "BENCH_CIPHERS",
+        value_delimiter = ',',
+        default_value = "gcm,cbc"
+    )]
+    ciphers: Vec<String>,
+    /// Transports: direct, tinyproxy (alias proxy), squid, router (not built yet).
+    #[arg(
+        long,
+        env = "BENCH_VIA",
+        value_delimiter = ',',
+        default_value = "direct,tinyproxy"
+    )]
+    via: Vec<String>,
+    /// Echo requests for the RTT.
+    #[arg(long, env = "BENCH_PINGS", default_value_t = 50)]
+    pings: u32,
+    /// One-byte request/response exchanges.
+    #[arg(long, env = "BENCH_EXCHANGES", default_value_t = 500)]
+    exchanges: usize,
+    /// Where to write the Markdown.
+    #[arg(long, env = "BENCH_OUT", default_value = "docs/performance.md")]
+    out: PathBuf,
+    /// Do not build our binaries first; take them from beside this program.
+    #[arg(long)]
+    no_build: bool,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    conformance::check_lab(&["openvpn", "iperf3", "ping", "ss", "tinyproxy"])
+        .context("the bench needs root, /dev/net/tun and its tools")?;
+    let mut cases = Vec::new();
+    for cipher in &cli.ciphers {
+        let Some(cipher) = Cipher::parse(cipher) else {
+            bail!("unknown cipher {cipher:?}");
+        };
+        for via in &cli.via {
+            let Some(via) = Via::parse(via) else {
+                bail!("unknown transport {via:?}");
+            };
+            for pair in &cli.pairs {
+                let Some(pair) = Pair::parse(pair) else {
+                    bail!("unknown pair {pair:?}");
+                };
+                cases.push(Case { pair, cipher, via });
+            }
+        }
+    }
+    let exe = std::env::current_exe().context("own path")?;
+    let ours = exe.parent().context("own directory")?.to_path_buf();
+    if !cli.no_build {
+        build_ours()?;
+    }
+    for bin in ["vpn-server", "vpn-client"] {
+        if !ours.join(bin).exists() {
+            bail!(
+                "{} missing (build it, or drop --no-build)",
+                ours.join(bin).display()
+            );
+        }
+    }
+    let opts = Options {
+        cases,
+        rounds: cli.rounds,
+        duration: Duration::from_secs(cli.duration.max(1)),
+        ours,
+        pings: cli.pings,
+        exchanges: cli.exchanges,
+    };
+    println!(
+        "bench: {} cases × {} rounds, iperf3 {} s per load",
+        opts.cases.len(),
+        opts.rounds,
+        opts.duration.as_secs()
+    );
+    let results = bench::run(&opts, &mut |line| println!("{line}"))?;
+    let command = format!(
+        "cargo run --release -p conformance --bin bench -- {}",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    let md = bench::report::markdown(
+        &results,
+        &opts,
+        &bench::report::Machine::current(),
+        command.trim_end(),
+    );
+    if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&cli.out, &md).with_context(|| format!("writing {}", cli.out.display()))?;
+    println!();
+    println!("{md}");
+    println!("written to {}", cli.out.display());
+    Ok(())
+}
+
+/// `cargo build --release -p vpn-server -p vpn-client` with the cargo that runs us.
+fn build_ours() -> anyhow::Result<()> {
+    let Some(cargo) = std::env::var_os("CARGO") else {
+        return Ok(());
+    };
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--release", "-p", "vpn-server", "-p", "vpn-client"])
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build of vpn-server and vpn-client failed");
+    }
+    Ok(())
+}

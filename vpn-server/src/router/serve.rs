@@ -9,8 +9,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
+use netio::relay::{RelayConfig, RelayError, RelayStats};
 use protocol::http::connect::Status;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -72,14 +73,18 @@ pub fn main(args: RouterArgs) -> ExitCode {
     }
 }
 
-/// Relays bytes both ways until both directions are closed, passing a half-close on.
-/// Returns (client → upstream, upstream → client) byte counts.
-pub async fn relay<A, B>(client: &mut A, upstream: &mut B) -> io::Result<(u64, u64)>
-where
-    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
-{
-    tokio::io::copy_bidirectional(client, upstream).await
+/// Relays an open tunnel until both directions have ended (a half-close passed on each way)
+/// or nothing moved for `idle_timeout`. The router's only call into the byte relay.
+pub async fn relay(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    idle_timeout: Duration,
+) -> Result<RelayStats, RelayError> {
+    let config = RelayConfig {
+        idle_timeout,
+        ..RelayConfig::default()
+    };
+    netio::relay::relay(client, upstream, config).await
 }
 
 /// A bound router: its listeners and the current policy.
@@ -264,6 +269,7 @@ impl Reloader {
         if new.listeners != self.shared.config.listeners
             || new.deadlines != self.shared.config.deadlines
             || new.connect_timeout != self.shared.config.connect_timeout
+            || new.idle_timeout != self.shared.config.idle_timeout
             || new.max_connections != self.shared.config.max_connections
         {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
@@ -360,9 +366,9 @@ async fn handle(
     }
     shared.counters.tunnels.fetch_add(1, Ordering::Relaxed);
     debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
-    match relay(&mut stream, &mut upstream).await {
-        Ok((up, down)) => {
-            debug!(%peer, %route, to_upstream = up + early.len() as u64, to_client = down, "tunnel closed")
+    match relay(&mut stream, &mut upstream, shared.config.idle_timeout).await {
+        Ok(stats) => {
+            debug!(%peer, %route, to_upstream = stats.a_to_b + early.len() as u64, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
         }
         Err(e) => debug!(%peer, %route, "tunnel ended: {e}"),
     }

@@ -20,7 +20,7 @@ use crate::http::{
     HeadResult, HttpError, RequestHead, ResponseHead, MAX_HEAD_LEN,
 };
 use crate::relay::{relay, RelayConfig, DEFAULT_IDLE_TIMEOUT};
-use crate::transport::connect_nodelay;
+use crate::transport::{connect_first, connect_nodelay};
 
 /// Upstream's default bound on the whole proxy exchange (`--connect-timeout`, 120 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -365,17 +365,12 @@ impl ConnectAcceptor {
                     .collect()
             }
         };
-        let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
-        for addr in addrs {
-            match connect_nodelay(addr).await {
-                Ok(stream) => return Ok(stream),
-                Err(err) => last = err,
-            }
-        }
-        Err(AcceptError::Upstream {
-            target: request.target.clone(),
-            source: last,
-        })
+        connect_first(addrs)
+            .await
+            .map_err(|source| AcceptError::Upstream {
+                target: request.target.clone(),
+                source,
+            })
     }
 }
 

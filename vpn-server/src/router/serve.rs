@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
+use netio::transport::connect_first;
 use protocol::http::connect::Status;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -60,14 +61,7 @@ pub fn main(args: RouterArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                msg.push_str(": ");
-                msg.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            eprintln!("vpn-server router: error: {msg}");
+            eprintln!("vpn-server router: error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -386,19 +380,10 @@ fn log_refusal(peer: SocketAddr, client: IpAddr, listener: &ListenerConfig, refu
 }
 
 async fn connect(upstream: &str) -> io::Result<TcpStream> {
-    let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
-    for addr in tokio::net::lookup_host(upstream).await? {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
+    connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 
+/// The error and its causes, `: `-separated, on one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();

@@ -1,6 +1,7 @@
 //! The router's tunnel relay (`netio::relay` behind `vpn_server::router::relay`): a
 //! half-close is passed on in each direction while the other keeps flowing, and a tunnel
-//! with no bytes either way is closed on both sides at the idle deadline (`idle_ms`).
+//! with no bytes either way is closed on both sides at the idle deadline (`idle_ms`). Its
+//! `GET /metrics` counts requests by status, tunnels (total and active) and relayed bytes.
 //!
 //! Upstreams here are scripted TCP listeners in SEED that report what they received and
 //! whether they saw EOF.
@@ -14,6 +15,7 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use conformance::sidecar_lab::{metric, scrape};
 use router_common::{connect, status, vpn, Client, Lab, SEED, SHOOT_B, WAIT};
 
 const IDLE_MS: u64 = 600;
@@ -226,4 +228,67 @@ fn idle_tunnels_close_at_the_deadline_busy_ones_stay() {
         },
         "the upstream side was not shut at the deadline"
     );
+}
+
+#[test]
+fn metrics_count_requests_tunnels_and_bytes() {
+    let lab = Lab::new(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, seen) = scripted(&lab, |mut s| {
+        let got = read_to_end(&mut s);
+        s.write_all(format!("got {} bytes", got.received.len()).as_bytes())
+            .unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        got
+    });
+    let metrics_addr = SocketAddr::from((SEED, 15001));
+    let text = format!("metrics_listen = \"{metrics_addr}\"\n{}", config(addr));
+    let router = lab.router(&dir, &text);
+    let scrape = || lab.shoot.run_in(|| scrape(metrics_addr)).unwrap();
+
+    // A valid routing value without a route: 400.
+    let mut refused = lab.connect_from(SHOOT_B.into(), router.addr(0));
+    refused.send(&connect(&[format!(
+        "X-Gardener-Destination: {}",
+        vpn("shoot--p--zz")
+    )]));
+    let (out, closed) = refused.read_all();
+    assert!(closed);
+    assert_eq!(status(&out), Some(400));
+
+    // One tunnel: active while open; 16 bytes up, 12 down when it ends.
+    let (mut c, mut down) = open(&lab, router.addr(0));
+    let during = scrape();
+    assert_eq!(metric(&during, "vpn_router_tunnels_active"), 1, "{during}");
+    c.send(b"request-then-fin");
+    c.stream.shutdown(Shutdown::Write).unwrap();
+    let (rest, closed) = c.read_all();
+    down.extend(rest);
+    assert!(closed);
+    assert_eq!(down, b"got 16 bytes");
+    assert!(seen.recv_timeout(WAIT).unwrap().eof);
+
+    // The router counts the bytes when its relay returns, just after the client's EOF.
+    let deadline = Instant::now() + WAIT;
+    let after = loop {
+        let text = scrape();
+        if metric(&text, "vpn_router_tunnels_active") == 0 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "tunnel never ended: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for (series, want) in [
+        ("vpn_router_requests_total{code=\"200\"}", 1),
+        ("vpn_router_requests_total{code=\"400\"}", 1),
+        ("vpn_router_requests_total{code=\"403\"}", 0),
+        ("vpn_router_tunnels_total", 1),
+        (
+            "vpn_router_tunnel_bytes_total{direction=\"to_upstream\"}",
+            16,
+        ),
+        ("vpn_router_tunnel_bytes_total{direction=\"to_client\"}", 12),
+    ] {
+        assert_eq!(metric(&after, series), want, "{series} in\n{after}");
+    }
 }

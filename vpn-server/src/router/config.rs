@@ -37,6 +37,8 @@ pub struct RouterConfig {
     pub idle_timeout: Duration,
     /// Connections served at once; one more is answered 503 and closed.
     pub max_connections: usize,
+    /// Where `GET /metrics` is served (plain HTTP), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
     /// Routes and allow-lists (replaced as a whole on reload).
     pub policy: Policy,
 }
@@ -77,6 +79,7 @@ struct RawConfig {
     #[serde(default)]
     always_allowed: Vec<String>,
     max_connections: Option<usize>,
+    metrics_listen: Option<String>,
     #[serde(default)]
     timeouts: RawTimeouts,
     #[serde(default, rename = "listener")]
@@ -155,6 +158,14 @@ impl RawConfig {
                 return Err(ConfigError::DuplicateRoute { value: raw.value });
             }
         }
+        let metrics_listen = match self.metrics_listen {
+            None => None,
+            Some(address) => Some(
+                address
+                    .parse()
+                    .map_err(|_| ConfigError::Address { address })?,
+            ),
+        };
         let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
         let defaults = Deadlines::default();
         Ok(RouterConfig {
@@ -166,6 +177,7 @@ impl RawConfig {
             connect_timeout: ms(self.timeouts.connect_ms, DEFAULT_CONNECT_TIMEOUT),
             idle_timeout: ms(self.timeouts.idle_ms, DEFAULT_IDLE_TIMEOUT),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            metrics_listen,
             policy: Policy {
                 routes,
                 always_allowed: cidrs(&self.always_allowed)?,

@@ -51,6 +51,7 @@
 //! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
+//! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP `GET /metrics` (series: router/metrics.rs)
 //!
 //! [timeouts]                  # optional, milliseconds
 //! proxy_header_ms = 5000      # PROXY header complete after accept
@@ -82,6 +83,7 @@
 //! Unknown keys are errors. `vpn-server/examples/router.toml` is a complete example.
 
 mod config;
+mod metrics;
 mod policy;
 mod serve;
 
@@ -89,5 +91,6 @@ pub use config::{
     ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS,
 };
+pub use metrics::{ActiveTunnel, Counters};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
-pub use serve::{main, relay, Counters, Reloader, Router, RouterArgs, RouterError};
+pub use serve::{main, relay, Reloader, Router, RouterArgs, RouterError};

@@ -4,7 +4,6 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -20,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::config::{ConfigError, ListenerConfig, RouterConfig};
+use super::metrics::Counters;
 use super::policy::{Policy, Refusal};
 
 /// `vpn-server router`: the ingress router.
@@ -85,6 +85,7 @@ pub async fn relay(
 #[derive(Debug)]
 pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
+    metrics: Option<TcpListener>,
     shared: Arc<Shared>,
 }
 
@@ -94,15 +95,6 @@ struct Shared {
     config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
     counters: Arc<Counters>,
-}
-
-/// What the router has done so far (for tests, the demo and, later, metrics).
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Requests answered 200 (tunnels opened).
-    pub tunnels: AtomicU64,
-    /// Requests answered with a refusal (4xx / 5xx).
-    pub refused: AtomicU64,
 }
 
 impl Router {
@@ -129,9 +121,18 @@ impl Router {
             info!(address = %l.address, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }
+        let metrics = match config.metrics_listen {
+            None => None,
+            Some(address) => Some(
+                TcpListener::bind(address)
+                    .await
+                    .map_err(|source| RouterError::Bind { address, source })?,
+            ),
+        };
         let policy = RwLock::new(Arc::new(config.policy.clone()));
         Ok(Self {
             listeners,
+            metrics,
             shared: Arc::new(Shared {
                 path,
                 config,
@@ -147,6 +148,11 @@ impl Router {
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect()
+    }
+
+    /// The bound `GET /metrics` address, if the config has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The router's counters (shared; they keep counting while it runs).
@@ -189,6 +195,14 @@ impl Router {
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
+        if let Some(listener) = self.metrics {
+            let counters = Arc::clone(&self.shared.counters);
+            tracker.spawn(crate::sidecar::metrics::serve_metrics(
+                listener,
+                move || counters.render(),
+                shutdown.clone(),
+            ));
+        }
         for (listener, config) in self.listeners {
             let slots = Arc::clone(&slots);
             let shared = Arc::clone(&self.shared);
@@ -209,7 +223,7 @@ impl Router {
                         }
                     };
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                        shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                        shared.counters.responded(Status::SERVICE_UNAVAILABLE);
                         warn!(%peer, "connection limit reached, answering 503");
                         conns.spawn(over_limit(stream));
                         continue;
@@ -265,6 +279,7 @@ impl Reloader {
             || new.connect_timeout != self.shared.config.connect_timeout
             || new.idle_timeout != self.shared.config.idle_timeout
             || new.max_connections != self.shared.config.max_connections
+            || new.metrics_listen != self.shared.config.metrics_listen
         {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }
@@ -309,8 +324,8 @@ async fn handle(
                     info!(%peer, listener = %listener.address, status = status.map(|s| s.code), "refused: {}", chain(&e))
                 }
             }
-            if status.is_some() {
-                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            if let Some(status) = status {
+                shared.counters.responded(status);
             }
             refuse(&mut stream, status).await;
             return;
@@ -328,7 +343,7 @@ async fn handle(
         Ok(d) => d,
         Err(refusal) => {
             log_refusal(peer, client, listener, &refusal);
-            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            shared.counters.responded(refusal.status());
             refuse(&mut stream, Some(refusal.status())).await;
             return;
         }
@@ -342,13 +357,13 @@ async fn handle(
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             info!(%peer, %client, %route, upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
-            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            shared.counters.responded(Status::SERVICE_UNAVAILABLE);
             refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
             return;
         }
         Err(_) => {
             info!(%peer, %client, %route, upstream = %upstream_name, status = 504, "upstream connect timed out");
-            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            shared.counters.responded(Status::GATEWAY_TIMEOUT);
             refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
             return;
         }
@@ -358,13 +373,19 @@ async fn handle(
     if stream.write_all(&ok).await.is_err() || upstream.write_all(&early).await.is_err() {
         return;
     }
-    shared.counters.tunnels.fetch_add(1, Ordering::Relaxed);
+    shared.counters.responded(Status::ESTABLISHED);
+    let _active = shared.counters.tunnel_opened();
     debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
+    let early = early.len() as u64;
     match relay(&mut stream, &mut upstream, shared.config.idle_timeout).await {
         Ok(stats) => {
-            debug!(%peer, %route, to_upstream = stats.a_to_b + early.len() as u64, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
+            shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
+            debug!(%peer, %route, to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
         }
-        Err(e) => debug!(%peer, %route, "tunnel ended: {e}"),
+        Err(e) => {
+            shared.counters.relayed(e.a_to_b + early, e.b_to_a);
+            debug!(%peer, %route, "tunnel ended: {e}")
+        }
     }
 }
 

@@ -81,6 +81,15 @@ fn read_to_end(s: &mut TcpStream) -> Seen {
     }
 }
 
+/// An upstream script: reads to EOF, then answers `got N bytes` and shuts its write half.
+fn answer_after_eof(mut s: TcpStream) -> Seen {
+    let got = read_to_end(&mut s);
+    s.write_all(format!("got {} bytes", got.received.len()).as_bytes())
+        .unwrap();
+    s.shutdown(Shutdown::Write).unwrap();
+    got
+}
+
 /// Opens a tunnel from SHOOT through the router; returns the client after the 200 head
 /// (and any bytes that came with it).
 fn open(lab: &Lab, router: SocketAddr) -> (Client, Vec<u8>) {
@@ -108,13 +117,7 @@ fn half_close_is_passed_on_both_ways() {
 
     // Client → upstream: the client sends and shuts its write half; the upstream sees the
     // bytes and EOF, then answers, and its answer still reaches the client, then EOF.
-    let (addr, seen) = scripted(&lab, |mut s| {
-        let got = read_to_end(&mut s);
-        let answer = format!("got {} bytes", got.received.len());
-        s.write_all(answer.as_bytes()).unwrap();
-        s.shutdown(Shutdown::Write).unwrap();
-        got
-    });
+    let (addr, seen) = scripted(&lab, answer_after_eof);
     let router = lab.router(&dir, &config(addr));
     let (mut c, mut early) = open(&lab, router.addr(0));
     c.send(b"request-then-fin");
@@ -234,13 +237,7 @@ fn idle_tunnels_close_at_the_deadline_busy_ones_stay() {
 fn metrics_count_requests_tunnels_and_bytes() {
     let lab = Lab::new(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let (addr, seen) = scripted(&lab, |mut s| {
-        let got = read_to_end(&mut s);
-        s.write_all(format!("got {} bytes", got.received.len()).as_bytes())
-            .unwrap();
-        s.shutdown(Shutdown::Write).unwrap();
-        got
-    });
+    let (addr, seen) = scripted(&lab, answer_after_eof);
     let metrics_addr = SocketAddr::from((SEED, 15001));
     let text = format!("metrics_listen = \"{metrics_addr}\"\n{}", config(addr));
     let router = lab.router(&dir, &text);

@@ -1,13 +1,16 @@
 //! The GEP-30 apiserver-proxy (`vpn_client::apiserver_proxy`) in a shoot namespace, tunnelling
 //! in-cluster API traffic to a test "kube-apiserver" (an HTTPS server) in the seed namespace
-//! through an HTTP CONNECT ingress that routes only requests carrying the right header.
+//! through an HTTP CONNECT ingress that routes only requests carrying the right header: our
+//! ingress router (`vpn_server::router`, the issue's Done-when), and the minimal
+//! `netio::http_connect::ConnectAcceptor`.
 //!
 //! ```text
 //!  SHOOT  a "pod": HTTPS GET /version ──► apiserver-proxy 127.0.0.1:6443 (right header)
 //!                                         apiserver-proxy 127.0.0.1:6444 (wrong value)
 //!         10.250.0.2/30 ──veth── 10.250.0.1/30  SEED
-//!                          ingress :8443 (netio ConnectAcceptor, requires
-//!                            X-Gardener-API-Route: outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local)
+//!                          ingress :8443 (router listener honouring X-Gardener-API-Route,
+//!                            route outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local
+//!                            → 127.0.0.1:443; or a ConnectAcceptor requiring that header)
 //!                          kube-apiserver 127.0.0.1:443 (HTTPS, answers /version)
 //! ```
 //!
@@ -15,7 +18,7 @@
 //!   kube-apiserver end to end (the certificate is the apiserver's, the answer its `/version`);
 //! * the same proxy with another header value gets nothing through, and the kube-apiserver
 //!   saw exactly one connection: the header arrives with the configured value and nothing else
-//!   passes the ingress.
+//!   passes the ingress (the router also counts one tunnel and one refusal).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -30,6 +33,7 @@ use netio::http_connect::{ConnectAcceptor, Upstream};
 use openssl::ssl::SslAcceptor;
 use vpn_client::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
 use vpn_client::CancellationToken;
+use vpn_server::router::{Router, RouterConfig};
 
 const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
 const SHOOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
@@ -80,8 +84,35 @@ fn get_version(pki: &Pki, proxy: SocketAddr) -> Result<String, String> {
     Ok(text)
 }
 
+/// The CONNECT hop in SEED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ingress {
+    Router,
+    ConnectAcceptor,
+}
+
 #[test]
-fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header() {
+fn apiserver_proxy_reaches_the_kube_apiserver_through_the_router() {
+    apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header(Ingress::Router);
+}
+
+#[test]
+fn apiserver_proxy_reaches_the_kube_apiserver_through_a_connect_acceptor() {
+    apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header(
+        Ingress::ConnectAcceptor,
+    );
+}
+
+/// The router's config: one listener honouring only `X-Gardener-API-Route`, one route.
+fn router_config() -> RouterConfig {
+    RouterConfig::parse(&format!(
+        "[[listener]]\naddress = \"{SEED_ADDR}:{INGRESS_PORT}\"\nheaders = [\"{DEFAULT_HEADER_NAME}\"]\n\n\
+         [[route]]\nvalue = \"{ROUTE}\"\nupstream = \"127.0.0.1:443\"\n"
+    ))
+    .expect("router config")
+}
+
+fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header(ingress: Ingress) {
     require_lab(&[]);
     let pki = Pki::generate();
     let seed = Netns::new().expect("seed");
@@ -121,23 +152,42 @@ fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header() 
     .expect("apiserver TLS");
     kube_apiserver(apiserver, acceptor, Arc::clone(&connections));
     let seed_rt = ns_runtime(&seed);
-    let ingress = seed_rt
-        .block_on(async {
-            seed_rt
-                .spawn(async { tokio::net::TcpListener::bind((SEED_ADDR, INGRESS_PORT)).await })
-                .await
-        })
-        .expect("task")
-        .expect("ingress listener");
-    seed_rt.spawn(
-        ConnectAcceptor::new(Upstream::Fixed(SocketAddr::from((
-            Ipv4Addr::LOCALHOST,
-            443,
-        ))))
-        .require_header(DEFAULT_HEADER_NAME, ROUTE)
-        .with_timeout(Duration::from_secs(5))
-        .serve(ingress),
-    );
+    let mut router_counters = None;
+    match ingress {
+        Ingress::Router => {
+            let router = seed_rt
+                .block_on(async {
+                    seed_rt
+                        .spawn(Router::bind_config(router_config(), None))
+                        .await
+                })
+                .expect("task")
+                .expect("router bind");
+            router_counters = Some(router.counters());
+            seed_rt.spawn(router.run(CancellationToken::new()));
+        }
+        Ingress::ConnectAcceptor => {
+            let listener = seed_rt
+                .block_on(async {
+                    seed_rt
+                        .spawn(async {
+                            tokio::net::TcpListener::bind((SEED_ADDR, INGRESS_PORT)).await
+                        })
+                        .await
+                })
+                .expect("task")
+                .expect("ingress listener");
+            seed_rt.spawn(
+                ConnectAcceptor::new(Upstream::Fixed(SocketAddr::from((
+                    Ipv4Addr::LOCALHOST,
+                    443,
+                ))))
+                .require_header(DEFAULT_HEADER_NAME, ROUTE)
+                .with_timeout(Duration::from_secs(5))
+                .serve(listener),
+            );
+        }
+    }
 
     // SHOOT: two apiserver-proxies, the second with a wrong header value.
     let shoot_rt = ns_runtime(&shoot);
@@ -184,6 +234,18 @@ fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header() 
         1,
         "the kube-apiserver saw only the correctly routed connection"
     );
+    if let Some(counters) = router_counters {
+        assert_eq!(
+            counters.tunnels.load(Ordering::Relaxed),
+            1,
+            "router tunnels"
+        );
+        assert_eq!(
+            counters.refused.load(Ordering::Relaxed),
+            1,
+            "router refusals"
+        );
+    }
 
     token.cancel();
     for p in proxies {

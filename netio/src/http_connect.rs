@@ -19,7 +19,8 @@ use crate::http::{
     encode_response, find_header, parse_request_head, parse_response_head, ConnectRequest,
     HeadResult, HttpError, RequestHead, ResponseHead, MAX_HEAD_LEN,
 };
-use crate::transport::connect_nodelay;
+use crate::relay::{relay, RelayConfig, DEFAULT_IDLE_TIMEOUT};
+use crate::transport::{connect_first, connect_nodelay};
 
 /// Upstream's default bound on the whole proxy exchange (`--connect-timeout`, 120 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -191,8 +192,10 @@ pub struct Relayed {
 
 /// A minimal CONNECT proxy: accepts a CONNECT, optionally requires one header with an exact
 /// value (e.g. `Reversed-VPN: outbound|1194||vpn-seed-server`), connects to the upstream,
-/// answers `HTTP/1.1 200 Connection established` and relays bytes both ways until both
-/// directions are closed, passing a half-close (FIN) on to the other side.
+/// answers `HTTP/1.1 200 Connection established` and relays bytes both ways with
+/// [`crate::relay::relay`] until both directions are closed (a half-close passed on to the
+/// other side) or nothing moved for the idle timeout (default
+/// [`crate::relay::DEFAULT_IDLE_TIMEOUT`]).
 ///
 /// Answers: 400 for a malformed request or a missing or wrong required header, 405 for a method
 /// other than CONNECT, 502 when the upstream cannot be reached, 504 when that takes longer than
@@ -202,6 +205,7 @@ pub struct ConnectAcceptor {
     upstream: Upstream,
     required_header: Option<(String, String)>,
     timeout: Duration,
+    idle_timeout: Duration,
 }
 
 impl ConnectAcceptor {
@@ -212,6 +216,7 @@ impl ConnectAcceptor {
             upstream,
             required_header: None,
             timeout: Duration::from_secs(20),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 
@@ -224,6 +229,12 @@ impl ConnectAcceptor {
     /// Bounds reading the request head and connecting upstream, each.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Closes an open tunnel after `idle` with no bytes either way.
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
         self
     }
 
@@ -308,12 +319,16 @@ impl ConnectAcceptor {
             .write_all(&early)
             .await
             .map_err(|source| AcceptError::Io { source })?;
-        let (to_upstream, to_client) = tokio::io::copy_bidirectional(&mut client, &mut upstream)
+        let config = RelayConfig {
+            idle_timeout: self.idle_timeout,
+            ..RelayConfig::default()
+        };
+        let stats = relay(&mut client, &mut upstream, config)
             .await
-            .map_err(|source| AcceptError::Io { source })?;
+            .map_err(|e| AcceptError::Io { source: e.source })?;
         Ok(Relayed {
-            to_upstream: to_upstream + early.len() as u64,
-            to_client,
+            to_upstream: stats.a_to_b + early.len() as u64,
+            to_client: stats.b_to_a,
         })
     }
 
@@ -350,17 +365,12 @@ impl ConnectAcceptor {
                     .collect()
             }
         };
-        let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
-        for addr in addrs {
-            match connect_nodelay(addr).await {
-                Ok(stream) => return Ok(stream),
-                Err(err) => last = err,
-            }
-        }
-        Err(AcceptError::Upstream {
-            target: request.target.clone(),
-            source: last,
-        })
+        connect_first(addrs)
+            .await
+            .map_err(|source| AcceptError::Upstream {
+                target: request.target.clone(),
+                source,
+            })
     }
 }
 

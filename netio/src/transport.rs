@@ -30,6 +30,20 @@ pub async fn connect_nodelay(addr: SocketAddr) -> io::Result<TcpStream> {
     socket.connect(addr).await
 }
 
+/// Connects to the first of `addrs` that accepts (each with [`connect_nodelay`], in order);
+/// the last error when none does (`AddrNotAvailable` for an empty list). What a proxy does
+/// with the addresses a name resolved to.
+pub async fn connect_first(addrs: impl IntoIterator<Item = SocketAddr>) -> io::Result<TcpStream> {
+    let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
+    for addr in addrs {
+        match connect_nodelay(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// A framed OpenVPN TCP connection (both directions).
 #[derive(Debug)]
 pub struct Transport {

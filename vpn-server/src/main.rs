@@ -57,8 +57,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    if let Some(Command::Router(args)) = cli.command.take_if(|c| matches!(c, Command::Router(_))) {
-        return vpn_server::router::main(args);
+    match cli.command.take() {
+        Some(Command::Router(args)) => return vpn_server::router::main(args),
+        // `vpn-server sidecar` (or none) goes on to `run`.
+        other => cli.command = other,
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

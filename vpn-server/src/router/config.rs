@@ -15,6 +15,12 @@ use super::policy::{Policy, Target, ROUTING_HEADERS};
 
 /// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default idle timeout of an open tunnel: Envoy's 5 min stream idle timeout, which the
+/// Istio ingress gateway applied to these tunnels. The OpenVPN tunnels through the router
+/// carry keepalive pings every 10 s, so only dead or abandoned tunnels reach it; a long
+/// `kubectl logs -f` through the apiserver route that stays silent longer than this is cut,
+/// as it was behind Istio.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
 /// Default bound on connections served at once, all listeners together.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 
@@ -27,8 +33,12 @@ pub struct RouterConfig {
     pub deadlines: Deadlines,
     /// Bound on connecting upstream.
     pub connect_timeout: Duration,
+    /// An open tunnel with no bytes either way for this long is closed (both sides shut).
+    pub idle_timeout: Duration,
     /// Connections served at once; one more is answered 503 and closed.
     pub max_connections: usize,
+    /// Where `GET /metrics` is served (plain HTTP), if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
     /// Routes and allow-lists (replaced as a whole on reload).
     pub policy: Policy,
 }
@@ -69,6 +79,7 @@ struct RawConfig {
     #[serde(default)]
     always_allowed: Vec<String>,
     max_connections: Option<usize>,
+    metrics_listen: Option<String>,
     #[serde(default)]
     timeouts: RawTimeouts,
     #[serde(default, rename = "listener")]
@@ -83,6 +94,7 @@ struct RawTimeouts {
     proxy_header_ms: Option<u64>,
     header_ms: Option<u64>,
     connect_ms: Option<u64>,
+    idle_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +158,14 @@ impl RawConfig {
                 return Err(ConfigError::DuplicateRoute { value: raw.value });
             }
         }
+        let metrics_listen = match self.metrics_listen {
+            None => None,
+            Some(address) => Some(
+                address
+                    .parse()
+                    .map_err(|_| ConfigError::Address { address })?,
+            ),
+        };
         let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
         let defaults = Deadlines::default();
         Ok(RouterConfig {
@@ -155,7 +175,9 @@ impl RawConfig {
                 header: ms(self.timeouts.header_ms, defaults.header),
             },
             connect_timeout: ms(self.timeouts.connect_ms, DEFAULT_CONNECT_TIMEOUT),
+            idle_timeout: ms(self.timeouts.idle_ms, DEFAULT_IDLE_TIMEOUT),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            metrics_listen,
             policy: Policy {
                 routes,
                 always_allowed: cidrs(&self.always_allowed)?,

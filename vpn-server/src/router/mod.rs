@@ -15,7 +15,8 @@
 //!    Anything else: 400 (403 for an allow-list denial), one log line, closed, no upstream
 //!    connection, never a fallback route.
 //! 4. Connect upstream (503 on failure, 504 on timeout), answer 200, forward the bytes the
-//!    client sent after its head, relay both ways ([`relay`]).
+//!    client sent after its head, relay both ways ([`relay`]: `netio::relay`, a half-close
+//!    passed on in each direction, both sides shut after the idle timeout).
 //!
 //! Bytes after a refused head are never parsed or forwarded: they are read and discarded
 //! (bounded) only so the client sees the answer rather than a reset.
@@ -50,11 +51,13 @@
 //! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
+//! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP `GET /metrics` (series: router/metrics.rs)
 //!
 //! [timeouts]                  # optional, milliseconds
 //! proxy_header_ms = 5000      # PROXY header complete after accept
 //! header_ms = 10000           # CONNECT head complete after accept
 //! connect_ms = 5000           # upstream connect
+//! idle_ms = 300000            # open tunnel with no bytes either way (Envoy's 5 min)
 //!
 //! [[listener]]
 //! address = "0.0.0.0:8443"
@@ -80,11 +83,14 @@
 //! Unknown keys are errors. `vpn-server/examples/router.toml` is a complete example.
 
 mod config;
+mod metrics;
 mod policy;
 mod serve;
 
 pub use config::{
-    ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS,
 };
+pub use metrics::{ActiveTunnel, Counters};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
-pub use serve::{main, relay, Counters, Reloader, Router, RouterArgs, RouterError};
+pub use serve::{main, relay, Reloader, Router, RouterArgs, RouterError};

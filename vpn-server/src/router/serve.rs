@@ -4,13 +4,14 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
+use netio::relay::{RelayConfig, RelayError, RelayStats};
+use netio::transport::connect_first;
 use protocol::http::connect::Status;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -18,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::config::{ConfigError, ListenerConfig, RouterConfig};
+use super::metrics::Counters;
 use super::policy::{Policy, Refusal};
 
 /// `vpn-server router`: the ingress router.
@@ -59,33 +61,32 @@ pub fn main(args: RouterArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                msg.push_str(": ");
-                msg.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            eprintln!("vpn-server router: error: {msg}");
+            eprintln!("vpn-server router: error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
 }
 
-/// Relays bytes both ways until both directions are closed, passing a half-close on.
-/// Returns (client → upstream, upstream → client) byte counts.
-pub async fn relay<A, B>(client: &mut A, upstream: &mut B) -> io::Result<(u64, u64)>
-where
-    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
-{
-    tokio::io::copy_bidirectional(client, upstream).await
+/// Relays an open tunnel until both directions have ended (a half-close passed on each way)
+/// or nothing moved for `idle_timeout`, with zero-copy `splice(2)` (`relay_tcp`). The router's
+/// only call into the byte relay.
+pub async fn relay(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    idle_timeout: Duration,
+) -> Result<RelayStats, RelayError> {
+    let config = RelayConfig {
+        idle_timeout,
+        ..RelayConfig::default()
+    };
+    netio::relay::relay_tcp(client, upstream, config).await
 }
 
 /// A bound router: its listeners and the current policy.
 #[derive(Debug)]
 pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
+    metrics: Option<TcpListener>,
     shared: Arc<Shared>,
 }
 
@@ -95,15 +96,6 @@ struct Shared {
     config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
     counters: Arc<Counters>,
-}
-
-/// What the router has done so far (for tests, the demo and, later, metrics).
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Requests answered 200 (tunnels opened).
-    pub tunnels: AtomicU64,
-    /// Requests answered with a refusal (4xx / 5xx).
-    pub refused: AtomicU64,
 }
 
 impl Router {
@@ -130,9 +122,18 @@ impl Router {
             info!(address = %l.address, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }
+        let metrics = match config.metrics_listen {
+            None => None,
+            Some(address) => Some(
+                TcpListener::bind(address)
+                    .await
+                    .map_err(|source| RouterError::Bind { address, source })?,
+            ),
+        };
         let policy = RwLock::new(Arc::new(config.policy.clone()));
         Ok(Self {
             listeners,
+            metrics,
             shared: Arc::new(Shared {
                 path,
                 config,
@@ -148,6 +149,11 @@ impl Router {
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect()
+    }
+
+    /// The bound `GET /metrics` address, if the config has one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The router's counters (shared; they keep counting while it runs).
@@ -190,6 +196,14 @@ impl Router {
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
+        if let Some(listener) = self.metrics {
+            let counters = Arc::clone(&self.shared.counters);
+            tracker.spawn(crate::sidecar::metrics::serve_metrics(
+                listener,
+                move || counters.render(),
+                shutdown.clone(),
+            ));
+        }
         for (listener, config) in self.listeners {
             let slots = Arc::clone(&slots);
             let shared = Arc::clone(&self.shared);
@@ -210,7 +224,7 @@ impl Router {
                         }
                     };
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                        shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                        shared.counters.responded(Status::SERVICE_UNAVAILABLE);
                         warn!(%peer, "connection limit reached, answering 503");
                         conns.spawn(over_limit(stream));
                         continue;
@@ -264,7 +278,9 @@ impl Reloader {
         if new.listeners != self.shared.config.listeners
             || new.deadlines != self.shared.config.deadlines
             || new.connect_timeout != self.shared.config.connect_timeout
+            || new.idle_timeout != self.shared.config.idle_timeout
             || new.max_connections != self.shared.config.max_connections
+            || new.metrics_listen != self.shared.config.metrics_listen
         {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }
@@ -309,8 +325,8 @@ async fn handle(
                     info!(%peer, listener = %listener.address, status = status.map(|s| s.code), "refused: {}", chain(&e))
                 }
             }
-            if status.is_some() {
-                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            if let Some(status) = status {
+                shared.counters.responded(status);
             }
             refuse(&mut stream, status).await;
             return;
@@ -328,7 +344,7 @@ async fn handle(
         Ok(d) => d,
         Err(refusal) => {
             log_refusal(peer, client, listener, &refusal);
-            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            shared.counters.responded(refusal.status());
             refuse(&mut stream, Some(refusal.status())).await;
             return;
         }
@@ -342,13 +358,13 @@ async fn handle(
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             info!(%peer, %client, %route, upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
-            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            shared.counters.responded(Status::SERVICE_UNAVAILABLE);
             refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
             return;
         }
         Err(_) => {
             info!(%peer, %client, %route, upstream = %upstream_name, status = 504, "upstream connect timed out");
-            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            shared.counters.responded(Status::GATEWAY_TIMEOUT);
             refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
             return;
         }
@@ -358,23 +374,19 @@ async fn handle(
     if stream.write_all(&ok).await.is_err() || upstream.write_all(&early).await.is_err() {
         return;
     }
-    shared.counters.tunnels.fetch_add(1, Ordering::Relaxed);
+    shared.counters.responded(Status::ESTABLISHED);
+    let _active = shared.counters.tunnel_opened();
     debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
-    match netio::relay::relay_tcp(
-        &mut stream,
-        &mut upstream,
-        netio::relay::RelayConfig::default(),
-    )
-    .await
-    {
-        Ok(netio::relay::RelayStats {
-            a_to_b: up,
-            b_to_a: down,
-            ..
-        }) => {
-            debug!(%peer, %route, to_upstream = up + early.len() as u64, to_client = down, "tunnel closed")
+    let early = early.len() as u64;
+    match relay(&mut stream, &mut upstream, shared.config.idle_timeout).await {
+        Ok(stats) => {
+            shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
+            debug!(%peer, %route, to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
         }
-        Err(e) => debug!(%peer, %route, "tunnel ended: {e}"),
+        Err(e) => {
+            shared.counters.relayed(e.a_to_b + early, e.b_to_a);
+            debug!(%peer, %route, "tunnel ended: {e}")
+        }
     }
 }
 
@@ -390,19 +402,10 @@ fn log_refusal(peer: SocketAddr, client: IpAddr, listener: &ListenerConfig, refu
 }
 
 async fn connect(upstream: &str) -> io::Result<TcpStream> {
-    let mut last = io::Error::from(io::ErrorKind::AddrNotAvailable);
-    for addr in tokio::net::lookup_host(upstream).await? {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
+    connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 
+/// The error and its causes, `: `-separated, on one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();

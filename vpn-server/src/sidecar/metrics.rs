@@ -365,13 +365,14 @@ impl SidecarMetrics {
 /// How long a metrics client gets to send its request.
 const METRICS_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves `GET /metrics` on `listener` until `shutdown`; anything else gets 404 (405 for a
-/// method other than GET). One short task per connection, one request per connection.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    metrics: Arc<SidecarMetrics>,
-    shutdown: CancellationToken,
-) {
+/// Serves `GET /metrics` on `listener` until `shutdown`, the body from `render` (Prometheus
+/// text format); anything else gets 404 (405 for a method other than GET). One short task per
+/// connection, one request per connection. The sidecar's and the router's admin listener.
+pub async fn serve_metrics<R>(listener: TcpListener, render: R, shutdown: CancellationToken)
+where
+    R: Fn() -> String + Send + Sync + 'static,
+{
+    let render = Arc::new(render);
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -381,14 +382,17 @@ pub async fn serve_metrics(
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let metrics = Arc::clone(&metrics);
+        let render = Arc::clone(&render);
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(METRICS_REQUEST_TIMEOUT, answer(stream, &metrics)).await;
+            let _ = tokio::time::timeout(METRICS_REQUEST_TIMEOUT, answer(stream, &*render)).await;
         });
     }
 }
 
-async fn answer(mut stream: TcpStream, metrics: &SidecarMetrics) -> io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    render: &(dyn Fn() -> String + Send + Sync),
+) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(1024);
     let head = loop {
         match parse_request_head(&buf) {
@@ -404,7 +408,7 @@ async fn answer(mut stream: TcpStream, metrics: &SidecarMetrics) -> io::Result<(
         None => ("400 Bad Request", String::new()),
         Some(h) if h.method != "GET" => ("405 Method Not Allowed", String::new()),
         Some(h) if h.target == "/metrics" || h.target.starts_with("/metrics?") => {
-            ("200 OK", metrics.render())
+            ("200 OK", render())
         }
         Some(_) => ("404 Not Found", String::new()),
     };

@@ -259,9 +259,10 @@ impl Sidecar {
             ));
         }
         for listener in self.metrics_listeners {
+            let m = Arc::clone(&self.shared.metrics);
             tracker.spawn(metrics::serve_metrics(
                 listener,
-                Arc::clone(&self.shared.metrics),
+                move || m.render(),
                 shutdown.clone(),
             ));
         }

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use netio::http::{encode_response, parse_request_head, RequestHead, MAX_HEAD_LEN};
+use netio::http::{parse_request_head, RequestHead, MAX_HEAD_LEN};
 use netio::relay::{relay, RelayConfig, RelayEnd};
+use netio::transport::connect_first;
 use openssl::nid::Nid;
 use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
+use protocol::http::connect::Status;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -126,7 +128,7 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         }
         Ok(Err(HeadFailure::Gone)) => return,
         Ok(Err(HeadFailure::Malformed(mut tls, detail))) => {
-            respond(&mut tls, shared, 400, "Bad Request").await;
+            respond(&mut tls, shared, Status::BAD_REQUEST).await;
             log(peer, &tls, started, &Outcome::refused(400, "-", detail));
             return;
         }
@@ -178,23 +180,14 @@ async fn handshake_and_head(
 
 /// A refused request: the status line to answer and the access-log detail.
 struct Refusal {
-    status: u16,
-    reason: &'static str,
+    status: Status,
     detail: String,
 }
 
 impl Refusal {
-    fn new(status: u16, detail: impl Into<String>) -> Self {
-        let reason = match status {
-            400 => "Bad Request",
-            403 => "Forbidden",
-            405 => "Method Not Allowed",
-            504 => "Gateway Timeout",
-            _ => "Service Unavailable",
-        };
+    fn new(status: Status, detail: impl Into<String>) -> Self {
         Refusal {
             status,
-            reason,
             detail: detail.into(),
         }
     }
@@ -211,8 +204,8 @@ async fn tunnel(
     let (upstream, _permit) = match open(shared, head).await {
         Ok(opened) => opened,
         Err(r) => {
-            respond(tls, shared, r.status, r.reason).await;
-            return Outcome::refused(r.status, target, r.detail);
+            respond(tls, shared, r.status).await;
+            return Outcome::refused(r.status.code, target, r.detail);
         }
     };
     relay_tunnel(shared, tls, upstream, target, early).await
@@ -227,10 +220,16 @@ async fn open(
     let config = &shared.config;
     let metrics = &shared.metrics;
     if head.method != "CONNECT" {
-        return Err(Refusal::new(405, format!("method {}", head.method)));
+        return Err(Refusal::new(
+            Status::METHOD_NOT_ALLOWED,
+            format!("method {}", head.method),
+        ));
     }
     let Ok((host, port)) = head.authority() else {
-        return Err(Refusal::new(400, "request target is not host:port"));
+        return Err(Refusal::new(
+            Status::BAD_REQUEST,
+            "request target is not host:port",
+        ));
     };
     let allowed = destinations(shared, host, port).await?;
     let candidates: Vec<SocketAddr> = allowed
@@ -240,30 +239,36 @@ async fn open(
     if let Some(routes) = &shared.routes {
         if !candidates.iter().any(|a| routes.has_route(a.ip())) {
             metrics.no_route();
-            return Err(Refusal::new(503, "no VPN client routes the destination"));
+            return Err(Refusal::new(
+                Status::SERVICE_UNAVAILABLE,
+                "no VPN client routes the destination",
+            ));
         }
     }
     let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
         metrics.overflowed();
         return Err(Refusal::new(
-            503,
+            Status::SERVICE_UNAVAILABLE,
             format!("{} tunnels open (limit)", config.max_connections),
         ));
     };
     let started = Instant::now();
-    match tokio::time::timeout(config.connect_timeout, connect_any(&candidates)).await {
+    match tokio::time::timeout(config.connect_timeout, connect_first(candidates)).await {
         Ok(Ok(upstream)) => {
             metrics.upstream_opened(started.elapsed());
             Ok((upstream, permit))
         }
         Ok(Err(e)) => {
             metrics.connect_failed(false);
-            Err(Refusal::new(503, format!("upstream connect failed: {e}")))
+            Err(Refusal::new(
+                Status::SERVICE_UNAVAILABLE,
+                format!("upstream connect failed: {e}"),
+            ))
         }
         Err(_) => {
             metrics.connect_failed(true);
             Err(Refusal::new(
-                504,
+                Status::GATEWAY_TIMEOUT,
                 format!(
                     "upstream connect timed out after {:?}",
                     config.connect_timeout
@@ -279,7 +284,7 @@ async fn destinations(shared: &Shared, host: &str, port: u16) -> Result<Vec<Sock
     let config = &shared.config;
     let deny = |why: Denied, detail: String| {
         shared.metrics.denied(why);
-        Refusal::new(403, detail)
+        Refusal::new(Status::FORBIDDEN, detail)
     };
     if let Ok(ip) = host.parse::<IpAddr>() {
         return match config.policy.check(ip) {
@@ -294,8 +299,18 @@ async fn destinations(shared: &Shared, host: &str, port: u16) -> Result<Vec<Sock
     .await;
     let resolved: Vec<SocketAddr> = match lookup {
         Ok(Ok(addrs)) => addrs.collect(),
-        Ok(Err(e)) => return Err(Refusal::new(503, format!("DNS lookup failed: {e}"))),
-        Err(_) => return Err(Refusal::new(504, "DNS lookup timed out")),
+        Ok(Err(e)) => {
+            return Err(Refusal::new(
+                Status::SERVICE_UNAVAILABLE,
+                format!("DNS lookup failed: {e}"),
+            ))
+        }
+        Err(_) => {
+            return Err(Refusal::new(
+                Status::GATEWAY_TIMEOUT,
+                "DNS lookup timed out",
+            ))
+        }
     };
     let mut first_denial: Option<Denied> = None;
     let allowed: Vec<SocketAddr> = resolved
@@ -327,8 +342,8 @@ async fn relay_tunnel(
     let metrics = &shared.metrics;
     let opened = Instant::now();
     let mut ok = Vec::with_capacity(48);
-    encode_response(200, "Connection established", &mut ok);
-    metrics.responded(200);
+    Status::ESTABLISHED.encode(&mut ok);
+    metrics.responded(Status::ESTABLISHED.code);
     let mut outcome = Outcome {
         status: 200,
         target: target.to_owned(),
@@ -371,26 +386,12 @@ async fn relay_tunnel(
     outcome
 }
 
-async fn connect_any(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
-    let mut last = std::io::Error::from(std::io::ErrorKind::AddrNotAvailable);
-    for addr in addrs {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
 /// Sends a bodyless refusal and closes; best effort (the client may be gone). Bytes the
 /// client sent after its head are never read.
-async fn respond(tls: &mut SslStream<TcpStream>, shared: &Shared, status: u16, reason: &str) {
-    shared.metrics.responded(status);
-    let mut out = Vec::with_capacity(64);
-    encode_response(status, reason, &mut out);
+async fn respond(tls: &mut SslStream<TcpStream>, shared: &Shared, status: Status) {
+    shared.metrics.responded(status.code);
+    let mut out = Vec::with_capacity(96);
+    status.encode(&mut out);
     let _ = tls.write_all(&out).await;
     let _ = tls.shutdown().await;
 }

@@ -1,0 +1,136 @@
+//! The router's counters and their Prometheus rendering (`GET /metrics` on the optional
+//! `metrics_listen` address, served by [`crate::sidecar::metrics::serve_metrics`]).
+//!
+//! | series | type | meaning |
+//! | --- | --- | --- |
+//! | `vpn_router_requests_total{code}` | counter | requests answered, by status code (200 = tunnel opened) |
+//! | `vpn_router_tunnels_total` | counter | tunnels opened (upstream connected, 200 sent) |
+//! | `vpn_router_tunnels_active` | gauge | tunnels open now |
+//! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use protocol::http::connect::Status;
+
+/// The status codes the router answers with, in the order of [`Counters::by_code`].
+const CODES: [u16; 10] = [200, 400, 403, 405, 408, 414, 431, 502, 503, 504];
+
+/// What the router has done so far (for `/metrics`, tests and the demo); the series are
+/// listed in the docs of this file (`vpn-server/src/router/metrics.rs`).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Requests answered 200 (tunnels opened).
+    pub tunnels: AtomicU64,
+    /// Requests answered with a refusal (4xx / 5xx).
+    pub refused: AtomicU64,
+    /// Tunnels open now.
+    pub active: AtomicU64,
+    /// Bytes relayed client → upstream by tunnels that ended.
+    pub to_upstream: AtomicU64,
+    /// Bytes relayed upstream → client by tunnels that ended.
+    pub to_client: AtomicU64,
+    by_code: [AtomicU64; CODES.len()],
+}
+
+impl Counters {
+    /// A request was answered with `status`.
+    pub fn responded(&self, status: Status) {
+        let total = match status.code {
+            200 => &self.tunnels,
+            _ => &self.refused,
+        };
+        total.fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = CODES.iter().position(|&c| c == status.code) {
+            self.by_code[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A tunnel opened; it counts as active until the returned guard drops.
+    pub fn tunnel_opened(&self) -> ActiveTunnel<'_> {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        ActiveTunnel(self)
+    }
+
+    /// A tunnel ended having relayed these bytes.
+    pub fn relayed(&self, to_upstream: u64, to_client: u64) {
+        self.to_upstream.fetch_add(to_upstream, Ordering::Relaxed);
+        self.to_client.fetch_add(to_client, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut out = String::with_capacity(1024);
+        out.push_str("# HELP vpn_router_requests_total Requests answered, by status code.\n");
+        out.push_str("# TYPE vpn_router_requests_total counter\n");
+        for (code, n) in CODES.iter().zip(&self.by_code) {
+            let _ = writeln!(
+                out,
+                "vpn_router_requests_total{{code=\"{code}\"}} {}",
+                get(n)
+            );
+        }
+        out.push_str("# HELP vpn_router_tunnels_total Tunnels opened.\n");
+        out.push_str("# TYPE vpn_router_tunnels_total counter\n");
+        let _ = writeln!(out, "vpn_router_tunnels_total {}", get(&self.tunnels));
+        out.push_str("# HELP vpn_router_tunnels_active Tunnels open now.\n");
+        out.push_str("# TYPE vpn_router_tunnels_active gauge\n");
+        let _ = writeln!(out, "vpn_router_tunnels_active {}", get(&self.active));
+        out.push_str("# HELP vpn_router_tunnel_bytes_total Bytes relayed by ended tunnels.\n");
+        out.push_str("# TYPE vpn_router_tunnel_bytes_total counter\n");
+        for (direction, n) in [
+            ("to_upstream", &self.to_upstream),
+            ("to_client", &self.to_client),
+        ] {
+            let _ = writeln!(
+                out,
+                "vpn_router_tunnel_bytes_total{{direction=\"{direction}\"}} {}",
+                get(n)
+            );
+        }
+        out
+    }
+}
+
+/// Keeps a tunnel in `vpn_router_tunnels_active` while it lives (also when the relay is
+/// dropped at shutdown).
+#[derive(Debug)]
+pub struct ActiveTunnel<'a>(&'a Counters);
+
+impl Drop for ActiveTunnel<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_counts_by_code_and_direction() {
+        let c = Counters::default();
+        c.responded(Status::ESTABLISHED);
+        c.responded(Status::BAD_REQUEST);
+        c.responded(Status::BAD_REQUEST);
+        let open = c.tunnel_opened();
+        c.relayed(5, 7);
+        let text = c.render();
+        assert!(
+            text.contains("vpn_router_requests_total{code=\"200\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("vpn_router_requests_total{code=\"400\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("vpn_router_tunnels_total 1\n"), "{text}");
+        assert!(text.contains("vpn_router_tunnels_active 1\n"), "{text}");
+        assert!(text.contains("vpn_router_tunnel_bytes_total{direction=\"to_upstream\"} 5\n"));
+        assert!(text.contains("vpn_router_tunnel_bytes_total{direction=\"to_client\"} 7\n"));
+        drop(open);
+        assert!(c.render().contains("vpn_router_tunnels_active 0\n"));
+        assert_eq!(c.refused.load(Ordering::Relaxed), 2);
+    }
+}

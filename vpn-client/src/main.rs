@@ -12,7 +12,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use protocol::config::env::Vpn2ClientEnv;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 use vpn_client::config::Loaded;
 use vpn_client::{vpn2, CancellationToken, Stopped};
 
@@ -24,7 +26,7 @@ struct Cli {
     /// `IS_SHOOT_CLIENT`, ...) describe the client.
     #[arg(long, env = "VPN_CLIENT_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `vpn_client=debug`.
+    /// Log filter (`LEVEL` and `target=LEVEL` directives), e.g. `info` or `info,vpn_client=debug`.
     #[arg(long, env = "VPN_CLIENT_LOG", default_value = "info")]
     log: String,
     /// vpn2 environment mode: the directory holding `vpn-client/` and `tlsauth/`.
@@ -52,9 +54,11 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&cli.log).context("--log")?)
-        .with_writer(std::io::stderr)
+    // `Targets` (no regex engine, unlike `EnvFilter`): `LEVEL` and `target=LEVEL` directives.
+    let targets: Targets = cli.log.parse().context("--log")?;
+    tracing_subscriber::registry()
+        .with(targets)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
     if let Some(Command::ApiserverProxy(args)) = &cli.command {
         let config = args.to_config()?;

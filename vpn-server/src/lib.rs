@@ -16,6 +16,7 @@
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
 pub mod config;
+pub mod logging;
 pub mod pool;
 pub mod router;
 pub mod routing;

@@ -28,7 +28,7 @@ struct Cli {
     /// OpenVPN-style server configuration file; without it, the vpn2 environment variables.
     #[arg(long, env = "VPN_SERVER_CONFIG")]
     config: Option<PathBuf>,
-    /// Log filter (tracing `EnvFilter` syntax, e.g. `info,vpn_server=debug`); default from the
+    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_server=debug`); default from the
     /// config's `verb`.
     #[arg(long, env = "VPN_SERVER_LOG")]
     log: Option<String>,
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(Command::Sidecar(args)) = &cli.command {
         let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-        init_tracing(cli.log.as_deref().unwrap_or("info"));
+        init_tracing(cli.log.as_deref().unwrap_or("info"))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
@@ -104,7 +104,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         false => None,
     };
-    init_tracing(cli.log.as_deref().unwrap_or(verb_filter(loaded.verb)));
+    init_tracing(cli.log.as_deref().unwrap_or(verb_filter(loaded.verb)))?;
     for w in &loaded.warnings {
         warn!("{w}");
     }
@@ -114,12 +114,8 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     rt.block_on(serve(loaded, sidecar))
 }
 
-fn init_tracing(filter: &str) {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+fn init_tracing(filter: &str) -> Result<(), Box<dyn std::error::Error>> {
+    vpn_server::logging::init(filter).map_err(|e| format!("--log {filter:?}: {e}").into())
 }
 
 async fn serve(

@@ -28,7 +28,7 @@ pub struct RouterArgs {
     /// The router's TOML config file (see the `router` module docs).
     #[arg(long, env = "VPN_ROUTER_CONFIG")]
     pub config: PathBuf,
-    /// Log filter (tracing `EnvFilter` syntax).
+    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_server=debug`).
     #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
     pub log: String,
 }
@@ -36,10 +36,10 @@ pub struct RouterArgs {
 /// Runs the subcommand: loads the config, binds, serves until SIGTERM or SIGINT, reloads
 /// the policy on SIGHUP.
 pub fn main(args: RouterArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = crate::logging::init(&args.log) {
+        eprintln!("vpn-server router: error: --log {:?}: {e}", args.log);
+        return ExitCode::FAILURE;
+    }
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -308,6 +308,11 @@ fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, BenchError> 
          [[route]]\nvalue = \"{}\"\nupstream = \"{SEED_ADDR}:{VPN_PORT}\"\n",
         REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
     );
+    // `BENCH_ROUTER_BUFFER=BYTES` sets the router's `[relay] buffer_size` (else its default).
+    let text = match std::env::var("BENCH_ROUTER_BUFFER") {
+        Ok(size) => format!("[relay]\nbuffer_size = {size}\n\n{text}"),
+        Err(_) => text,
+    };
     std::fs::write(&conf, text).map_err(|source| LabError::io(&conf, source))?;
     let log = rd.join("router.log");
     let out = File::create(&log).map_err(|source| LabError::io(&log, source))?;

@@ -56,6 +56,10 @@
 //! header_ms = 10000           # CONNECT head complete after accept
 //! connect_ms = 5000           # upstream connect
 //!
+//! [relay]                     # optional
+//! buffer_size = 32768         # bytes per direction: the splice pipe size (4096..=1048576,
+//!                             # rounded up to a power of two pages; fixed at start)
+//!
 //! [[listener]]
 //! address = "0.0.0.0:8443"
 //! headers = ["X-Gardener-Destination", "X-Gardener-API-Route"]

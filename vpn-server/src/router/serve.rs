@@ -265,6 +265,7 @@ impl Reloader {
             || new.deadlines != self.shared.config.deadlines
             || new.connect_timeout != self.shared.config.connect_timeout
             || new.max_connections != self.shared.config.max_connections
+            || new.relay_buffer_size != self.shared.config.relay_buffer_size
         {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }
@@ -363,7 +364,10 @@ async fn handle(
     match netio::relay::relay_tcp(
         &mut stream,
         &mut upstream,
-        netio::relay::RelayConfig::default(),
+        netio::relay::RelayConfig {
+            buffer_size: shared.config.relay_buffer_size,
+            ..netio::relay::RelayConfig::default()
+        },
     )
     .await
     {

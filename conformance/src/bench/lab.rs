@@ -42,6 +42,12 @@ pub const ECHO_PORT: u16 = 5202;
 pub const TINYPROXY_PORT: u16 = 8888;
 /// squid's port on the seed.
 pub const SQUID_PORT: u16 = 3128;
+/// Our ingress router's port on the seed (the legacy `Reversed-VPN` port of Gardener).
+pub const ROUTER_PORT: u16 = 8132;
+/// The routing header every client sends through the proxy (`http-proxy-option
+/// CUSTOM-HEADER`), the same the demo uses; the router routes by it, squid and tinyproxy
+/// ignore it.
+pub use crate::demo::REVERSED_VPN_HEADER;
 
 /// How long a VPN server gets to listen.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -94,8 +100,9 @@ impl BenchLab {
         })
     }
 
-    /// Starts the CONNECT proxy of `kind` on the seed; returns its port and PID.
-    pub fn start_proxy(&self, kind: ProxyKind) -> Result<(u16, u32), BenchError> {
+    /// Starts the CONNECT proxy of `kind` on the seed; returns its port and PID. `ours` is the
+    /// directory holding our `vpn-server` binary (its `router` subcommand).
+    pub fn start_proxy(&self, kind: ProxyKind, ours: &Path) -> Result<(u16, u32), BenchError> {
         match kind {
             ProxyKind::Tinyproxy => {
                 let pid = crate::tinyproxy::start(
@@ -109,9 +116,10 @@ impl BenchLab {
                 Ok((TINYPROXY_PORT, pid))
             }
             ProxyKind::Squid => Ok((SQUID_PORT, start_squid(&self.seed, self.dir.path())?)),
-            ProxyKind::Router => Err(BenchError::Unsupported {
-                what: "the ingress router as proxy (hook: `ProxyKind::Router`, not built yet)",
-            }),
+            ProxyKind::Router => Ok((
+                ROUTER_PORT,
+                start_router(&self.seed, self.dir.path(), ours)?,
+            )),
         }
     }
 
@@ -153,6 +161,10 @@ impl BenchLab {
         ];
         if let Some(port) = proxy_port {
             lines.push(format!("http-proxy {SEED_ADDR} {port}"));
+            lines.push(format!(
+                "http-proxy-option CUSTOM-HEADER {} {}",
+                REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
+            ));
         }
         lines.extend(cipher.config_lines());
         lines.join("\n") + "\n"
@@ -281,6 +293,67 @@ impl Drop for VpnProcess<'_> {
         if let Some(dir) = std::env::var_os("BENCH_KEEP_LOGS") {
             let _ = std::fs::copy(&self.log, Path::new(&dir).join(format!("{}.log", self.pid)));
         }
+    }
+}
+
+/// Starts our ingress router (`vpn-server router`, the release binary in `ours`) on the seed
+/// with a config that routes [`REVERSED_VPN_HEADER`] to the VPN server, and waits until it
+/// listens. Its log is `DIR/router/router.log`.
+fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, BenchError> {
+    let rd = dir.join("router");
+    std::fs::create_dir_all(&rd).map_err(|source| LabError::io(&rd, source))?;
+    let conf = rd.join("router.toml");
+    let text = format!(
+        "[[listener]]\naddress = \"{SEED_ADDR}:{ROUTER_PORT}\"\nheaders = [\"{}\"]\n\n\
+         [[route]]\nvalue = \"{}\"\nupstream = \"{SEED_ADDR}:{VPN_PORT}\"\n",
+        REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
+    );
+    // `BENCH_ROUTER_BUFFER=BYTES` sets the router's `[relay] buffer_size` (else its default).
+    let text = match std::env::var("BENCH_ROUTER_BUFFER") {
+        Ok(size) => format!("[relay]\nbuffer_size = {size}\n\n{text}"),
+        Err(_) => text,
+    };
+    std::fs::write(&conf, text).map_err(|source| LabError::io(&conf, source))?;
+    let log = rd.join("router.log");
+    let out = File::create(&log).map_err(|source| LabError::io(&log, source))?;
+    let err = out
+        .try_clone()
+        .map_err(|source| LabError::io(&log, source))?;
+    let bin = ours.join("vpn-server");
+    let pid = ns.spawn(
+        ns.command(&bin.to_string_lossy())
+            .arg("router")
+            .arg("--config")
+            .arg(&conf)
+            .args(["--log", "info"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err),
+    )?;
+    let deadline = Instant::now() + LISTEN_TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("router listening") {
+            return Ok(pid);
+        }
+        if let Some(status) = ns.try_wait(pid) {
+            return Err(LabError::Exited {
+                what: "vpn-server router".into(),
+                status,
+                log: text,
+            }
+            .into());
+        }
+        if Instant::now() >= deadline {
+            ns.stop(pid);
+            return Err(LabError::Timeout {
+                what: "vpn-server router listening".into(),
+                waited: LISTEN_TIMEOUT,
+                log: text,
+            }
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -203,20 +203,31 @@ pub fn first_ping(
     since: Instant,
     limit: Duration,
 ) -> Result<Duration, BenchError> {
-    let secs = limit.as_secs().max(1).to_string();
-    from.run([
-        "ping",
-        "-n",
-        "-q",
-        "-c",
-        "1",
-        "-i",
-        "0.002",
-        "-w",
-        &secs,
-        &addr.to_string(),
-    ])?;
-    Ok(since.elapsed())
+    // Our server answers packets for a client not connected yet with ICMP host unreachable
+    // (`vpn_server::unreachable`), which ends a `ping -c 1` at once with a failure; so ping
+    // again (every 2 ms, each ping for at most 1 s) until an echo reply comes back.
+    let deadline = since + limit;
+    loop {
+        let out = from
+            .command("ping")
+            .args(["-n", "-q", "-c", "1", "-i", "0.002", "-w", "1"])
+            .arg(addr.to_string())
+            .output()
+            .map_err(|source| LabError::io("ping", source))?;
+        if out.status.success() {
+            return Ok(since.elapsed());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::unexpected(
+                "first ping",
+                format!(
+                    "no echo reply from {addr} within {limit:?}: {}",
+                    String::from_utf8_lossy(&out.stdout).trim()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// A TCP echo server in the shoot for the request/response measurement; stops when dropped.

@@ -125,8 +125,7 @@ pub enum ProxyKind {
     Tinyproxy,
     /// Debian's squid.
     Squid,
-    /// Our ingress router. Hook for the router-vs-squid comparison of issue 8: not built yet,
-    /// selecting it makes the case fail with [`BenchError::Unsupported`].
+    /// Our ingress router (`vpn-server router`), routing by the `Reversed-VPN` header.
     Router,
 }
 
@@ -360,7 +359,7 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Results, Be
 fn run_case(lab: &BenchLab, opts: &Options, case: Case) -> Result<Sample, BenchError> {
     let proxy = match case.via {
         Via::Direct => None,
-        Via::Proxy(kind) => Some(lab.start_proxy(kind)?),
+        Via::Proxy(kind) => Some(lab.start_proxy(kind, &opts.ours)?),
     };
     let result = measure_case(lab, opts, case, proxy);
     if let Some((_, pid)) = proxy {

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::stats::Spread;
-use super::{Case, Impl, Options, Results, Sample, LOADS};
+use super::{Case, Cipher, Impl, Options, Pair, ProxyKind, Results, Sample, Via, LOADS};
 
 /// Facts about the machine the numbers come from.
 #[derive(Debug, Clone)]
@@ -149,6 +149,8 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     );
     table(&mut md, results, &cpu);
 
+    router_vs_squid(&mut md, results);
+
     let latency = vec![
         metric("tunnel up ms", 0, |s| Some(s.up.as_secs_f64() * 1e3)),
         metric("ping RTT ms", 3, |s| Some(s.ping_ms)),
@@ -264,19 +266,107 @@ fn ratio(results: &Results, case: Case, m: &Metric) -> Option<f64> {
     if case.pair.server == Impl::Upstream && case.pair.client == Impl::Upstream {
         return None;
     }
-    let ours = results.of(case)?;
-    let base = results.of(case.baseline())?;
-    let mut ratios: Vec<f64> = ours
+    ratio_between(results, case, case.baseline(), &*m.get)
+}
+
+/// Median over rounds of `a`/`b` for `get`, for rounds where both succeeded.
+fn ratio_between(
+    results: &Results,
+    a: Case,
+    b: Case,
+    get: &dyn Fn(&Sample) -> Option<f64>,
+) -> Option<f64> {
+    let xs = results.of(a)?;
+    let ys = results.of(b)?;
+    let mut ratios: Vec<f64> = xs
         .iter()
-        .zip(base)
-        .filter_map(|(o, b)| {
-            let o = (m.get)(o.as_ref().ok()?)?;
-            let b = (m.get)(b.as_ref().ok()?)?;
-            (b > 0.0).then_some(o / b)
+        .zip(ys)
+        .filter_map(|(x, y)| {
+            let x = get(x.as_ref().ok()?)?;
+            let y = get(y.as_ref().ok()?)?;
+            (y > 0.0).then_some(x / y)
         })
         .collect();
     if ratios.is_empty() {
         return None;
     }
     Some(super::stats::median(&mut ratios))
+}
+
+/// The router goal of issue 8: ours↔ours through our router against upstream↔upstream
+/// through squid, per cipher and load, as medians over rounds of same-round ratios.
+fn router_vs_squid(md: &mut String, results: &Results) {
+    let mut rows = Vec::new();
+    for cipher in Cipher::ALL {
+        let ours = Case {
+            pair: Pair::new(Impl::Ours, Impl::Ours),
+            cipher,
+            via: Via::Proxy(ProxyKind::Router),
+        };
+        let base = Case {
+            pair: Pair::new(Impl::Upstream, Impl::Upstream),
+            cipher,
+            via: Via::Proxy(ProxyKind::Squid),
+        };
+        if results.of(ours).is_none() || results.of(base).is_none() {
+            continue;
+        }
+        for (i, load) in LOADS.into_iter().enumerate() {
+            let mbit = move |s: &Sample| s.transfers.get(i).map(|t| t.mbit_s);
+            let proxy_cpu = move |s: &Sample| s.transfers.get(i).and_then(|t| t.proxy_cpu_s_per_gb);
+            let cell = |case: Case, get: &dyn Fn(&Sample) -> Option<f64>| {
+                let mut v: Vec<f64> = results
+                    .of(case)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|r| r.as_ref().ok().and_then(get))
+                    .collect();
+                if v.is_empty() {
+                    "–".to_owned()
+                } else {
+                    format!("{:.1}", super::stats::median(&mut v))
+                }
+            };
+            let fmt = |r: Option<f64>| r.map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
+            let cpu_ratio = ratio_between(results, ours, base, &proxy_cpu);
+            let verdict = match cpu_ratio {
+                Some(r) if r <= 0.5 => "yes",
+                Some(_) => "no",
+                None => "–",
+            };
+            rows.push(format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                cipher.label(),
+                load.label(),
+                cell(ours, &mbit),
+                cell(base, &mbit),
+                fmt(ratio_between(results, ours, base, &mbit)),
+                cell(ours, &proxy_cpu),
+                cell(base, &proxy_cpu),
+                fmt(cpu_ratio),
+                verdict
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Our router vs squid (issue 8)\n");
+    let _ = writeln!(
+        md,
+        "Ours↔ours through our ingress router (`vpn-server router`, routing by the \
+         `Reversed-VPN` header) against upstream↔upstream through squid. Throughput and the \
+         proxy process's CPU seconds per GB are medians over rounds; the ratios are medians of \
+         router/squid taken within each round. Goal: router CPU/GB at most half of squid's.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| cipher | load | Mbit/s ours via router | Mbit/s upstream via squid | ×squid | \
+         router CPU s/GB | squid CPU s/GB | router ÷ squid | ≤ 0.5 |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---|");
+    for r in rows {
+        let _ = writeln!(md, "{r}");
+    }
+    let _ = writeln!(md);
 }

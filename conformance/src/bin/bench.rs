@@ -42,12 +42,12 @@ struct Cli {
         default_value = "gcm,cbc"
     )]
     ciphers: Vec<String>,
-    /// Transports: direct, tinyproxy (alias proxy), squid, router (not built yet).
+    /// Transports: direct, tinyproxy (alias proxy), squid, router (our `vpn-server router`).
     #[arg(
         long,
         env = "BENCH_VIA",
         value_delimiter = ',',
-        default_value = "direct,tinyproxy"
+        default_value = "direct,tinyproxy,squid,router"
     )]
     via: Vec<String>,
     /// Echo requests for the RTT.

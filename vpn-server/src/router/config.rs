@@ -24,6 +24,9 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
 /// Default bound on connections served at once, all listeners together.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 
+/// Smallest `[relay] buffer_size`: one page (the kernel's smallest pipe).
+pub const MIN_RELAY_BUFFER_SIZE: usize = 4096;
+
 /// Everything the config file says, checked.
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
@@ -39,6 +42,9 @@ pub struct RouterConfig {
     pub max_connections: usize,
     /// Where `GET /metrics` is served (plain HTTP), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// Bytes buffered per direction of a tunnel: the pipe size `netio::relay::relay_tcp`
+    /// asks for (`[relay] buffer_size`).
+    pub relay_buffer_size: usize,
     /// Routes and allow-lists (replaced as a whole on reload).
     pub policy: Policy,
 }
@@ -82,6 +88,8 @@ struct RawConfig {
     metrics_listen: Option<String>,
     #[serde(default)]
     timeouts: RawTimeouts,
+    #[serde(default)]
+    relay: RawRelay,
     #[serde(default, rename = "listener")]
     listeners: Vec<RawListener>,
     #[serde(default, rename = "route")]
@@ -95,6 +103,12 @@ struct RawTimeouts {
     header_ms: Option<u64>,
     connect_ms: Option<u64>,
     idle_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRelay {
+    buffer_size: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -166,6 +180,15 @@ impl RawConfig {
                     .map_err(|_| ConfigError::Address { address })?,
             ),
         };
+        let relay_buffer_size = self
+            .relay
+            .buffer_size
+            .unwrap_or(netio::relay::DEFAULT_BUFFER_SIZE);
+        if !(MIN_RELAY_BUFFER_SIZE..=netio::relay::MAX_PIPE_SIZE).contains(&relay_buffer_size) {
+            return Err(ConfigError::RelayBufferSize {
+                size: relay_buffer_size,
+            });
+        }
         let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
         let defaults = Deadlines::default();
         Ok(RouterConfig {
@@ -178,6 +201,7 @@ impl RawConfig {
             idle_timeout: ms(self.timeouts.idle_ms, DEFAULT_IDLE_TIMEOUT),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             metrics_listen,
+            relay_buffer_size,
             policy: Policy {
                 routes,
                 always_allowed: cidrs(&self.always_allowed)?,
@@ -252,6 +276,12 @@ pub enum ConfigError {
         /// The parser's message (with line and column).
         message: String,
     },
+    /// `[relay] buffer_size` outside one page ..= `netio::relay::MAX_PIPE_SIZE`.
+    #[error("router config: [relay] buffer_size {size} is outside 4096..=1048576")]
+    RelayBufferSize {
+        /// The size given.
+        size: usize,
+    },
     /// No `[[listener]]`.
     #[error("router config has no [[listener]]")]
     NoListener,
@@ -314,6 +344,24 @@ mod tests {
         assert_eq!(config.listeners.len(), 2);
         assert_eq!(config.policy.routes.len(), 3);
         assert_eq!(config.listeners[1].headers, ["Reversed-VPN"]);
+        assert_eq!(config.relay_buffer_size, 32 * 1024);
+    }
+
+    #[test]
+    fn relay_buffer_size_defaults_and_bounds() {
+        let listener = "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n";
+        let config = RouterConfig::parse(listener).unwrap();
+        assert_eq!(config.relay_buffer_size, netio::relay::DEFAULT_BUFFER_SIZE);
+        let config =
+            RouterConfig::parse(&format!("[relay]\nbuffer_size = 4096\n{listener}")).unwrap();
+        assert_eq!(config.relay_buffer_size, 4096);
+        for bad in [0, 4095, netio::relay::MAX_PIPE_SIZE + 1] {
+            let text = format!("[relay]\nbuffer_size = {bad}\n{listener}");
+            assert!(matches!(
+                RouterConfig::parse(&text),
+                Err(ConfigError::RelayBufferSize { size }) if size == bad
+            ));
+        }
     }
 
     #[test]

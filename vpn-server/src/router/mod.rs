@@ -59,6 +59,10 @@
 //! connect_ms = 5000           # upstream connect
 //! idle_ms = 300000            # open tunnel with no bytes either way (Envoy's 5 min)
 //!
+//! [relay]                     # optional
+//! buffer_size = 32768         # bytes per direction: the splice pipe size (4096..=1048576,
+//!                             # rounded up to a power of two pages; fixed at start)
+//!
 //! [[listener]]
 //! address = "0.0.0.0:8443"
 //! headers = ["X-Gardener-Destination", "X-Gardener-API-Route"]

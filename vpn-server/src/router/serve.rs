@@ -68,18 +68,18 @@ pub fn main(args: RouterArgs) -> ExitCode {
 }
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
-/// or nothing moved for `idle_timeout`, with zero-copy `splice(2)` (`relay_tcp`). The router's
+/// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
 /// only call into the byte relay.
 pub async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
-    idle_timeout: Duration,
+    config: &RouterConfig,
 ) -> Result<RelayStats, RelayError> {
-    let config = RelayConfig {
-        idle_timeout,
-        ..RelayConfig::default()
+    let relay = RelayConfig {
+        idle_timeout: config.idle_timeout,
+        buffer_size: config.relay_buffer_size,
     };
-    netio::relay::relay_tcp(client, upstream, config).await
+    netio::relay::relay_tcp(client, upstream, relay).await
 }
 
 /// A bound router: its listeners and the current policy.
@@ -281,6 +281,7 @@ impl Reloader {
             || new.idle_timeout != self.shared.config.idle_timeout
             || new.max_connections != self.shared.config.max_connections
             || new.metrics_listen != self.shared.config.metrics_listen
+            || new.relay_buffer_size != self.shared.config.relay_buffer_size
         {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }
@@ -378,7 +379,7 @@ async fn handle(
     let _active = shared.counters.tunnel_opened();
     debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
     let early = early.len() as u64;
-    match relay(&mut stream, &mut upstream, shared.config.idle_timeout).await {
+    match relay(&mut stream, &mut upstream, &shared.config).await {
         Ok(stats) => {
             shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
             debug!(%peer, %route, to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")

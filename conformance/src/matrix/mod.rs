@@ -180,9 +180,25 @@ pub struct Env<'a> {
 }
 
 /// Runs one case in a fresh lab.
+///
+/// A failed control case (upstream with upstream) runs once more in a fresh lab: the control is
+/// the referee for the lab, not a test of our code, and upstream's own pair has been seen to lose
+/// a paced transfer across client-initiated renegotiations under CI load. The first failure
+/// stays in the summary. Cases with one of our peers never retry.
 pub fn run(env: &Env<'_>, case: &Case) -> Outcome {
     let start = Instant::now();
     let mut outcome = scenario::run(env, case);
+    if case.pair.is_control() {
+        if let Err(first) = &outcome.result {
+            let first = first.clone();
+            outcome = scenario::run(env, case);
+            if let Ok(summary) = &outcome.result {
+                outcome.result = Ok(format!(
+                    "{summary} (control passed on its retry; first attempt: {first})"
+                ));
+            }
+        }
+    }
     outcome.elapsed = start.elapsed();
     outcome
 }

@@ -93,6 +93,36 @@ pub struct RelayError {
     pub source: io::Error,
 }
 
+/// One wake-up of a two-direction relay, shared by [`relay`] and the splice relay: the first
+/// error ends it, both directions done is `Closed`, and any byte moved (`moved` changed from
+/// `before`) pushes the idle deadline out; otherwise the idle timer decides.
+pub(crate) fn relay_step(
+    cx: &mut Context<'_>,
+    directions: (Poll<io::Result<()>>, Poll<io::Result<()>>),
+    moved: (u64, u64),
+    idle: Pin<&mut tokio::time::Sleep>,
+    idle_timeout: Duration,
+) -> Poll<io::Result<RelayEnd>> {
+    let (r1, r2) = directions;
+    if let Poll::Ready(Err(e)) = r1 {
+        return Poll::Ready(Err(e));
+    }
+    if let Poll::Ready(Err(e)) = r2 {
+        return Poll::Ready(Err(e));
+    }
+    if r1.is_ready() && r2.is_ready() {
+        return Poll::Ready(Ok(RelayEnd::Closed));
+    }
+    let mut idle = idle;
+    if moved.0 != moved.1 {
+        idle.as_mut().reset(Instant::now() + idle_timeout);
+    }
+    match idle.poll(cx) {
+        Poll::Ready(()) => Poll::Ready(Ok(RelayEnd::Idle)),
+        Poll::Pending => Poll::Pending,
+    }
+}
+
 /// Relays bytes between `a` and `b` until both directions have ended (EOF, then everything
 /// delivered and the peer's write half shut) or nothing moved for the idle timeout; see the
 /// module docs.
@@ -114,22 +144,13 @@ where
         let before = ab.moved + ba.moved;
         let r1 = ab.poll(cx, Pin::new(&mut *a), Pin::new(&mut *b));
         let r2 = ba.poll(cx, Pin::new(&mut *b), Pin::new(&mut *a));
-        if let Poll::Ready(Err(e)) = r1 {
-            return Poll::Ready(Err(e));
-        }
-        if let Poll::Ready(Err(e)) = r2 {
-            return Poll::Ready(Err(e));
-        }
-        if r1.is_ready() && r2.is_ready() {
-            return Poll::Ready(Ok(RelayEnd::Closed));
-        }
-        if ab.moved + ba.moved != before {
-            idle.as_mut().reset(Instant::now() + config.idle_timeout);
-        }
-        match idle.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Ok(RelayEnd::Idle)),
-            Poll::Pending => Poll::Pending,
-        }
+        relay_step(
+            cx,
+            (r1, r2),
+            (before, ab.moved + ba.moved),
+            idle.as_mut(),
+            config.idle_timeout,
+        )
     })
     .await;
     match result {

@@ -28,7 +28,7 @@
 //! gets small pipes, and resizing fails. The relay then keeps whatever capacity the kernel gave
 //! (still correct, just more system calls per byte).
 
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
@@ -38,9 +38,8 @@ use rustix::pipe::{fcntl_getpipe_size, fcntl_setpipe_size, pipe_with, PipeFlags,
 use tokio::io::{AsyncWrite, Interest};
 use tokio::net::tcp::WriteHalf;
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
-use crate::relay::{RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
+use crate::relay::{relay_step, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
 
 /// What [`relay`] returns: a finished relay, or "splice is not possible here" before anything
 /// moved (the caller then runs the generic relay on the same sockets).
@@ -71,22 +70,13 @@ pub(crate) async fn relay(a: &mut TcpStream, b: &mut TcpStream, config: RelayCon
         let before = ab.moved + ba.moved;
         let r1 = ab.poll(cx, ar, &mut bw);
         let r2 = ba.poll(cx, br, &mut aw);
-        if let Poll::Ready(Err(e)) = r1 {
-            return Poll::Ready(Err(e));
-        }
-        if let Poll::Ready(Err(e)) = r2 {
-            return Poll::Ready(Err(e));
-        }
-        if r1.is_ready() && r2.is_ready() {
-            return Poll::Ready(Ok(RelayEnd::Closed));
-        }
-        if ab.moved + ba.moved != before {
-            idle.as_mut().reset(Instant::now() + config.idle_timeout);
-        }
-        match idle.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Ok(RelayEnd::Idle)),
-            Poll::Pending => Poll::Pending,
-        }
+        relay_step(
+            cx,
+            (r1, r2),
+            (before, ab.moved + ba.moved),
+            idle.as_mut(),
+            config.idle_timeout,
+        )
     })
     .await;
     let result = match result {

@@ -46,6 +46,41 @@ pub fn rss_kib(pid: u32) -> Result<u64, BenchError> {
         .ok_or_else(|| BenchError::unexpected("VmRSS", text.clone()))
 }
 
+/// Copies `/proc/PID/smaps` of each named process into `dir` as `<case>-<round>-<name>.smaps`
+/// (the per-mapping breakdown behind a VmRSS figure). Best effort: a failure is printed, not
+/// fatal, because the figure itself was already read.
+pub fn keep_smaps(dir: &std::path::Path, case: &impl std::fmt::Display, procs: &[(&str, u32)]) {
+    let stem: String = case
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    for (name, pid) in procs {
+        let copy = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            let text = std::fs::read(format!("/proc/{pid}/smaps"))?;
+            let mut n = 1;
+            let path = loop {
+                let path = dir.join(format!("{stem}-{n}-{name}.smaps"));
+                if !path.exists() {
+                    break path;
+                }
+                n += 1;
+            };
+            std::fs::write(path, text)
+        };
+        if let Err(e) = copy() {
+            eprintln!("keeping smaps of {name} (pid {pid}): {e}");
+        }
+    }
+}
+
 /// One iperf3 run: what arrived, and what the VPN processes spent on it.
 #[derive(Debug, Clone, Copy)]
 pub struct Transfer {
@@ -172,12 +207,13 @@ fn parse_iperf(json: &str) -> Result<(u64, f64), BenchError> {
     }
 }
 
-/// Average ping RTT in ms over `count` echo requests, `interval` apart.
+/// Median ping RTT in ms over `count` echo requests 10 ms apart. The median, not ping's
+/// average: one slow wake-up of an idle machine moves the average more than the difference
+/// between two VPNs.
 pub fn ping_rtt_ms(from: &Netns, addr: Ipv4Addr, count: u32) -> Result<f64, BenchError> {
     let out = from.run([
         "ping",
         "-n",
-        "-q",
         "-c",
         &count.to_string(),
         "-i",
@@ -187,12 +223,23 @@ pub fn ping_rtt_ms(from: &Netns, addr: Ipv4Addr, count: u32) -> Result<f64, Benc
         &addr.to_string(),
     ])?;
     let text = String::from_utf8_lossy(&out.stdout);
-    // "rtt min/avg/max/mdev = 0.041/0.052/0.080/0.010 ms"
-    text.lines()
-        .find_map(|l| l.split_once(" = ").filter(|(k, _)| k.contains("min/avg")))
-        .and_then(|(_, v)| v.split('/').nth(1))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| BenchError::unexpected("ping summary", text.into_owned()))
+    // "64 bytes from 192.168.123.10: icmp_seq=1 ttl=64 time=0.287 ms"
+    let mut times: Vec<f64> = text
+        .lines()
+        .filter_map(|l| {
+            l.split_once(" time=")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    if times.is_empty() {
+        return Err(BenchError::unexpected("ping replies", text.into_owned()));
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// Sends echo requests to `addr` every 2 ms until the first reply (at most `limit`); returns

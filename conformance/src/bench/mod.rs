@@ -254,6 +254,8 @@ pub struct Options {
     pub pings: u32,
     /// Request/response exchanges.
     pub exchanges: usize,
+    /// Where to keep `/proc/PID/smaps` of both VPN processes at the idle sample, if anywhere.
+    pub smaps_dir: Option<PathBuf>,
 }
 
 /// The measurements of one case in one round.
@@ -261,7 +263,7 @@ pub struct Options {
 pub struct Sample {
     /// Client start to the first ping answered.
     pub up: Duration,
-    /// Average ping RTT, ms.
+    /// Median ping RTT, ms.
     pub ping_ms: f64,
     /// Median request/response time, µs.
     pub rr_us: f64,
@@ -424,6 +426,13 @@ fn measure_case(
             measure::rss_kib(server.pid())?,
             measure::rss_kib(client.pid())?,
         );
+        if let Some(dir) = &opts.smaps_dir {
+            measure::keep_smaps(
+                dir,
+                &case,
+                &[("server", server.pid()), ("client", client.pid())],
+            );
+        }
         let ping_ms = measure::ping_rtt_ms(&lab.seed, CLIENT_TUN_ADDR, opts.pings)?;
         let rr_us =
             measure::request_response_us(&lab.seed, CLIENT_TUN_ADDR, ECHO_PORT, opts.exchanges)?;

@@ -160,8 +160,9 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     let _ = writeln!(
         md,
         "Tunnel up: client process start to the first echo reply through the tunnel (pings every \
-         2 ms from the seed). Request/response: median of one-byte exchanges over one TCP \
-         connection with `TCP_NODELAY`.\n"
+         2 ms from the seed). Ping RTT: median of the echo replies (10 ms apart). \
+         Request/response: median of one-byte exchanges over one TCP connection with \
+         `TCP_NODELAY`.\n"
     );
     table(&mut md, results, &latency);
 

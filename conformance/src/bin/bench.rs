@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use conformance::bench::{self, Case, Cipher, Options, Pair, Via};
+use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 
 /// Our VPN against upstream OpenVPN 2.6 in a namespace lab.
 #[derive(Debug, Parser)]
@@ -62,6 +62,9 @@ struct Cli {
     /// Do not build our binaries first; take them from beside this program.
     #[arg(long)]
     no_build: bool,
+    /// Keep `/proc/PID/smaps` of both VPN processes at each idle sample in this directory.
+    #[arg(long, env = "BENCH_SMAPS_DIR")]
+    smaps_dir: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -82,8 +85,6 @@ fn run() -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    conformance::check_lab(&["openvpn", "iperf3", "ping", "ss", "tinyproxy"])
-        .context("the bench needs root, /dev/net/tun and its tools")?;
     let mut cases = Vec::new();
     for cipher in &cli.ciphers {
         let Some(cipher) = Cipher::parse(cipher) else {
@@ -101,6 +102,17 @@ fn run() -> anyhow::Result<()> {
             }
         }
     }
+    // Only the proxies some case goes through are required.
+    let mut tools = vec!["openvpn", "iperf3", "ping", "ss"];
+    for (kind, tool) in [
+        (ProxyKind::Tinyproxy, "tinyproxy"),
+        (ProxyKind::Squid, "squid"),
+    ] {
+        if cases.iter().any(|c| c.via == Via::Proxy(kind)) {
+            tools.push(tool);
+        }
+    }
+    conformance::check_lab(&tools).context("the bench needs root, /dev/net/tun and its tools")?;
     let exe = std::env::current_exe().context("own path")?;
     let ours = exe.parent().context("own directory")?.to_path_buf();
     if !cli.no_build {
@@ -121,6 +133,7 @@ fn run() -> anyhow::Result<()> {
         ours,
         pings: cli.pings,
         exchanges: cli.exchanges,
+        smaps_dir: cli.smaps_dir,
     };
     println!(
         "bench: {} cases × {} rounds, iperf3 {} s per load",

@@ -13,6 +13,7 @@
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
 //!   timeout, byte counts, fixed buffers; `relay_tcp` does the same for two TCP sockets with
 //!   `splice(2)` (zero-copy) on Linux.
+//! * [`libm_pow`] - `pow(3)` defined in the program, so the binaries do not load `libm.so.6`.
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
 //!   common variables, running it.
 //!
@@ -22,6 +23,7 @@
 pub use protocol::http;
 pub mod http_connect;
 pub mod ingress;
+pub mod libm_pow;
 pub mod netlink;
 pub mod relay;
 pub mod script;

@@ -10,7 +10,7 @@
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
-//! | [`router`] | the ingress router subcommand: header routing, allow-lists, PROXY protocol |
+//! | [`router`] | the ingress router (the `vpn-router` binary): header routing, allow-lists, PROXY protocol |
 //! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |

@@ -41,7 +41,8 @@ struct Cli {
     sidecar: bool,
     #[command(flatten)]
     sidecar_args: SidecarArgs,
-    /// Another role of this binary; without one, the OpenVPN server.
+    /// Another role of this binary; without one, the OpenVPN server. (The ingress router is
+    /// the `vpn-router` binary.)
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -49,19 +50,12 @@ struct Cli {
 /// The roles besides the OpenVPN server.
 #[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
-    Router(vpn_server::router::RouterArgs),
     /// Run only the CONNECT sidecar (the mTLS HTTP CONNECT proxy that replaces Envoy).
     Sidecar(SidecarArgs),
 }
 
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
-    match cli.command.take() {
-        Some(Command::Router(args)) => return vpn_server::router::main(args),
-        // `vpn-server sidecar` (or none) goes on to `run`.
-        other => cli.command = other,
-    }
+    let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,4 +1,4 @@
-//! `vpn-server router --config FILE` as a process in a lab namespace (loopback only): it
+//! `vpn-router --config FILE` as a process in a lab namespace (loopback only): it
 //! routes, a real SIGHUP swaps the policy, a broken file on SIGHUP keeps the old policy (and
 //! says so in the log), SIGTERM ends it with status 0, and a broken file at start is one
 //! error line and a failure status.
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use conformance::netns::Netns;
 use conformance::require_lab;
 
-const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
+const BIN: &str = env!("CARGO_BIN_EXE_vpn-router");
 const ROUTER_PORT: u16 = 18443;
 const VALUE: &str = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local";
 
@@ -90,7 +90,7 @@ fn router_subcommand_routes_reloads_on_sighup_and_stops_on_sigterm() {
     let pid = ns
         .spawn(
             ns.command(BIN)
-                .args(["router", "--config"])
+                .arg("--config")
                 .arg(&path)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -130,7 +130,7 @@ fn router_with_a_broken_file_fails_with_one_line() {
     )
     .unwrap();
     let out = Command::new(BIN)
-        .args(["router", "--config"])
+        .arg("--config")
         .arg(&path)
         .stdin(Stdio::null())
         .output()
@@ -138,7 +138,8 @@ fn router_with_a_broken_file_fails_with_one_line() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("\"Host\" is not a routing header"),
+        stderr.starts_with("vpn-router: error:")
+            && stderr.contains("\"Host\" is not a routing header"),
         "{stderr}"
     );
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");

@@ -296,7 +296,7 @@ impl Drop for VpnProcess<'_> {
     }
 }
 
-/// Starts our ingress router (`vpn-server router`, the release binary in `ours`) on the seed
+/// Starts our ingress router (`vpn-router`, the release binary in `ours`) on the seed
 /// with a config that routes [`REVERSED_VPN_HEADER`] to the VPN server, and waits until it
 /// listens. Its log is `DIR/router/router.log`.
 fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, BenchError> {
@@ -319,10 +319,9 @@ fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, BenchError> 
     let err = out
         .try_clone()
         .map_err(|source| LabError::io(&log, source))?;
-    let bin = ours.join("vpn-server");
+    let bin = ours.join("vpn-router");
     let pid = ns.spawn(
         ns.command(&bin.to_string_lossy())
-            .arg("router")
             .arg("--config")
             .arg(&conf)
             .args(["--log", "info"])
@@ -338,7 +337,7 @@ fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, BenchError> 
         }
         if let Some(status) = ns.try_wait(pid) {
             return Err(LabError::Exited {
-                what: "vpn-server router".into(),
+                what: "vpn-router".into(),
                 status,
                 log: text,
             }
@@ -347,7 +346,7 @@ fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, BenchError> 
         if Instant::now() >= deadline {
             ns.stop(pid);
             return Err(LabError::Timeout {
-                what: "vpn-server router listening".into(),
+                what: "vpn-router listening".into(),
                 waited: LISTEN_TIMEOUT,
                 log: text,
             }

@@ -125,7 +125,7 @@ pub enum ProxyKind {
     Tinyproxy,
     /// Debian's squid.
     Squid,
-    /// Our ingress router (`vpn-server router`), routing by the `Reversed-VPN` header.
+    /// Our ingress router (`vpn-router`), routing by the `Reversed-VPN` header.
     Router,
 }
 

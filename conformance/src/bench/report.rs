@@ -355,7 +355,7 @@ fn router_vs_squid(md: &mut String, results: &Results) {
     let _ = writeln!(md, "## Our router vs squid (issue 8)\n");
     let _ = writeln!(
         md,
-        "Ours↔ours through our ingress router (`vpn-server router`, routing by the \
+        "Ours↔ours through our ingress router (`vpn-router`, routing by the \
          `Reversed-VPN` header) against upstream↔upstream through squid. Throughput and the \
          proxy process's CPU seconds per GB are medians over rounds; the ratios are medians of \
          router/squid taken within each round. Goal: router CPU/GB at most half of squid's.\n"

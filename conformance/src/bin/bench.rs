@@ -42,7 +42,7 @@ struct Cli {
         default_value = "gcm,cbc"
     )]
     ciphers: Vec<String>,
-    /// Transports: direct, tinyproxy (alias proxy), squid, router (our `vpn-server router`).
+    /// Transports: direct, tinyproxy (alias proxy), squid, router (our `vpn-router`).
     #[arg(
         long,
         env = "BENCH_VIA",
@@ -118,7 +118,7 @@ fn run() -> anyhow::Result<()> {
     if !cli.no_build {
         build_ours()?;
     }
-    for bin in ["vpn-server", "vpn-client"] {
+    for bin in ["vpn-server", "vpn-client", "vpn-router"] {
         if !ours.join(bin).exists() {
             bail!(
                 "{} missing (build it, or drop --no-build)",
@@ -172,7 +172,7 @@ fn build_ours() -> anyhow::Result<()> {
         .status()
         .context("running cargo build")?;
     if !status.success() {
-        bail!("cargo build of vpn-server and vpn-client failed");
+        bail!("cargo build of vpn-server (with vpn-router) and vpn-client failed");
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The demo: `cargo run --release -p conformance --bin demo`, as root.
 //!
 //! Builds four network namespaces (seed, ingress, shoot, shoot pod network), issues a PKI with
-//! the `pki` crate, starts our ingress router (`vpn-server router`'s code) as the seed's ingress, our `vpn-server` in the seed and
+//! the `pki` crate, starts our ingress router (`vpn-router`'s code) as the seed's ingress, our `vpn-server` in the seed and
 //! our `vpn-client` in the shoot (through the proxy, with the `Reversed-VPN` header), then
 //! pings an address in the shoot's pod network from the seed and downloads a file from an
 //! HTTP server there, through the tunnel, checking its SHA-256. Prints each step as it

@@ -1,4 +1,4 @@
-//! The seed's ingress router (`vpn-server router --config FILE`): replaces the Istio ingress
+//! The seed's ingress router (the `vpn-router --config FILE` binary): replaces the Istio ingress
 //! gateway's CONNECT routes (reference section 2.5) and the ACL extension's allow-lists
 //! (section 4.1) with one small, strict proxy.
 //!

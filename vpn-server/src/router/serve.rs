@@ -22,7 +22,7 @@ use super::config::{ConfigError, ListenerConfig, RouterConfig};
 use super::metrics::Counters;
 use super::policy::{Policy, Refusal};
 
-/// `vpn-server router`: the ingress router.
+/// The command line of `vpn-router`, the ingress router.
 #[derive(Debug, clap::Args)]
 pub struct RouterArgs {
     /// The router's TOML config file (see the `router` module docs).
@@ -33,11 +33,11 @@ pub struct RouterArgs {
     pub log: String,
 }
 
-/// Runs the subcommand: loads the config, binds, serves until SIGTERM or SIGINT, reloads
+/// Runs `vpn-router`: loads the config, binds, serves until SIGTERM or SIGINT, reloads
 /// the policy on SIGHUP.
 pub fn main(args: RouterArgs) -> ExitCode {
     if let Err(e) = crate::logging::init(&args.log) {
-        eprintln!("vpn-server router: error: --log {:?}: {e}", args.log);
+        eprintln!("vpn-router: error: --log {:?}: {e}", args.log);
         return ExitCode::FAILURE;
     }
     let result = tokio::runtime::Builder::new_multi_thread()
@@ -61,7 +61,7 @@ pub fn main(args: RouterArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("vpn-server router: error: {}", chain(&e));
+            eprintln!("vpn-router: error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }

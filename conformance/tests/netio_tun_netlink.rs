@@ -114,12 +114,13 @@ fn tun_gets_link_settings_addresses_and_routes() {
             // The same state as iproute2 sees it, while the tun (and so its routes) still exists.
             let shown = ip_n(&ns, &["route"]);
             assert!(
+                // iproute2 does not print `proto boot`, its own default.
                 shown.contains(&format!("{ROUTED} via {GATEWAY} dev {TUN} metric 77")),
                 "{shown}"
             );
             let shown6 = ip_n(&ns, &["-6", "route"]);
             assert!(
-                shown6.contains(&format!("fd00:200::/48 dev {TUN} metric 5")),
+                shown6.contains(&format!("fd00:200::/48 dev {TUN} metric 5 pref medium")),
                 "{shown6}"
             );
             let link = ip_n(&ns, &["link", "show", TUN]);
@@ -127,7 +128,13 @@ fn tun_gets_link_settings_addresses_and_routes() {
                 link.contains("mtu 1400") && link.contains("qlen 500"),
                 "{link}"
             );
-            assert!(ip_n(&ns, &["addr", "show", TUN]).contains("inet 10.99.0.1/24"));
+            // As `ip addr add 10.99.0.1/24 dev tun` leaves it: the broadcast address set.
+            let addr = ip_n(&ns, &["addr", "show", TUN]);
+            assert!(
+                addr.contains("inet 10.99.0.1/24 brd 10.99.0.255 scope global"),
+                "{addr}"
+            );
+            assert!(addr.contains("inet6 fd00:99::1/64 scope global"), "{addr}");
         })
     })
     .expect("run_in");

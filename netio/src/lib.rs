@@ -25,6 +25,7 @@ pub mod http_connect;
 pub mod ingress;
 pub mod libm_pow;
 pub mod netlink;
+mod reactor;
 pub mod relay;
 pub mod script;
 #[cfg(target_os = "linux")]

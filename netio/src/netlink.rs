@@ -5,22 +5,29 @@
 //! *created* it. [`Netlink::open`] therefore creates its socket right there, on the calling
 //! thread; there is no process-wide connection. To configure a namespace, enter it on a thread
 //! (setns(2), e.g. the lab's `Netns::run_in`), open a runtime and a [`Netlink`] on that thread,
-//! and use it there. The connection's driver task is spawned onto the current tokio runtime;
-//! it may run on any worker, as the socket keeps the namespace it was created in.
+//! and use it there. The socket is registered with the current tokio runtime and may be used
+//! from any of its workers, as it keeps the namespace it was created in.
+//!
+//! The messages are built and read here ([`wire`]), as upstream OpenVPN does with its own
+//! netlink code, rather than by a general rtnetlink library: these few requests are all the
+//! binaries send, and a general library's message model was about a fifth of `vpn-server`'s
+//! program text, which is resident memory (see "Idle memory" in `docs/performance-notes.md`).
 
 use std::fmt;
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::OwnedFd;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-use futures_util::TryStreamExt;
-use rtnetlink::packet_route::address::AddressMessage;
-use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
-use rtnetlink::packet_route::route::{
-    RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope, RouteType,
-};
-use rtnetlink::packet_route::AddressFamily;
-use rtnetlink::{AddressMessageBuilder, Handle, IpVersion, LinkUnspec, RouteMessageBuilder};
-use tokio::task::JoinHandle;
+use rustix::net::netlink::SocketAddrNetlink;
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+mod wire;
+pub use wire::Malformed;
+use wire::{Request, RtMsg};
 
 /// An IPv4 or IPv6 prefix: an address and a prefix length (`10.8.0.0/24`, `fd00::1/64`).
 ///
@@ -183,28 +190,50 @@ pub enum Family {
     V6,
 }
 
-/// A netlink (`NETLINK_ROUTE`) connection bound to the namespace of the thread that opened it.
+/// A netlink (`NETLINK_ROUTE`) socket bound to the namespace of the thread that opened it.
+///
+/// One request at a time: each method sends its message and reads the kernel's answer
+/// (matched by sequence number) before the next request goes out.
 #[derive(Debug)]
 pub struct Netlink {
-    handle: Handle,
-    driver: JoinHandle<()>,
+    socket: AsyncFd<OwnedFd>,
+    seq: AtomicU32,
+    /// Held from a request's send to its last answer, so answers are not interleaved.
+    busy: tokio::sync::Mutex<()>,
 }
 
-impl Drop for Netlink {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
+/// Receive buffer: larger than the kernel's dump messages (at most 32 KiB each).
+const RECV_BUF: usize = 64 * 1024;
+
+const REQUEST: u16 = libc::NLM_F_REQUEST as u16;
+const ACK: u16 = libc::NLM_F_ACK as u16;
+const DUMP: u16 = libc::NLM_F_DUMP as u16;
+const CREATE_EXCL: u16 = (libc::NLM_F_CREATE | libc::NLM_F_EXCL) as u16;
+const IFF_UP: u32 = libc::IFF_UP as u32;
+/// ENODEV: the kernel's answer for a link name it does not know.
+const ENODEV: i32 = 19;
 
 impl Netlink {
     /// Opens a netlink socket on the calling thread (so in its current network namespace) and
-    /// spawns the connection driver onto the current tokio runtime. Panics outside a runtime,
-    /// like `tokio::spawn`.
+    /// registers it with the current tokio runtime. Panics outside a runtime, like
+    /// `tokio::spawn`.
     pub fn open() -> Result<Self, NetlinkError> {
-        let (connection, handle, _messages) =
-            rtnetlink::new_connection().map_err(|source| NetlinkError::Open { source })?;
-        let driver = tokio::spawn(connection);
-        Ok(Self { handle, driver })
+        let open = || -> io::Result<Self> {
+            let fd = rustix::net::socket_with(
+                AddressFamily::NETLINK,
+                SocketType::RAW,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+                // NETLINK_ROUTE is protocol 0.
+                None,
+            )?;
+            rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
+            Ok(Self {
+                socket: crate::reactor::register_socket(fd)?,
+                seq: AtomicU32::new(0),
+                busy: tokio::sync::Mutex::new(()),
+            })
+        };
+        open().map_err(|source| NetlinkError::Open { source })
     }
 
     /// Index of link `name`.
@@ -214,192 +243,123 @@ impl Netlink {
 
     /// State of link `name`.
     pub async fn link(&self, name: &str) -> Result<LinkInfo, NetlinkError> {
-        let mut links = self
-            .handle
-            .link()
-            .get()
-            .match_name(name.to_owned())
-            .execute();
-        let found = links.try_next().await.map_err(|source| {
-            // ENODEV is the kernel's answer for an unknown name.
-            if os_error(&source) == Some(19) {
-                NetlinkError::NoSuchLink {
-                    name: name.to_owned(),
-                }
-            } else {
-                NetlinkError::Request {
-                    what: "get link",
-                    source,
-                }
-            }
-        })?;
-        let Some(msg) = found else {
-            return Err(NetlinkError::NoSuchLink {
-                name: name.to_owned(),
-            });
+        let mut ifname = name.as_bytes().to_vec();
+        ifname.push(0);
+        let req = Request::new(libc::RTM_GETLINK, REQUEST | ACK)
+            .header(&wire::ifinfomsg(0, 0, 0))
+            .attr(libc::IFLA_IFNAME, &ifname);
+        let no_such_link = || NetlinkError::NoSuchLink {
+            name: name.to_owned(),
         };
-        Ok(link_info(&msg))
+        let answers = match self.exchange("get link", req).await {
+            Err(e) if e.raw_os_error() == Some(ENODEV) => return Err(no_such_link()),
+            other => other?,
+        };
+        let (_, payload) = answers.first().ok_or_else(no_such_link)?;
+        link_info(payload).map_err(|source| NetlinkError::Malformed {
+            what: "get link",
+            source,
+        })
     }
 
     /// Every link of the namespace.
     pub async fn links(&self) -> Result<Vec<LinkInfo>, NetlinkError> {
-        let msgs: Vec<LinkMessage> = self
-            .handle
-            .link()
-            .get()
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|source| NetlinkError::Request {
+        let req = Request::new(libc::RTM_GETLINK, REQUEST | DUMP).header(&wire::ifinfomsg(0, 0, 0));
+        let answers = self.exchange("dump links", req).await?;
+        answers
+            .iter()
+            .filter(|(kind, _)| *kind == libc::RTM_NEWLINK)
+            .map(|(_, payload)| link_info(payload))
+            .collect::<Result<_, _>>()
+            .map_err(|source| NetlinkError::Malformed {
                 what: "dump links",
                 source,
-            })?;
-        Ok(msgs.iter().map(link_info).collect())
+            })
     }
 
     /// `ip link set NAME up`.
     pub async fn set_link_up(&self, name: &str) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
-        self.set_link(
-            LinkUnspec::new_with_index(index).up().build(),
-            "set link up",
-        )
-        .await
+        self.set_link("set link up", wire::ifinfomsg(index, IFF_UP, IFF_UP), None)
+            .await
     }
 
     /// `ip link set NAME down`.
     pub async fn set_link_down(&self, name: &str) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
-        self.set_link(
-            LinkUnspec::new_with_index(index).down().build(),
-            "set link down",
-        )
-        .await
+        self.set_link("set link down", wire::ifinfomsg(index, 0, IFF_UP), None)
+            .await
     }
 
     /// `ip link set NAME mtu MTU`.
     pub async fn set_mtu(&self, name: &str, mtu: u32) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
-        self.set_link(
-            LinkUnspec::new_with_index(index).mtu(mtu).build(),
-            "set mtu",
-        )
-        .await
+        let header = wire::ifinfomsg(index, 0, 0);
+        self.set_link("set mtu", header, Some((libc::IFLA_MTU, mtu)))
+            .await
     }
 
     /// `ip link set NAME txqueuelen LEN`.
     pub async fn set_txqueuelen(&self, name: &str, len: u32) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
-        self.set_link(
-            LinkUnspec::new_with_index(index).txqueuelen(len).build(),
-            "set txqueuelen",
-        )
-        .await
+        let header = wire::ifinfomsg(index, 0, 0);
+        self.set_link("set txqueuelen", header, Some((libc::IFLA_TXQLEN, len)))
+            .await
     }
 
     /// `ip addr add ADDR/LEN dev NAME`.
     pub async fn add_address(&self, name: &str, addr: IpPrefix) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
-        self.handle
-            .address()
-            .add(index, addr.addr(), addr.prefix_len())
-            .execute()
-            .await
-            .map_err(|source| NetlinkError::Request {
-                what: "add address",
-                source,
-            })
+        let req = address_request(libc::RTM_NEWADDR, REQUEST | ACK | CREATE_EXCL, index, addr);
+        self.exchange("add address", req).await?;
+        Ok(())
     }
 
     /// `ip addr del ADDR/LEN dev NAME`.
     pub async fn del_address(&self, name: &str, addr: IpPrefix) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
-        let msg: AddressMessage = match addr.addr() {
-            IpAddr::V4(a) => AddressMessageBuilder::<Ipv4Addr>::new()
-                .index(index)
-                .address(a, addr.prefix_len())
-                .build(),
-            IpAddr::V6(a) => AddressMessageBuilder::<Ipv6Addr>::new()
-                .index(index)
-                .address(a, addr.prefix_len())
-                .build(),
-        };
-        self.handle
-            .address()
-            .del(msg)
-            .execute()
-            .await
-            .map_err(|source| NetlinkError::Request {
-                what: "delete address",
-                source,
-            })
+        let req = address_request(libc::RTM_DELADDR, REQUEST | ACK, index, addr);
+        self.exchange("delete address", req).await?;
+        Ok(())
     }
 
     /// Addresses on link `name`, as prefixes.
     pub async fn addresses(&self, name: &str) -> Result<Vec<IpPrefix>, NetlinkError> {
-        use rtnetlink::packet_route::address::AddressAttribute;
         let index = self.link_index(name).await?;
-        let msgs: Vec<AddressMessage> = self
-            .handle
-            .address()
-            .get()
-            .set_link_index_filter(index)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|source| NetlinkError::Request {
+        let req = Request::new(libc::RTM_GETADDR, REQUEST | DUMP).header(&wire::ifaddrmsg(
+            libc::AF_UNSPEC as u8,
+            0,
+            index,
+        ));
+        let answers = self.exchange("dump addresses", req).await?;
+        let mut out = Vec::new();
+        for (kind, payload) in &answers {
+            if *kind != libc::RTM_NEWADDR {
+                continue;
+            }
+            let prefix = address_of(payload, index).map_err(|source| NetlinkError::Malformed {
                 what: "dump addresses",
                 source,
             })?;
-        let mut out = Vec::new();
-        for msg in msgs.iter().filter(|m| m.header.index == index) {
-            // IFA_LOCAL is the interface's own address on point-to-point links; prefer it.
-            let local = msg.attributes.iter().find_map(|a| match a {
-                AddressAttribute::Local(ip) => Some(*ip),
-                _ => None,
-            });
-            let address = msg.attributes.iter().find_map(|a| match a {
-                AddressAttribute::Address(ip) => Some(*ip),
-                _ => None,
-            });
-            if let Some(ip) = local.or(address) {
-                if let Ok(prefix) = IpPrefix::new(ip, msg.header.prefix_len) {
-                    out.push(prefix);
-                }
-            }
+            out.extend(prefix);
         }
         Ok(out)
     }
 
     /// `ip route add DST dev DEV [via GW] [metric M]` (protocol boot, main table).
     pub async fn add_route(&self, route: &Route) -> Result<(), NetlinkError> {
-        let msg = self.route_message(route).await?;
-        self.handle
-            .route()
-            .add(msg)
-            .execute()
-            .await
-            .map_err(|source| NetlinkError::Request {
-                what: "add route",
-                source,
-            })
+        let req = self
+            .route_request(route, libc::RTM_NEWROUTE, CREATE_EXCL)
+            .await?;
+        self.exchange("add route", req).await?;
+        Ok(())
     }
 
     /// `ip route del DST dev DEV [via GW] [metric M]`.
     pub async fn del_route(&self, route: &Route) -> Result<(), NetlinkError> {
-        let mut msg = self.route_message(route).await?;
-        // As `ip route del`: any scope, any protocol.
-        msg.header.scope = RouteScope::NoWhere;
-        msg.header.protocol = RouteProtocol::Unspec;
-        self.handle
-            .route()
-            .del(msg)
-            .execute()
-            .await
-            .map_err(|source| NetlinkError::Request {
-                what: "delete route",
-                source,
-            })
+        let req = self.route_request(route, libc::RTM_DELROUTE, 0).await?;
+        self.exchange("delete route", req).await?;
+        Ok(())
     }
 
     /// Unicast routes of the main table for `family` (what `ip route` / `ip -6 route` show).
@@ -410,147 +370,270 @@ impl Netlink {
             .into_iter()
             .map(|l| (l.index, l.name))
             .collect();
-        let version = match family {
-            Family::V4 => IpVersion::V4,
-            Family::V6 => IpVersion::V6,
+        let family = match family {
+            Family::V4 => libc::AF_INET as u8,
+            Family::V6 => libc::AF_INET6 as u8,
         };
-        let query = match version {
-            IpVersion::V4 => RouteMessageBuilder::<Ipv4Addr>::new().build(),
-            IpVersion::V6 => RouteMessageBuilder::<Ipv6Addr>::new().build(),
+        let query = RtMsg {
+            family,
+            dst_len: 0,
+            table: 0,
+            protocol: 0,
+            scope: 0,
+            kind: 0,
         };
-        let msgs: Vec<RouteMessage> = self
-            .handle
-            .route()
-            .get(query)
-            .execute()
-            .try_collect()
-            .await
-            .map_err(|source| NetlinkError::Request {
+        let req = Request::new(libc::RTM_GETROUTE, REQUEST | DUMP).header(&query.bytes());
+        let answers = self.exchange("dump routes", req).await?;
+        let mut out = Vec::new();
+        for (kind, payload) in &answers {
+            if *kind != libc::RTM_NEWROUTE {
+                continue;
+            }
+            let entry = route_entry(payload, &names).map_err(|source| NetlinkError::Malformed {
                 what: "dump routes",
                 source,
             })?;
-        let mut out = Vec::new();
-        for msg in &msgs {
-            if msg.header.kind != RouteType::Unicast {
-                continue;
-            }
-            if let Some(entry) = route_entry(msg, &names) {
-                if entry.table
-                    == u32::from(rtnetlink::packet_route::route::RouteHeader::RT_TABLE_MAIN)
-                {
-                    out.push(entry);
-                }
-            }
+            out.extend(entry.filter(|e| e.table == u32::from(wire::RT_TABLE_MAIN)));
         }
         Ok(out)
     }
 
-    async fn route_message(&self, route: &Route) -> Result<RouteMessage, NetlinkError> {
-        let index = self.link_index(&route.dev).await?;
-        let dst = route.dst.network();
-        let invalid = |reason| NetlinkError::InvalidRoute {
-            route: route.clone(),
-            reason,
-        };
+    /// The message for `route`: as `ip route add` builds it, or for a delete (scope
+    /// "nowhere" and protocol unspecified match any route with that destination, device,
+    /// gateway and metric, as `ip route del` does).
+    async fn route_request(
+        &self,
+        route: &Route,
+        kind: u16,
+        create: u16,
+    ) -> Result<Request, NetlinkError> {
         if route
             .gateway
-            .is_some_and(|gw| gw.is_ipv4() != dst.addr().is_ipv4())
+            .is_some_and(|gw| gw.is_ipv4() != route.dst.addr().is_ipv4())
         {
-            return Err(invalid("gateway and destination differ in address family"));
+            return Err(NetlinkError::InvalidRoute {
+                route: route.clone(),
+                reason: "gateway and destination differ in address family",
+            });
         }
-        let mut builder = RouteMessageBuilder::<IpAddr>::new()
-            .destination_prefix(dst.addr(), dst.prefix_len())
-            .map_err(|_| invalid("destination prefix"))?
-            .output_interface(index)
-            .protocol(RouteProtocol::Boot);
-        builder = match route.gateway {
-            Some(gw) => builder.gateway(gw).map_err(|_| invalid("gateway"))?,
-            // As `ip route add DST dev DEV`: a directly connected route has link scope.
-            None => builder.scope(RouteScope::Link),
+        let index = self.link_index(&route.dev).await?;
+        let dst = route.dst.network();
+        let delete = kind == libc::RTM_DELROUTE;
+        let header = RtMsg {
+            family: family_of(dst.addr()),
+            dst_len: dst.prefix_len(),
+            table: wire::RT_TABLE_MAIN,
+            protocol: if delete { 0 } else { libc::RTPROT_BOOT },
+            scope: match (delete, route.gateway) {
+                (true, _) => libc::RT_SCOPE_NOWHERE,
+                (false, Some(_)) => libc::RT_SCOPE_UNIVERSE,
+                // As `ip route add DST dev DEV`: a directly connected route has link scope.
+                (false, None) => libc::RT_SCOPE_LINK,
+            },
+            kind: libc::RTN_UNICAST,
         };
-        if let Some(metric) = route.metric {
-            builder = builder.priority(metric);
+        let mut req = Request::new(kind, REQUEST | ACK | create)
+            .header(&header.bytes())
+            .attr_ip(libc::RTA_DST, dst.addr())
+            .attr_u32(libc::RTA_OIF, index);
+        if let Some(gw) = route.gateway {
+            req = req.attr_ip(libc::RTA_GATEWAY, gw);
         }
-        Ok(builder.build())
+        if let Some(metric) = route.metric {
+            req = req.attr_u32(libc::RTA_PRIORITY, metric);
+        }
+        Ok(req)
     }
 
-    async fn set_link(&self, msg: LinkMessage, what: &'static str) -> Result<(), NetlinkError> {
-        self.handle
-            .link()
-            .set(msg)
-            .execute()
+    async fn set_link(
+        &self,
+        what: &'static str,
+        header: [u8; wire::IFINFOMSG_LEN],
+        attr: Option<(u16, u32)>,
+    ) -> Result<(), NetlinkError> {
+        let mut req = Request::new(libc::RTM_SETLINK, REQUEST | ACK).header(&header);
+        if let Some((kind, value)) = attr {
+            req = req.attr_u32(kind, value);
+        }
+        self.exchange(what, req).await?;
+        Ok(())
+    }
+
+    /// Sends `req` and collects the data messages of its answer (type, payload) until the
+    /// acknowledgement or the end of the dump. A negative acknowledgement is the kernel's
+    /// errno in [`NetlinkError::Request`].
+    async fn exchange(
+        &self,
+        what: &'static str,
+        req: Request,
+    ) -> Result<Vec<(u16, Vec<u8>)>, NetlinkError> {
+        let _busy = self.busy.lock().await;
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let bytes = req.finish(seq);
+        let io_err = |source| NetlinkError::Request { what, source };
+        let malformed = |source| NetlinkError::Malformed { what, source };
+        self.socket
+            .async_io(Interest::WRITABLE, |fd| {
+                rustix::net::sendto(
+                    fd,
+                    &bytes,
+                    SendFlags::empty(),
+                    &SocketAddrNetlink::new(0, 0),
+                )
+                .map_err(io::Error::from)
+            })
             .await
-            .map_err(|source| NetlinkError::Request { what, source })
+            .map_err(io_err)?;
+        let mut buf = vec![0u8; RECV_BUF];
+        let mut data = Vec::new();
+        loop {
+            let n = self
+                .socket
+                .async_io(Interest::READABLE, |fd| {
+                    rustix::net::recv(fd, &mut buf[..], RecvFlags::TRUNC)
+                        .map(|(_, full)| full)
+                        .map_err(io::Error::from)
+                })
+                .await
+                .map_err(io_err)?;
+            let datagram = buf
+                .get(..n)
+                .ok_or(Malformed("datagram larger than the receive buffer"))
+                .map_err(malformed)?;
+            for msg in wire::messages(datagram).map_err(malformed)? {
+                if msg.seq != seq {
+                    continue;
+                }
+                match i32::from(msg.kind) {
+                    libc::NLMSG_NOOP => {}
+                    libc::NLMSG_DONE => return Ok(data),
+                    libc::NLMSG_ERROR => {
+                        return match wire::error_code(msg.payload).map_err(malformed)? {
+                            0 => Ok(data),
+                            code => Err(io_err(io::Error::from_raw_os_error(-code))),
+                        };
+                    }
+                    // A dump ends with NLMSG_DONE, any other request with its acknowledgement.
+                    _ => data.push((msg.kind, msg.payload.to_vec())),
+                }
+            }
+        }
     }
 }
 
-fn link_info(msg: &LinkMessage) -> LinkInfo {
+/// `RTM_NEWADDR` / `RTM_DELADDR` for `addr` on link `index`: the address as `IFA_LOCAL` and
+/// `IFA_ADDRESS`, and for IPv4 shorter than /31 the broadcast address, as `ip addr add` sets
+/// it.
+fn address_request(kind: u16, flags: u16, index: u32, addr: IpPrefix) -> Request {
+    let ip = addr.addr();
+    let mut req = Request::new(kind, flags)
+        .header(&wire::ifaddrmsg(family_of(ip), addr.prefix_len(), index))
+        .attr_ip(libc::IFA_ADDRESS, ip)
+        .attr_ip(libc::IFA_LOCAL, ip);
+    if let IpAddr::V4(v4) = ip {
+        if addr.prefix_len() < 31 {
+            let host_bits = u32::MAX >> addr.prefix_len();
+            let broadcast = Ipv4Addr::from(u32::from(v4) | host_bits);
+            req = req.attr_ip(libc::IFA_BROADCAST, broadcast.into());
+        }
+    }
+    req
+}
+
+fn family_of(addr: IpAddr) -> u8 {
+    match addr {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    }
+}
+
+fn link_info(payload: &[u8]) -> Result<LinkInfo, Malformed> {
+    let header = payload
+        .get(..wire::IFINFOMSG_LEN)
+        .ok_or(Malformed("link message shorter than ifinfomsg"))?;
+    let word = |at: usize| {
+        u32::from_ne_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
     let mut info = LinkInfo {
-        index: msg.header.index,
+        index: word(4),
         name: String::new(),
-        up: msg.header.flags.contains(LinkFlags::Up),
+        up: word(8) & IFF_UP != 0,
         mtu: None,
         txqueuelen: None,
     };
-    for attr in &msg.attributes {
-        match attr {
-            LinkAttribute::IfName(name) => info.name.clone_from(name),
-            LinkAttribute::Mtu(mtu) => info.mtu = Some(*mtu),
-            LinkAttribute::TxQueueLen(len) => info.txqueuelen = Some(*len),
+    for (kind, value) in wire::attributes(payload, wire::IFINFOMSG_LEN)? {
+        match kind {
+            libc::IFLA_IFNAME => info.name = wire::str_attr(value)?,
+            libc::IFLA_MTU => info.mtu = Some(wire::u32_attr(value)?),
+            libc::IFLA_TXQLEN => info.txqueuelen = Some(wire::u32_attr(value)?),
             _ => {}
         }
     }
-    info
+    Ok(info)
 }
 
-fn route_entry(msg: &RouteMessage, names: &[(u32, String)]) -> Option<RouteEntry> {
-    let family_any: IpAddr = match msg.header.address_family {
-        AddressFamily::Inet => Ipv4Addr::UNSPECIFIED.into(),
-        AddressFamily::Inet6 => Ipv6Addr::UNSPECIFIED.into(),
-        _ => return None,
+/// The address of one `RTM_NEWADDR` message if it belongs to link `index`: `IFA_LOCAL` (the
+/// interface's own address on point-to-point links) before `IFA_ADDRESS`.
+fn address_of(payload: &[u8], index: u32) -> Result<Option<IpPrefix>, Malformed> {
+    let header = payload
+        .get(..wire::IFADDRMSG_LEN)
+        .ok_or(Malformed("address message shorter than ifaddrmsg"))?;
+    let (family, prefix_len) = (header[0], header[1]);
+    if u32::from_ne_bytes([header[4], header[5], header[6], header[7]]) != index {
+        return Ok(None);
+    }
+    let (mut local, mut address) = (None, None);
+    for (kind, value) in wire::attributes(payload, wire::IFADDRMSG_LEN)? {
+        match kind {
+            libc::IFA_LOCAL => local = Some(wire::ip_attr(family, value)?),
+            libc::IFA_ADDRESS => address = Some(wire::ip_attr(family, value)?),
+            _ => {}
+        }
+    }
+    Ok(local
+        .or(address)
+        .and_then(|ip| IpPrefix::new(ip, prefix_len).ok()))
+}
+
+/// One `RTM_NEWROUTE` message as a [`RouteEntry`], if it is a unicast IPv4/IPv6 route.
+fn route_entry(payload: &[u8], names: &[(u32, String)]) -> Result<Option<RouteEntry>, Malformed> {
+    let header = RtMsg::parse(payload)?;
+    let any: IpAddr = match i32::from(header.family) {
+        libc::AF_INET => Ipv4Addr::UNSPECIFIED.into(),
+        libc::AF_INET6 => Ipv6Addr::UNSPECIFIED.into(),
+        _ => return Ok(None),
     };
-    let mut dst = family_any;
+    if header.kind != libc::RTN_UNICAST {
+        return Ok(None);
+    }
+    let mut dst = any;
     let mut entry = RouteEntry {
-        dst: IpPrefix::host(family_any),
+        dst: IpPrefix::host(any),
         oif: None,
         dev: None,
         gateway: None,
         metric: None,
-        table: u32::from(msg.header.table),
+        table: u32::from(header.table),
     };
-    for attr in &msg.attributes {
-        match attr {
-            RouteAttribute::Destination(a) => dst = route_addr(a)?,
-            RouteAttribute::Gateway(a) => entry.gateway = route_addr(a),
-            RouteAttribute::Oif(i) => entry.oif = Some(*i),
-            RouteAttribute::Priority(p) => entry.metric = Some(*p),
-            RouteAttribute::Table(t) => entry.table = *t,
+    for (kind, value) in wire::attributes(payload, wire::RTMSG_LEN)? {
+        match kind {
+            libc::RTA_DST => dst = wire::ip_attr(header.family, value)?,
+            libc::RTA_GATEWAY => entry.gateway = Some(wire::ip_attr(header.family, value)?),
+            libc::RTA_OIF => entry.oif = Some(wire::u32_attr(value)?),
+            libc::RTA_PRIORITY => entry.metric = Some(wire::u32_attr(value)?),
+            libc::RTA_TABLE => entry.table = wire::u32_attr(value)?,
             _ => {}
         }
     }
-    entry.dst = IpPrefix::new(dst, msg.header.destination_prefix_length).ok()?;
+    entry.dst = IpPrefix::new(dst, header.dst_len)
+        .map_err(|_| Malformed("route prefix length longer than its address"))?;
     entry.dev = entry.oif.and_then(|i| {
         names
             .iter()
             .find(|(index, _)| *index == i)
             .map(|(_, n)| n.clone())
     });
-    Some(entry)
-}
-
-fn route_addr(a: &RouteAddress) -> Option<IpAddr> {
-    match a {
-        RouteAddress::Inet(v4) => Some(IpAddr::V4(*v4)),
-        RouteAddress::Inet6(v6) => Some(IpAddr::V6(*v6)),
-        _ => None,
-    }
-}
-
-fn os_error(err: &rtnetlink::Error) -> Option<i32> {
-    match err {
-        rtnetlink::Error::NetlinkError(msg) => Some(-msg.raw_code()).filter(|c| *c > 0),
-        _ => None,
-    }
+    Ok(Some(entry))
 }
 
 /// A text that is not an `ADDR/LEN` prefix.
@@ -596,14 +679,23 @@ pub enum NetlinkError {
         /// What is wrong with it.
         reason: &'static str,
     },
-    /// The kernel refused a request, or the connection failed.
+    /// The kernel refused a request (its errno), or the socket failed.
     #[error("netlink {what} failed")]
     Request {
         /// The operation.
         what: &'static str,
-        /// The kernel's or the library's error.
+        /// The kernel's errno, or the socket error.
         #[source]
-        source: rtnetlink::Error,
+        source: io::Error,
+    },
+    /// The kernel's answer did not parse.
+    #[error("netlink {what} failed")]
+    Malformed {
+        /// The operation.
+        what: &'static str,
+        /// What was wrong with it.
+        #[source]
+        source: Malformed,
     },
 }
 
@@ -612,7 +704,7 @@ impl NetlinkError {
     /// for a route or address that already exists).
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            NetlinkError::Request { source, .. } => os_error(source),
+            NetlinkError::Request { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }

@@ -3,8 +3,8 @@
 //!
 //! The device is opened through `tun-tap` (which does the `TUNSETIFF` ioctl in its own small C
 //! shim), switched to non-blocking and registered with tokio through [`AsyncFd`]; that last
-//! step is this crate's only `unsafe` call, alone in the `register` submodule. The device exists as long as the [`Tun`] is alive (it is not made
-//! persistent) and lives in the network namespace of the thread that created it.
+//! step is one of this crate's two `unsafe` calls, both in the `reactor` module. The device
+//! exists as long as the [`Tun`] is alive (it is not made persistent) and lives in the network namespace of the thread that created it.
 //!
 //! Reads go into a caller-supplied [`BytesMut`] after a caller-chosen headroom, so the data
 //! path can prepend the OpenVPN header and encrypt in place without copying.
@@ -17,8 +17,6 @@ use std::io;
 use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
 use tun_tap::{Iface, Mode};
-
-mod register;
 
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
 pub const IFNAMSIZ_MAX: usize = 15;
@@ -67,7 +65,7 @@ impl Tun {
             name: name.to_owned(),
             source,
         })?;
-        let fd = register::register(iface).map_err(|source| TunError::Register {
+        let fd = crate::reactor::register_iface(iface).map_err(|source| TunError::Register {
             name: name.to_owned(),
             source,
         })?;

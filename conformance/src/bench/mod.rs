@@ -18,6 +18,8 @@ pub mod report;
 pub mod stats;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::LabError;
@@ -256,6 +258,9 @@ pub struct Options {
     pub exchanges: usize,
     /// Where to keep `/proc/PID/smaps` of both VPN processes at the idle sample, if anywhere.
     pub smaps_dir: Option<PathBuf>,
+    /// Set (e.g. on SIGINT) to stop before the next case; the lab is then torn down as
+    /// after a complete run.
+    pub stop: Arc<AtomicBool>,
 }
 
 /// The measurements of one case in one round.
@@ -293,6 +298,9 @@ pub enum BenchError {
         /// What.
         what: &'static str,
     },
+    /// [`Options::stop`] was set; the lab was torn down.
+    #[error("stopped before the run was complete")]
+    Stopped,
 }
 
 impl BenchError {
@@ -329,6 +337,9 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<Results, Be
     };
     for round in 0..opts.rounds {
         for (i, case) in opts.cases.iter().enumerate() {
+            if opts.stop.load(Ordering::Relaxed) {
+                return Err(BenchError::Stopped);
+            }
             let started = Instant::now();
             let outcome = run_case(&lab, opts, *case).map_err(|e| chain(&e));
             let line = match &outcome {

@@ -10,6 +10,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -134,6 +136,7 @@ fn run() -> anyhow::Result<()> {
         pings: cli.pings,
         exchanges: cli.exchanges,
         smaps_dir: cli.smaps_dir,
+        stop: stop_on_signals()?,
     };
     println!(
         "bench: {} cases × {} rounds, iperf3 {} s per load",
@@ -163,6 +166,43 @@ fn run() -> anyhow::Result<()> {
 }
 
 /// `cargo build --release -p vpn-server -p vpn-client` with the cargo that runs us.
+/// A flag set on the first SIGINT or SIGTERM, so the bench ends after the current case and
+/// tears its lab down (namespaces, processes) instead of dying with it in place. A second
+/// signal ends the bench at once.
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("signal runtime")?;
+    let (mut int, mut term) = rt
+        .block_on(async {
+            Ok::<_, std::io::Error>((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+            ))
+        })
+        .context("installing signal handlers")?;
+    std::thread::spawn(move || {
+        rt.block_on(async {
+            for _ in 0..2 {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+                if flag.swap(true, Ordering::Relaxed) {
+                    eprintln!("bench: second signal, exiting without cleaning up");
+                    std::process::exit(130);
+                }
+                eprintln!("bench: stopping after the current case (signal again to exit now)");
+            }
+        })
+    });
+    Ok(stop)
+}
+
 fn build_ours() -> anyhow::Result<()> {
     let Some(cargo) = std::env::var_os("CARGO") else {
         return Ok(());

@@ -139,6 +139,10 @@ impl BenchLab {
             format!("key {}", p.server_key().display()),
             "dh none".to_owned(),
             format!("tls-auth {} 0", p.ta_key().display()),
+            // As vpn2's server config: `tcp-nodelay` (upstream sets TCP_NODELAY locally and
+            // pushes it to the client) and the tun's queue length.
+            "tcp-nodelay".to_owned(),
+            "txqueuelen 1000".to_owned(),
         ];
         lines.extend(cipher.config_lines());
         lines.join("\n") + "\n"

@@ -271,3 +271,262 @@ fn routes_and_addresses_can_be_removed() {
     })
     .expect("run_in");
 }
+
+/// A route as both sides can describe it: destination, gateway, device, metric.
+type RouteView = (IpPrefix, Option<IpAddr>, Option<String>, Option<u32>);
+
+/// The main table's routes as `ip [-6] route` prints them (`default`, `DST`, `via GW`,
+/// `dev D`, `metric M`), link-local (`fe80::/64`) left out, sorted.
+fn ip_routes(ns: &Netns, family: &str) -> Vec<RouteView> {
+    let shown = ip_n(ns, &[family, "route", "show", "table", "main"]);
+    let mut routes: Vec<RouteView> = shown
+        .lines()
+        .map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let after = |key: &str| {
+                words
+                    .iter()
+                    .position(|w| *w == key)
+                    .and_then(|i| words.get(i + 1))
+                    .copied()
+            };
+            let dst = match (words[0], family) {
+                ("default", "-4") => p("0.0.0.0/0"),
+                ("default", _) => p("::/0"),
+                (dst, _) => p(dst),
+            };
+            (
+                dst,
+                after("via").map(|gw| gw.parse().expect("gateway")),
+                after("dev").map(str::to_owned),
+                after("metric").map(|m| m.parse().expect("metric")),
+            )
+        })
+        .filter(|(dst, ..)| !p("fe80::/10").contains(dst.addr()))
+        .collect();
+    routes.sort_by_key(|r| format!("{r:?}"));
+    routes
+}
+
+/// Our route listing in the same form.
+async fn our_routes(nl: &Netlink, family: Family) -> Vec<RouteView> {
+    let mut routes: Vec<RouteView> = nl
+        .routes(family)
+        .await
+        .expect("routes")
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r.table, 254, "main table only: {r:?}");
+            (r.dst, r.gateway, r.dev, r.metric)
+        })
+        .filter(|(dst, ..)| !p("fe80::/10").contains(dst.addr()))
+        .collect();
+    routes.sort_by_key(|r| format!("{r:?}"));
+    routes
+}
+
+/// The addresses of `dev` as `ip -o addr` prints them (`inet[6] ADDR/LEN`), link-local left
+/// out, sorted.
+fn ip_addresses(ns: &Netns, dev: &str) -> Vec<IpPrefix> {
+    let shown = ip_n(ns, &["-o", "addr", "show", "dev", dev]);
+    let mut addrs: Vec<IpPrefix> = shown
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let i = words.iter().position(|w| *w == "inet" || *w == "inet6")?;
+            Some(p(words.get(i + 1)?))
+        })
+        .filter(|a| !p("fe80::/10").contains(a.addr()))
+        .collect();
+    addrs.sort_by_key(|a| a.to_string());
+    addrs
+}
+
+async fn our_addresses(nl: &Netlink, dev: &str) -> Vec<IpPrefix> {
+    let mut addrs: Vec<IpPrefix> = nl
+        .addresses(dev)
+        .await
+        .expect("addresses")
+        .into_iter()
+        .filter(|a| !p("fe80::/10").contains(a.addr()))
+        .collect();
+    addrs.sort_by_key(|a| a.to_string());
+    addrs
+}
+
+/// Every call of the netlink API, each checked against what iproute2 shows in the same
+/// namespace: links (`ip -d -o link`), addresses (`ip -o addr`), routes of both families
+/// (`ip route`, `ip -6 route`, `ip -d route` for protocol and scope), and the removals.
+#[test]
+fn netlink_agrees_with_iproute2() {
+    require_lab(&[]);
+    let ns = Netns::new().expect("netns");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let _tun = Tun::open(TUN).expect("open tun");
+            let nl = Netlink::open().expect("netlink");
+
+            // Links: mtu, qlen, up, and the list of all links.
+            nl.set_mtu(TUN, 1280).await.expect("mtu");
+            nl.set_txqueuelen(TUN, 42).await.expect("txqueuelen");
+            nl.set_link_up(TUN).await.expect("up");
+            let link = nl.link(TUN).await.expect("link");
+            let shown = ip_n(&ns, &["-d", "-o", "link", "show", TUN]);
+            assert!(
+                shown.starts_with(&format!("{}: {TUN}: <", link.index)),
+                "{shown}"
+            );
+            assert!(
+                shown.contains(",UP") && shown.contains("mtu 1280 "),
+                "{shown}"
+            );
+            assert!(shown.contains(" qlen 42"), "{shown}");
+            assert_eq!(
+                (link.up, link.mtu, link.txqueuelen),
+                (true, Some(1280), Some(42))
+            );
+            let mut ours: Vec<String> = nl
+                .links()
+                .await
+                .expect("links")
+                .into_iter()
+                .map(|l| format!("{}: {}", l.index, l.name))
+                .collect();
+            ours.sort();
+            let mut theirs: Vec<String> = ip_n(&ns, &["-o", "link"])
+                .lines()
+                .filter_map(|l| l.split_once(": <").map(|(head, _)| head.to_owned()))
+                .collect();
+            theirs.sort();
+            assert_eq!(ours, theirs);
+            assert_eq!(nl.link_index(TUN).await.expect("index"), link.index);
+
+            // Addresses: IPv4 with and without a broadcast address, IPv6.
+            for a in ["10.99.0.1/24", "10.98.0.1/32", "fd00:99::1/64"] {
+                nl.add_address(TUN, p(a)).await.expect("add address");
+            }
+            let again = nl
+                .add_address(TUN, p("10.99.0.1/24"))
+                .await
+                .expect_err("duplicate address");
+            assert_eq!(again.raw_os_error(), Some(17), "EEXIST expected: {again}");
+            let shown = ip_n(&ns, &["-o", "addr", "show", "dev", TUN]);
+            for line in [
+                format!("inet 10.99.0.1/24 brd 10.99.0.255 scope global {TUN}"),
+                format!("inet 10.98.0.1/32 scope global {TUN}"),
+                "inet6 fd00:99::1/64 scope global".to_owned(),
+            ] {
+                assert!(shown.contains(&line), "{line:?} missing in {shown}");
+            }
+            assert_eq!(our_addresses(&nl, TUN).await, ip_addresses(&ns, TUN));
+            assert_eq!(
+                our_addresses(&nl, TUN).await,
+                [p("10.98.0.1/32"), p("10.99.0.1/24"), p("fd00:99::1/64")]
+            );
+
+            // Routes of both families, with and without gateway and metric, and a default.
+            let routes = [
+                Route {
+                    gateway: Some(GATEWAY.into()),
+                    metric: Some(77),
+                    ..Route::via_dev(p(ROUTED), TUN)
+                },
+                Route::via_dev(p("10.201.0.0/16"), TUN),
+                Route {
+                    gateway: Some(Ipv4Addr::new(10, 99, 0, 254).into()),
+                    metric: Some(100),
+                    ..Route::via_dev(p("0.0.0.0/0"), TUN)
+                },
+                Route {
+                    gateway: Some("fd00:99::2".parse().expect("gw")),
+                    metric: Some(5),
+                    ..Route::via_dev(p("fd00:200::/48"), TUN)
+                },
+                Route::via_dev(p("fd00:201::/48"), TUN),
+            ];
+            for r in &routes {
+                nl.add_route(r).await.expect("add route");
+            }
+            let v4 = our_routes(&nl, Family::V4).await;
+            assert_eq!(v4, ip_routes(&ns, "-4"));
+            let tun = Some(TUN.to_owned());
+            for expected in [
+                (p(ROUTED), Some(IpAddr::V4(GATEWAY)), tun.clone(), Some(77)),
+                (p("10.201.0.0/16"), None, tun.clone(), None),
+                (
+                    p("0.0.0.0/0"),
+                    Some("10.99.0.254".parse().expect("ip")),
+                    tun.clone(),
+                    Some(100),
+                ),
+                // The kernel's own route for the /24.
+                (p("10.99.0.0/24"), None, tun.clone(), None),
+            ] {
+                assert!(v4.contains(&expected), "{expected:?} missing in {v4:?}");
+            }
+            let v6 = our_routes(&nl, Family::V6).await;
+            assert_eq!(v6, ip_routes(&ns, "-6"));
+            for expected in [
+                (
+                    p("fd00:200::/48"),
+                    Some("fd00:99::2".parse().expect("ip")),
+                    tun.clone(),
+                    Some(5),
+                ),
+                // IPv6 routes added without a metric get the kernel's default, 1024.
+                (p("fd00:201::/48"), None, tun.clone(), Some(1024)),
+            ] {
+                assert!(v6.contains(&expected), "{expected:?} missing in {v6:?}");
+            }
+            // Protocol boot; scope link without a gateway, global with one.
+            let detail = ip_n(&ns, &["-d", "route"]);
+            for line in [
+                format!(
+                    "unicast {ROUTED} via {GATEWAY} dev {TUN} proto boot scope global metric 77"
+                ),
+                format!("unicast 10.201.0.0/16 dev {TUN} proto boot scope link"),
+            ] {
+                assert!(detail.contains(&line), "{line:?} missing in {detail}");
+            }
+
+            // A deletion must match: a wrong metric is ESRCH (3, "No such process").
+            let wrong = Route {
+                metric: Some(9),
+                ..routes[1].clone()
+            };
+            let missing = nl.del_route(&wrong).await.expect_err("no such route");
+            assert_eq!(missing.raw_os_error(), Some(3), "ESRCH expected: {missing}");
+            // Removals: routes with gateway and metric of both families, the default route,
+            // an IPv4 and the IPv6 address.
+            for r in [&routes[0], &routes[2], &routes[3]] {
+                nl.del_route(r).await.expect("del route");
+            }
+            let v4 = our_routes(&nl, Family::V4).await;
+            assert_eq!(v4, ip_routes(&ns, "-4"));
+            assert!(
+                !v4.iter().any(|r| r.0 == p(ROUTED) || r.0 == p("0.0.0.0/0")),
+                "{v4:?}"
+            );
+            assert!(v4.iter().any(|r| r.0 == p("10.201.0.0/16")), "{v4:?}");
+            let v6 = our_routes(&nl, Family::V6).await;
+            assert_eq!(v6, ip_routes(&ns, "-6"));
+            assert!(!v6.iter().any(|r| r.0 == p("fd00:200::/48")), "{v6:?}");
+            assert!(v6.iter().any(|r| r.0 == p("fd00:201::/48")), "{v6:?}");
+
+            nl.del_address(TUN, p("10.98.0.1/32"))
+                .await
+                .expect("del v4");
+            nl.del_address(TUN, p("fd00:99::1/64"))
+                .await
+                .expect("del v6");
+            assert_eq!(our_addresses(&nl, TUN).await, [p("10.99.0.1/24")]);
+            assert_eq!(ip_addresses(&ns, TUN), [p("10.99.0.1/24")]);
+
+            nl.set_link_down(TUN).await.expect("down");
+            let shown = ip_n(&ns, &["-o", "link", "show", TUN]);
+            assert!(!shown.contains(",UP"), "{shown}");
+            assert!(!nl.link(TUN).await.expect("link").up);
+        })
+    })
+    .expect("run_in");
+}

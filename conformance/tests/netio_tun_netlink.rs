@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use conformance::netns::Netns;
 use conformance::require_lab;
 use netio::netlink::{Family, IpPrefix, Netlink, Route};
-use netio::tun::Tun;
+use netio::tun::{PacketLayout, Tun};
 
 const TUN: &str = "vpnt-tun0";
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
@@ -207,6 +207,102 @@ fn datagram_routed_into_the_tun_is_read_and_a_reply_written_back() {
                 .expect("recv_from");
             assert_eq!(&got[..n], b"out of the tun");
             assert_eq!(from, (PEER, 7777).into());
+        })
+    })
+    .expect("run_in");
+}
+
+/// `recv_many` returns a packet that arrives while it waits at once, alone (the read that
+/// finds the device empty comes on the next call); packets already queued when it is called
+/// are read together.
+#[test]
+fn recv_many_returns_a_packet_it_waited_for_alone() {
+    require_lab(&[]);
+    let ns = Netns::new().expect("netns");
+    // Nothing but our datagrams in the tun: no IPv6 solicitations.
+    let sysctl = ns
+        .run([
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ])
+        .expect("sysctl");
+    assert!(sysctl.status.success(), "sysctl: {sysctl:?}");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let tun = Tun::open(TUN).expect("open tun");
+            let nl = Netlink::open().expect("netlink");
+            nl.set_link_up(TUN).await.expect("up");
+            nl.add_address(TUN, p("10.99.0.1/24"))
+                .await
+                .expect("address");
+            nl.add_route(&Route::via_dev(p(ROUTED), TUN))
+                .await
+                .expect("route");
+            let sock = std::net::UdpSocket::bind((LOCAL, 0)).expect("bind");
+            let send = |tag: u8| {
+                sock.send_to(&[tag], (PEER, 7777)).expect("send_to");
+            };
+            let layout = PacketLayout {
+                headroom: HEADROOM,
+                max_len: 1500,
+                tailroom: 16,
+            };
+            let tags = |batch: &[BytesMut]| -> Vec<u8> {
+                batch.iter().map(|p| p[HEADROOM + 28]).collect()
+            };
+            let mut pool = BytesMut::new();
+            let mut batch = Vec::new();
+
+            // Queued before the call (and seen by the reactor): read in one call.
+            for tag in 1..=3 {
+                send(tag);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let n = tun
+                .recv_many(&mut pool, layout, &mut batch, 32)
+                .await
+                .expect("recv_many");
+            assert_eq!((n, tags(&batch)), (3, vec![1, 2, 3]));
+            batch.clear();
+
+            // Arriving while the call waits: the first comes back alone, the rest next call.
+            {
+                let waiting = tun.recv_many(&mut pool, layout, &mut batch, 32);
+                tokio::pin!(waiting);
+                tokio::select! {
+                    r = &mut waiting => panic!("nothing was sent, yet recv_many returned {r:?}"),
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+                for tag in 4..=6 {
+                    send(tag);
+                }
+                let n = tokio::time::timeout(Duration::from_secs(5), waiting)
+                    .await
+                    .expect("the waiting call never returned")
+                    .expect("recv_many");
+                assert_eq!(n, 1);
+            }
+            assert_eq!(tags(&batch), vec![4]);
+            batch.clear();
+            let n = tun
+                .recv_many(&mut pool, layout, &mut batch, 32)
+                .await
+                .expect("recv_many");
+            assert_eq!((n, tags(&batch)), (2, vec![5, 6]));
+            batch.clear();
+
+            // Empty: the next call waits.
+            let idle = tokio::time::timeout(
+                Duration::from_millis(100),
+                tun.recv_many(&mut pool, layout, &mut batch, 32),
+            )
+            .await;
+            assert!(
+                idle.is_err(),
+                "recv_many returned without a packet: {idle:?}"
+            );
         })
     })
     .expect("run_in");

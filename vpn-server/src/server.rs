@@ -459,6 +459,7 @@ async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
                 }
             }
         }
+        let lone = batch.len() == 1;
         {
             let reg = lock(&shared.registry);
             for packet in batch.drain(..) {
@@ -492,6 +493,11 @@ async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
             if shared.tun.send(&reply).await.is_ok() {
                 bump(&shared.stats.unreachable_sent);
             }
+        }
+        if lone {
+            // Let the connection send it before the next read finds the device empty (that
+            // read would otherwise run first, on the packet's way: see `Tun::recv_many`).
+            tokio::task::yield_now().await;
         }
     }
 }

@@ -116,6 +116,12 @@ impl Tun {
     /// again, each into its own slice of `pool` laid out as `layout` says, and appends them to
     /// `out`. Returns how many were read (at least one, unless `max` is 0).
     ///
+    /// A call that had to wait returns the first packet alone, leaving the device marked
+    /// readable: the read that finds the device empty then comes at the start of the next
+    /// call, after the caller has sent the packet on, instead of delaying it (one system call
+    /// less on every request/response round trip). A call that finds the device still
+    /// readable (packets kept coming) reads on until `max` or until the device is empty.
+    ///
     /// Each packet is `layout.headroom` bytes of room, the packet, and at least
     /// `layout.tailroom` bytes of spare capacity, so the caller can encrypt it in place. The
     /// packets are split off `pool`, so once they are dropped `pool` reuses their space: in the
@@ -128,8 +134,14 @@ impl Tun {
         max: usize,
     ) -> io::Result<usize> {
         let slot = layout.headroom + layout.max_len + layout.tailroom;
+        let mut waited = false;
         loop {
-            let mut guard = self.fd.readable().await?;
+            let mut guard = std::future::poll_fn(|cx| {
+                let ready = self.fd.poll_read_ready(cx);
+                waited |= ready.is_pending();
+                ready
+            })
+            .await?;
             let mut n = 0;
             while n < max {
                 pool.clear();
@@ -145,6 +157,9 @@ impl Tun {
                         packet.truncate(layout.headroom + len);
                         out.push(packet);
                         n += 1;
+                        if waited {
+                            break;
+                        }
                     }
                     Ok(Err(err)) if n == 0 => return Err(err),
                     // Report the packets read so far; the error comes back on the next call.

@@ -22,8 +22,9 @@ use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 #[derive(Debug, Parser)]
 #[command(about)]
 struct Cli {
-    /// Rounds over the whole matrix.
-    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 3)]
+    /// Rounds over the whole matrix (latency differs more between two runs of the same case
+    /// than between the two VPNs; five rounds give a median ratio that holds still).
+    #[arg(long, env = "BENCH_ROUNDS", default_value_t = 5)]
     rounds: u32,
     /// Seconds per iperf3 run.
     #[arg(long, env = "BENCH_DURATION", default_value_t = 4)]
@@ -53,10 +54,10 @@ struct Cli {
     )]
     via: Vec<String>,
     /// Echo requests for the RTT.
-    #[arg(long, env = "BENCH_PINGS", default_value_t = 50)]
+    #[arg(long, env = "BENCH_PINGS", default_value_t = 300)]
     pings: u32,
     /// One-byte request/response exchanges.
-    #[arg(long, env = "BENCH_EXCHANGES", default_value_t = 500)]
+    #[arg(long, env = "BENCH_EXCHANGES", default_value_t = 3000)]
     exchanges: usize,
     /// Where to write the Markdown.
     #[arg(long, env = "BENCH_OUT", default_value = "docs/performance.md")]

@@ -140,21 +140,27 @@ fn tun_gets_link_settings_addresses_and_routes() {
     .expect("run_in");
 }
 
+/// The tun, up, with 10.99.0.1/24 and the route to `ROUTED` through it.
+async fn routed_tun() -> Tun {
+    let tun = Tun::open(TUN).expect("open tun");
+    let nl = Netlink::open().expect("netlink");
+    nl.set_link_up(TUN).await.expect("up");
+    nl.add_address(TUN, p("10.99.0.1/24"))
+        .await
+        .expect("address");
+    nl.add_route(&Route::via_dev(p(ROUTED), TUN))
+        .await
+        .expect("route");
+    tun
+}
+
 #[test]
 fn datagram_routed_into_the_tun_is_read_and_a_reply_written_back() {
     require_lab(&[]);
     let ns = Netns::new().expect("netns");
     ns.run_in(|| {
         runtime().block_on(async {
-            let tun = Tun::open(TUN).expect("open tun");
-            let nl = Netlink::open().expect("netlink");
-            nl.set_link_up(TUN).await.expect("up");
-            nl.add_address(TUN, p("10.99.0.1/24"))
-                .await
-                .expect("address");
-            nl.add_route(&Route::via_dev(p(ROUTED), TUN))
-                .await
-                .expect("route");
+            let tun = routed_tun().await;
 
             // A UDP socket of this namespace sends to an address routed into the tun.
             let sock = tokio::net::UdpSocket::bind((LOCAL, 0)).await.expect("bind");
@@ -231,15 +237,7 @@ fn recv_many_returns_a_packet_it_waited_for_alone() {
     assert!(sysctl.status.success(), "sysctl: {sysctl:?}");
     ns.run_in(|| {
         runtime().block_on(async {
-            let tun = Tun::open(TUN).expect("open tun");
-            let nl = Netlink::open().expect("netlink");
-            nl.set_link_up(TUN).await.expect("up");
-            nl.add_address(TUN, p("10.99.0.1/24"))
-                .await
-                .expect("address");
-            nl.add_route(&Route::via_dev(p(ROUTED), TUN))
-                .await
-                .expect("route");
+            let tun = routed_tun().await;
             let sock = std::net::UdpSocket::bind((LOCAL, 0)).expect("bind");
             let send = |tag: u8| {
                 sock.send_to(&[tag], (PEER, 7777)).expect("send_to");

@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use conformance::netns::Netns;
 use conformance::require_lab;
 use netio::netlink::{Family, IpPrefix, Netlink, Route};
-use netio::tun::{PacketLayout, Tun};
+use netio::tun::{PacketLayout, RecvPool, Tun};
 
 const TUN: &str = "vpnt-tun0";
 const LOCAL: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
@@ -170,23 +170,30 @@ fn datagram_routed_into_the_tun_is_read_and_a_reply_written_back() {
                 .expect("send_to");
 
             // Skip anything else the kernel sends into the tun (e.g. IPv6 solicitations).
-            let mut buf = BytesMut::new();
+            let mut pool = RecvPool::default();
+            let layout = PacketLayout {
+                headroom: HEADROOM,
+                max_len: 1500,
+                tailroom: 16,
+            };
             let request = tokio::time::timeout(Duration::from_secs(5), async {
                 loop {
-                    let n = tun.recv(&mut buf, HEADROOM, 1500).await.expect("recv");
-                    assert_eq!(buf.len(), HEADROOM + n);
-                    let pkt = &buf[HEADROOM..];
-                    if pkt[0] >> 4 == 4 && pkt[9] == 17 && pkt[16..20] == PEER.octets() {
-                        return pkt.to_vec();
+                    let mut batch = Vec::new();
+                    tun.recv_many(&mut pool, layout, &mut batch, 1)
+                        .await
+                        .expect("recv_many");
+                    for buf in batch {
+                        assert!(buf[..HEADROOM].iter().all(|&b| b == 0), "headroom zeroed");
+                        assert!(buf.capacity() >= buf.len() + 16, "tailroom");
+                        let pkt = &buf[HEADROOM..];
+                        if pkt[0] >> 4 == 4 && pkt[9] == 17 && pkt[16..20] == PEER.octets() {
+                            return pkt.to_vec();
+                        }
                     }
                 }
             })
             .await
             .expect("datagram never reached the tun");
-            assert!(
-                buf[..HEADROOM].iter().all(|&b| b == 0),
-                "headroom untouched"
-            );
 
             // IPv4 without options, UDP, from our address to the routed one, valid header
             // checksum, our ports and payload.
@@ -201,6 +208,13 @@ fn datagram_routed_into_the_tun_is_read_and_a_reply_written_back() {
             assert_eq!(u16::from_be_bytes([request[20], request[21]]), port);
             assert_eq!(u16::from_be_bytes([request[22], request[23]]), 7777);
             assert_eq!(&request[28..], b"into the tun");
+            // The kernel left the UDP checksum to the device (the tun offers TUN_F_CSUM); the
+            // packet read is finished: its checksum over the pseudo header is valid.
+            let mut pseudo = request[12..20].to_vec();
+            pseudo.extend_from_slice(&[0, 17, 0, 20]);
+            pseudo.extend_from_slice(&request[20..]);
+            assert_ne!(u16::from_be_bytes([request[26], request[27]]), 0);
+            assert_eq!(checksum(&pseudo), 0, "UDP checksum");
 
             // The answer written into the tun reaches the socket.
             tun.send(&udp_reply(&request, b"out of the tun"))
@@ -250,7 +264,7 @@ fn recv_many_returns_a_packet_it_waited_for_alone() {
             let tags = |batch: &[BytesMut]| -> Vec<u8> {
                 batch.iter().map(|p| p[HEADROOM + 28]).collect()
             };
-            let mut pool = BytesMut::new();
+            let mut pool = RecvPool::default();
             let mut batch = Vec::new();
 
             // Queued before the call (and seen by the reactor): read in one call.

@@ -228,7 +228,7 @@ impl Netlink {
             )?;
             rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
             Ok(Self {
-                socket: crate::reactor::register_socket(fd)?,
+                socket: crate::reactor::register_fd(fd)?,
                 seq: AtomicU32::new(0),
                 busy: tokio::sync::Mutex::new(()),
             })

@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::BytesMut;
-use netio::tun::PacketLayout;
+use netio::tun::{Coalescer, PacketLayout, RecvPool};
 use protocol::data::DATA_TAILROOM;
 use protocol::framing::{FrameDecoder, DEFAULT_STREAM_MAXLEN};
 use protocol::session::{ClientConfig, ClientSession, CloseReason, Event, SessionError};
@@ -78,6 +78,10 @@ pub const RECV_BATCH: usize = 64;
 
 /// Decrypted packets queued for the tun writer task before the receive direction waits.
 pub const TUN_QUEUE: usize = 256;
+
+/// Most packets the tun writer takes from its queue and writes (TCP segments of one flow
+/// merged) at once.
+pub const TUN_WRITE_BATCH: usize = 64;
 
 /// Why [`run`] returned normally.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,7 +280,7 @@ impl Connection {
         up_ran: &mut Option<TunInfo>,
         settings: &Settings,
     ) -> Result<Ended, RunError> {
-        let mut pool = BytesMut::new();
+        let mut pool = RecvPool::default();
         let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_BATCH);
         // The tun writer task of this connection; it ends when this sender is dropped.
         let mut tun_tx: Option<mpsc::Sender<BytesMut>> = None;
@@ -623,7 +627,7 @@ fn frame_max_len(tun_mtu: u16) -> u16 {
 /// resolves without a device.
 async fn recv_tun(
     tun: Option<&netio::tun::Tun>,
-    pool: &mut BytesMut,
+    pool: &mut RecvPool,
     layout: PacketLayout,
     batch: &mut Vec<BytesMut>,
 ) -> io::Result<usize> {
@@ -663,12 +667,23 @@ async fn to_tun(
 }
 
 /// The tun writer thread: writes the packets of one connection into the tun device until the
-/// connection drops its sender.
+/// connection drops its sender. Takes what is queued, up to [`TUN_WRITE_BATCH`], and writes it
+/// with consecutive TCP segments of one flow merged (see [`Coalescer`]).
 fn tun_writer(tun: &netio::tun::Tun, mut rx: mpsc::Receiver<BytesMut>) {
+    let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_WRITE_BATCH);
+    let mut gro = Coalescer::with_capacity(TUN_WRITE_BATCH);
     while let Some(packet) = rx.blocking_recv() {
-        if let Err(e) = tun.send_sync(&packet) {
+        batch.push(packet);
+        while batch.len() < TUN_WRITE_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = tun.send_many_sync(&mut batch, &mut gro) {
             tracing::debug!(error = %e, "tun write failed; packet dropped");
         }
+        batch.clear();
     }
 }
 

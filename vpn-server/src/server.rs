@@ -29,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net};
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
-use netio::tun::{PacketLayout, Tun, TunError};
+use netio::tun::{Coalescer, PacketLayout, RecvPool, Tun, TunError};
 use protocol::control_msg::ServerSignal;
 use protocol::data::DATA_TAILROOM;
 use protocol::framing::FrameDecoder;
@@ -54,8 +54,13 @@ pub const TUN_QUEUE: usize = 1024;
 /// Packets from clients queued for the tun writer task before the connections wait.
 pub const TUN_WRITE_QUEUE: usize = 1024;
 
-/// Most packets the tun reader takes from the device (and routes under one lock) per wakeup.
+/// Most packets the tun reader takes from the device (and routes under one lock) per wakeup
+/// (a super-packet's segments come together, so a batch can be longer by one super-packet).
 pub const TUN_READ_BATCH: usize = 32;
+
+/// Most packets the tun writer takes from its queue and writes (TCP segments of one flow
+/// merged) at once.
+pub const TUN_WRITE_BATCH: usize = 64;
 
 /// A connection's internal id (upstream's "Client ID" in the status file).
 pub type ClientId = u64;
@@ -443,7 +448,7 @@ async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
         max_len: usize::from(shared.settings.tun_mtu),
         tailroom: DATA_TAILROOM,
     };
-    let mut pool = BytesMut::new();
+    let mut pool = RecvPool::default();
     let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_READ_BATCH);
     let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
     let mut limiter = unreachable::Limiter::new();
@@ -504,11 +509,15 @@ async fn tun_reader(shared: Arc<Shared>, shutdown: CancellationToken) {
 
 /// Writes the packets the connections decrypted into the tun device, so the kernel's work on
 /// them (the whole inner receive path runs inside the write) is off the connections' tasks.
+/// Takes what is queued, up to [`TUN_WRITE_BATCH`], and writes it with consecutive TCP
+/// segments of one flow merged (see [`Coalescer`]).
 async fn tun_writer(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<BytesMut>,
     shutdown: CancellationToken,
 ) {
+    let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_WRITE_BATCH);
+    let mut gro = Coalescer::with_capacity(TUN_WRITE_BATCH);
     loop {
         let packet = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -517,10 +526,20 @@ async fn tun_writer(
                 None => return,
             },
         };
-        match shared.tun.send(&packet).await {
-            Ok(()) => bump(&shared.stats.to_tun),
+        batch.push(packet);
+        while batch.len() < TUN_WRITE_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        match shared.tun.send_many_sync(&mut batch, &mut gro) {
+            Ok(n) => {
+                shared.stats.to_tun.fetch_add(n as u64, Ordering::Relaxed);
+            }
             Err(e) => debug!(error = %e, "tun write failed"),
         }
+        batch.clear();
     }
 }
 

@@ -1,53 +1,100 @@
-//! A layer-3 tun device (`IFF_TUN | IFF_NO_PI`): one read or write is one whole IP packet, with
-//! no packet-information prefix.
+//! A layer-3 tun device (`IFF_TUN | IFF_NO_PI`) with the kernel's offloads: TCP data comes
+//! out of it in super-packets of up to 64 KiB and goes into it the same way, so the kernel
+//! runs its per-packet work once for many segments and we make one system call where we would
+//! make dozens.
 //!
-//! The device is opened through `tun-tap` (which does the `TUNSETIFF` ioctl in its own small C
-//! shim), switched to non-blocking and registered with tokio through [`AsyncFd`]; that last
-//! step is one of this crate's two `unsafe` calls, both in the `reactor` module. The device
-//! exists as long as the [`Tun`] is alive (it is not made persistent) and lives in the network namespace of the thread that created it.
+//! The device is opened with `IFF_VNET_HDR`: every read and write starts with a
+//! [`VnetHdr`](vnet::VnetHdr). `TUNSETOFFLOAD` with `TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6` lets the
+//! kernel hand over TCP super-packets and packets whose transport checksum is still to be
+//! finished. Neither ever reaches the peer: [`Tun::recv_many`] cuts a super-packet into the
+//! segments the kernel would have sent (at most the MTU each, see [`gso`]) and finishes
+//! checksums, so callers see exactly the packets a plain tun device gives. Writing,
+//! [`Tun::send_many_sync`] merges consecutive segments of one TCP flow into one super-packet
+//! (see [`Coalescer`]); [`Tun::send`] and [`Tun::send_sync`] write one packet as it is.
 //!
-//! Reads go into a caller-supplied [`BytesMut`] after a caller-chosen headroom, so the data
-//! path can prepend the OpenVPN header and encrypt in place without copying.
+//! Packets read go into slices of a caller-owned [`RecvPool`] after a caller-chosen headroom,
+//! so the data path can prepend the OpenVPN header and encrypt in place without copying.
 //!
-//! Not done yet: multi-queue (`IFF_MULTI_QUEUE`, one fd per worker). `tun-tap` cannot ask for
-//! it; it needs either a crate that can (`tun-rs`) or our own ioctl.
+//! The descriptor is non-blocking and registered with tokio through [`AsyncFd`]. The device
+//! exists as long as the [`Tun`] is alive (it is not made persistent) and lives in the network
+//! namespace of the thread that created it.
+//!
+//! Not done: multi-queue (`IFF_MULTI_QUEUE`, one descriptor per worker).
 
-use std::io;
+use std::io::{self, IoSlice};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use tokio::io::unix::AsyncFd;
-use tun_tap::{Iface, Mode};
+
+mod checksum;
+pub mod gro;
+pub mod gso;
+mod sys;
+#[cfg(test)]
+mod testpkt;
+pub mod vnet;
+
+pub use gro::{Coalescer, MAX_SEGMENTS};
+pub use gso::OffloadError;
+use gso::{complete_checksum, Segments};
+use vnet::{VnetHdr, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, VNET_HDR_LEN};
 
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
 pub const IFNAMSIZ_MAX: usize = 15;
 
-/// How often [`Tun::send_sync`] retries a write the kernel refused with `WouldBlock`.
+/// How often a write is retried when the kernel answers `WouldBlock`.
 pub const SEND_SYNC_RETRIES: u32 = 100;
 
-/// Packets a [`Tun::recv_many`] pool grows by at once.
+/// Packets a [`RecvPool`] grows by at once.
 pub const RECV_POOL_SLOTS: usize = 32;
+
+/// The longest read: the virtio header and a 64 KiB super-packet.
+const READ_MAX: usize = VNET_HDR_LEN + u16::MAX as usize;
+
+/// The offloads asked of the kernel.
+const OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
 
 /// Where a packet read by [`Tun::recv_many`] sits in its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketLayout {
     /// Bytes before the packet (for the headers prepended in place).
     pub headroom: usize,
-    /// The longest packet read (at least the MTU; a longer one is truncated by the kernel).
+    /// The longest plain packet accepted (the MTU; a longer one is dropped).
     pub max_len: usize,
     /// Spare capacity after the packet (for what encryption appends).
     pub tailroom: usize,
 }
 
+impl PacketLayout {
+    fn slot(&self) -> usize {
+        self.headroom + self.max_len + self.tailroom
+    }
+}
+
+/// The buffers of one reader: the read buffer (a super-packet arrives here first) and the
+/// pool the packets handed out are split from. Keep one per reading task.
+#[derive(Debug, Default)]
+pub struct RecvPool {
+    slots: BytesMut,
+    read: Vec<u8>,
+}
+
 /// An open tun device registered with the tokio reactor.
 #[derive(Debug)]
 pub struct Tun {
-    fd: AsyncFd<Iface>,
+    fd: AsyncFd<OwnedFd>,
+    name: String,
+    offload: bool,
+    dropped: AtomicU64,
 }
 
 impl Tun {
     /// Creates (or attaches to an existing, persistent) tun device named `name` in the calling
-    /// thread's network namespace. A name with `%d` (e.g. `tun%d`) or an empty name lets the
-    /// kernel pick; [`Tun::name`] tells which.
+    /// thread's network namespace and asks for the offloads. A name with `%d` (e.g. `tun%d`)
+    /// or an empty name lets the kernel pick; [`Tun::name`] tells which. A kernel that refuses
+    /// the offloads leaves a working device that reads packet by packet.
     ///
     /// Must be called inside a tokio runtime with I/O enabled.
     pub fn open(name: &str) -> Result<Self, TunError> {
@@ -56,84 +103,77 @@ impl Tun {
                 name: name.to_owned(),
             });
         }
-        let iface =
-            Iface::without_packet_info(name, Mode::Tun).map_err(|source| TunError::Open {
-                name: name.to_owned(),
-                source,
-            })?;
-        iface.set_non_blocking().map_err(|source| TunError::Open {
+        let (fd, given) = sys::open(name).map_err(|source| TunError::Open {
             name: name.to_owned(),
             source,
         })?;
-        let fd = crate::reactor::register_iface(iface).map_err(|source| TunError::Register {
+        let offload = match sys::set_offload(&fd, OFFLOADS) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(name = given, error = %e, "tun offloads refused: reading packet by packet");
+                false
+            }
+        };
+        let fd = crate::reactor::register_fd(fd).map_err(|source| TunError::Register {
             name: name.to_owned(),
             source,
         })?;
-        tracing::debug!(name = fd.get_ref().name(), "tun device open");
-        Ok(Self { fd })
+        tracing::debug!(name = given, offload, "tun device open");
+        Ok(Self {
+            fd,
+            name: given,
+            offload,
+            dropped: AtomicU64::new(0),
+        })
     }
 
     /// The interface name the kernel assigned.
     pub fn name(&self) -> &str {
-        self.fd.get_ref().name()
+        &self.name
     }
 
-    /// Waits for one packet and reads it into `buf` after `headroom` bytes.
-    ///
-    /// `buf` is cleared and resized to `headroom + max_len` for the read, then truncated to
-    /// `headroom + n`: the packet is `buf[headroom..]`, `n` is returned. The headroom bytes
-    /// are left zeroed for the caller to overwrite. `max_len` should be at least the tun MTU;
-    /// a longer packet is truncated by the kernel. Reuse one `buf` across calls to avoid
-    /// reallocating.
-    pub async fn recv(
-        &self,
-        buf: &mut BytesMut,
-        headroom: usize,
-        max_len: usize,
-    ) -> io::Result<usize> {
-        buf.clear();
-        buf.resize(headroom + max_len, 0);
-        loop {
-            let mut guard = self.fd.readable().await?;
-            let Some(slot) = buf.get_mut(headroom..) else {
-                return Err(io::Error::from(io::ErrorKind::InvalidInput));
-            };
-            match guard.try_io(|inner| inner.get_ref().recv(slot)) {
-                Ok(Ok(n)) => {
-                    buf.truncate(headroom + n);
-                    return Ok(n);
-                }
-                Ok(Err(err)) => {
-                    buf.truncate(headroom);
-                    return Err(err);
-                }
-                Err(_would_block) => continue,
-            }
-        }
+    /// Whether the kernel took the offloads (super-packets and partial checksums).
+    pub fn offload(&self) -> bool {
+        self.offload
     }
 
-    /// Waits until the device is readable, then reads up to `max` packets without waiting
-    /// again, each into its own slice of `pool` laid out as `layout` says, and appends them to
-    /// `out`. Returns how many were read (at least one, unless `max` is 0).
+    /// Reads dropped because the kernel's virtio header or packet made no sense (each logged
+    /// at debug level).
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the device is readable, then reads without waiting again until at least
+    /// `max` packets are in `out` or the device is empty, and appends the packets to `out`.
+    /// Returns how many were appended (at least one, unless `max` is 0).
     ///
-    /// A call that had to wait returns the first packet alone, leaving the device marked
-    /// readable: the read that finds the device empty then comes at the start of the next
-    /// call, after the caller has sent the packet on, instead of delaying it (one system call
-    /// less on every request/response round trip). A call that finds the device still
-    /// readable (packets kept coming) reads on until `max` or until the device is empty.
+    /// A super-packet's segments always come together, so a call can return up to
+    /// `max - 1 + ` the segments of one super-packet.
     ///
-    /// Each packet is `layout.headroom` bytes of room, the packet, and at least
+    /// A call that had to wait returns what its first read gave (one packet, or one
+    /// super-packet's segments), leaving the device marked readable: the read that finds the
+    /// device empty then comes at the start of the next call, after the caller has sent the
+    /// packet on, instead of delaying it (one system call less on every request/response
+    /// round trip).
+    ///
+    /// Each packet is `layout.headroom` bytes of room (zeroed), the packet, and at least
     /// `layout.tailroom` bytes of spare capacity, so the caller can encrypt it in place. The
-    /// packets are split off `pool`, so once they are dropped `pool` reuses their space: in the
-    /// steady state a batch costs one read system call per packet and no allocation.
+    /// packets are split off `pool`, which reuses their space once they are dropped.
     pub async fn recv_many(
         &self,
-        pool: &mut BytesMut,
+        pool: &mut RecvPool,
         layout: PacketLayout,
         out: &mut Vec<BytesMut>,
         max: usize,
     ) -> io::Result<usize> {
-        let slot = layout.headroom + layout.max_len + layout.tailroom;
+        if max == 0 {
+            return Ok(0);
+        }
+        if pool.read.len() < READ_MAX {
+            // Zeroed by the allocator: pages only a super-packet reaches stay untouched.
+            pool.read = vec![0u8; READ_MAX];
+        }
+        let start = out.len();
         let mut waited = false;
         loop {
             let mut guard = std::future::poll_fn(|cx| {
@@ -142,34 +182,28 @@ impl Tun {
                 ready
             })
             .await?;
-            let mut n = 0;
-            while n < max {
-                pool.clear();
-                pool.reserve(slot * (max - n).min(RECV_POOL_SLOTS));
-                pool.resize(slot, 0);
-                let Some(room) = pool.get_mut(layout.headroom..layout.headroom + layout.max_len)
-                else {
-                    return Err(io::Error::from(io::ErrorKind::InvalidInput));
-                };
-                match guard.try_io(|inner| inner.get_ref().recv(room)) {
-                    Ok(Ok(len)) => {
-                        let mut packet = pool.split_to(layout.headroom + len + layout.tailroom);
-                        packet.truncate(layout.headroom + len);
-                        out.push(packet);
-                        n += 1;
+            while out.len() - start < max {
+                let read = &mut pool.read;
+                match guard.try_io(|fd| {
+                    rustix::io::read(fd.get_ref(), &mut read[..]).map_err(io::Error::from)
+                }) {
+                    Ok(Ok(n)) => {
+                        if let Err(e) = unpack(&mut pool.read[..n], &mut pool.slots, layout, out) {
+                            self.dropped.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(dev = self.name, error = %e, "tun read dropped");
+                        }
                         if waited {
                             break;
                         }
                     }
-                    Ok(Err(err)) if n == 0 => return Err(err),
+                    Ok(Err(err)) if out.len() == start => return Err(err),
                     // Report the packets read so far; the error comes back on the next call.
                     Ok(Err(_)) => break,
                     Err(_would_block) => break,
                 }
             }
-            pool.clear();
-            if n > 0 || max == 0 {
-                return Ok(n);
+            if out.len() > start {
+                return Ok(out.len() - start);
             }
         }
     }
@@ -178,43 +212,130 @@ impl Tun {
     /// wait for room: the kernel takes the packet or drops it). A `WouldBlock` is retried a
     /// bounded number of times.
     pub fn send_sync(&self, packet: &[u8]) -> io::Result<()> {
-        let mut tries = 0;
-        loop {
-            match self.fd.get_ref().send(packet) {
-                Ok(n) if n == packet.len() => return Ok(()),
-                Ok(n) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!("tun accepted {n} of {} bytes", packet.len()),
-                    ))
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < SEND_SYNC_RETRIES => {
-                    tries += 1;
-                    std::thread::yield_now();
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.write_retrying(&VnetHdr::NONE, &[IoSlice::new(packet)])
     }
 
-    /// Writes one whole IP packet. A short write (which a tun device should never do) is an
-    /// error.
+    /// Writes one whole IP packet.
     pub async fn send(&self, packet: &[u8]) -> io::Result<()> {
+        let hdr = VnetHdr::NONE.encode();
+        let iov = [IoSlice::new(&hdr), IoSlice::new(packet)];
         loop {
             let mut guard = self.fd.writable().await?;
-            match guard.try_io(|inner| inner.get_ref().send(packet)) {
-                Ok(Ok(n)) if n == packet.len() => return Ok(()),
-                Ok(Ok(n)) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::WriteZero,
-                        format!("tun accepted {n} of {} bytes", packet.len()),
-                    ))
-                }
-                Ok(Err(err)) => return Err(err),
+            match guard.try_io(|fd| write_all(fd.get_ref(), &iov)) {
+                Ok(result) => return result,
                 Err(_would_block) => continue,
             }
         }
     }
+
+    /// Writes `packets` (whole IP packets, in order), consecutive segments of one TCP flow
+    /// merged into super-packets as `gro` plans them (it patches their headers in place), each
+    /// write without the reactor as [`Tun::send_sync`]. Every write is tried; returns how
+    /// many packets went in, or the first error.
+    pub fn send_many_sync(
+        &self,
+        packets: &mut [BytesMut],
+        gro: &mut Coalescer,
+    ) -> io::Result<usize> {
+        gro.plan(packets);
+        let mut sent = 0;
+        let mut first_error = None;
+        for w in 0..gro.writes() {
+            let mut parts = [IoSlice::new(&[]); gro::MAX_WRITE_PARTS];
+            let (hdr, n) = gro.write(w, packets, &mut parts);
+            match self.write_retrying(&hdr, &parts[..n]) {
+                Ok(()) => sent += gro.segments(w),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            None => Ok(sent),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// One write of `hdr` and `parts`, `WouldBlock` retried a bounded number of times.
+    fn write_retrying(&self, hdr: &VnetHdr, parts: &[IoSlice<'_>]) -> io::Result<()> {
+        let hdr = hdr.encode();
+        let mut iov = [IoSlice::new(&[]); gro::MAX_WRITE_PARTS + 1];
+        iov[0] = IoSlice::new(&hdr);
+        let n = parts.len().min(gro::MAX_WRITE_PARTS);
+        iov[1..=n].copy_from_slice(&parts[..n]);
+        let mut tries = 0;
+        loop {
+            match write_all(self.fd.get_ref(), &iov[..=n]) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < SEND_SYNC_RETRIES => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                result => return result,
+            }
+        }
+    }
+}
+
+/// One `writev` of `iov`; a short write (which a tun device never does) is an error.
+fn write_all(fd: &OwnedFd, iov: &[IoSlice<'_>]) -> io::Result<()> {
+    let want: usize = iov.iter().map(|p| p.len()).sum();
+    let n = rustix::io::writev(fd, iov)?;
+    if n != want {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("tun accepted {n} of {want} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Turns one read (virtio header and packet) into packets in `slots`, appended to `out`.
+fn unpack(
+    read: &mut [u8],
+    slots: &mut BytesMut,
+    layout: PacketLayout,
+    out: &mut Vec<BytesMut>,
+) -> Result<(), OffloadError> {
+    let hdr = VnetHdr::decode(read).ok_or(OffloadError::Short { len: read.len() })?;
+    let packet = &mut read[VNET_HDR_LEN..];
+    if hdr.gso_type == VIRTIO_NET_HDR_GSO_NONE {
+        if hdr.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+            complete_checksum(packet, hdr.csum_start, hdr.csum_offset)?;
+        }
+        if packet.len() > layout.max_len {
+            return Err(OffloadError::TooLong {
+                len: packet.len(),
+                max: layout.max_len,
+            });
+        }
+        put(slots, layout, out, |b| b.extend_from_slice(packet));
+        return Ok(());
+    }
+    let segments = Segments::new(&hdr, packet)?;
+    for i in 0..segments.len() {
+        put(slots, layout, out, |b| segments.append(i, b));
+    }
+    Ok(())
+}
+
+/// Splits one packet off `slots`: headroom, what `fill` appends, tailroom.
+fn put(
+    slots: &mut BytesMut,
+    layout: PacketLayout,
+    out: &mut Vec<BytesMut>,
+    fill: impl FnOnce(&mut BytesMut),
+) {
+    if slots.capacity() < layout.slot() {
+        slots.reserve(layout.slot() * RECV_POOL_SLOTS);
+    }
+    slots.clear();
+    slots.resize(layout.headroom, 0);
+    fill(slots);
+    let len = slots.len();
+    slots.resize(len + layout.tailroom, 0);
+    let mut packet = slots.split_to(len + layout.tailroom);
+    packet.truncate(len);
+    out.push(packet);
 }
 
 /// Why a tun device could not be opened.
@@ -226,7 +347,7 @@ pub enum TunError {
         /// The name asked for.
         name: String,
     },
-    /// Opening `/dev/net/tun`, the `TUNSETIFF` ioctl or `O_NONBLOCK` failed.
+    /// Opening `/dev/net/tun` or the `TUNSETIFF` ioctl failed.
     #[error("cannot open tun device {name:?}")]
     Open {
         /// The name asked for.
@@ -244,4 +365,76 @@ pub enum TunError {
         #[source]
         source: io::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testpkt::{tcp_packet, tcp_valid, Tcp};
+
+    const LAYOUT: PacketLayout = PacketLayout {
+        headroom: 24,
+        max_len: 1500,
+        tailroom: 16,
+    };
+
+    fn read_of(hdr: VnetHdr, packet: &[u8]) -> Vec<u8> {
+        let mut r = hdr.encode().to_vec();
+        r.extend_from_slice(packet);
+        r
+    }
+
+    #[test]
+    fn a_plain_read_becomes_one_packet_with_room_around_it() {
+        let packet = tcp_packet(&Tcp::default(), b"abc");
+        let mut read = read_of(VnetHdr::NONE, &packet);
+        let (mut slots, mut out) = (BytesMut::new(), Vec::new());
+        unpack(&mut read, &mut slots, LAYOUT, &mut out).expect("unpacked");
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][24..], &packet[..]);
+        assert!(out[0][..24].iter().all(|&b| b == 0));
+        assert!(out[0].capacity() >= out[0].len() + 16);
+    }
+
+    #[test]
+    fn a_super_packet_read_becomes_its_segments() {
+        let t = Tcp::default();
+        let payload = vec![7u8; 3000];
+        let mut packet = tcp_packet(&t, &payload);
+        packet[36..38].copy_from_slice(&[0, 0]);
+        let hdr = VnetHdr {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: vnet::VIRTIO_NET_HDR_GSO_TCPV4,
+            hdr_len: 40,
+            gso_size: 1460,
+            csum_start: 20,
+            csum_offset: 16,
+        };
+        let mut read = read_of(hdr, &packet);
+        let (mut slots, mut out) = (BytesMut::new(), Vec::new());
+        unpack(&mut read, &mut slots, LAYOUT, &mut out).expect("unpacked");
+        let lens: Vec<usize> = out.iter().map(|p| p.len() - 24).collect();
+        assert_eq!(lens, vec![1500, 1500, 120]);
+        assert!(out.iter().all(|p| tcp_valid(&p[24..])));
+        assert!(out.iter().all(|p| p.capacity() >= p.len() + 16));
+    }
+
+    #[test]
+    fn bad_reads_are_refused() {
+        let (mut slots, mut out) = (BytesMut::new(), Vec::new());
+        let mut short = vec![0u8; 4];
+        assert_eq!(
+            unpack(&mut short, &mut slots, LAYOUT, &mut out),
+            Err(OffloadError::Short { len: 4 })
+        );
+        let mut long = read_of(VnetHdr::NONE, &[0x45; 1501]);
+        assert_eq!(
+            unpack(&mut long, &mut slots, LAYOUT, &mut out),
+            Err(OffloadError::TooLong {
+                len: 1501,
+                max: 1500
+            })
+        );
+        assert!(out.is_empty());
+    }
 }

@@ -1,7 +1,8 @@
 //! The tokio I/O shared by `vpn-server` and `vpn-client`.
 //!
-//! * [`tun`] - a layer-3 tun device under tokio, reading whole IP packets into caller buffers
-//!   with headroom for in-place encryption.
+//! * [`tun`] - a layer-3 tun device under tokio with the kernel's TCP offloads: super-packets
+//!   read are cut into MTU-sized packets in caller buffers with headroom for in-place
+//!   encryption, consecutive segments of a flow are merged into one write.
 //! * [`netlink`] - link state, MTU, txqueuelen, addresses and routes over rtnetlink, in the
 //!   network namespace of the calling thread.
 //! * [`transport`] - the framed OpenVPN TCP transport (`TCP_NODELAY`, split halves).

@@ -30,6 +30,29 @@ pub async fn connect_nodelay(addr: SocketAddr) -> io::Result<TcpStream> {
     socket.connect(addr).await
 }
 
+/// Reads what `stream` has received by now into `buf` (after its current contents, at most
+/// `max` bytes), without waiting: one `recv(MSG_DONTWAIT)`. Returns the bytes read, 0 when
+/// nothing is there (or the peer closed: the next waiting read reports that).
+///
+/// Unlike tokio's `try_read`, this always asks the kernel: tokio takes a read that filled less
+/// than its buffer as proof the socket is drained and answers `WouldBlock` until epoll
+/// reports it readable again, which misses bytes that arrived in the meantime.
+pub fn read_arrived(stream: &TcpStream, buf: &mut BytesMut, max: usize) -> io::Result<usize> {
+    let start = buf.len();
+    buf.resize(start + max, 0);
+    let read = rustix::net::recv(stream, &mut buf[start..], rustix::net::RecvFlags::DONTWAIT);
+    let n = match read {
+        Ok((n, _)) => n,
+        Err(rustix::io::Errno::AGAIN) => 0,
+        Err(e) => {
+            buf.truncate(start);
+            return Err(e.into());
+        }
+    };
+    buf.truncate(start + n);
+    Ok(n)
+}
+
 /// Connects to the first of `addrs` that accepts (each with [`connect_nodelay`], in order);
 /// the last error when none does (`AddrNotAvailable` for an empty list). What a proxy does
 /// with the addresses a name resolved to.

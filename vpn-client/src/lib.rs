@@ -380,7 +380,9 @@ impl Connection {
                                 Err(e) => tracing::debug!(error = %chain(&e), "received packet dropped"),
                             }
                             if payloads.len() < RECV_BATCH && !self.session.is_closed() {
-                                match self.reader.buffered() {
+                                // Until the tunnel is up, also what arrived while this was
+                                // handled: see `FrameReader::buffered_or_arrived`.
+                                match self.reader.buffered_or_arrived(!self.up) {
                                     Ok(p) => next = p,
                                     Err(e) => {
                                         tracing::warn!(error = %chain(&e), "TCP connection failed");
@@ -579,9 +581,33 @@ struct FrameReader {
 /// Bytes reserved before each socket read.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Most bytes one read of what has arrived takes during the handshake (a peer's TLS flight
+/// is a few kilobytes).
+const ARRIVED_CHUNK: usize = 16 * 1024;
+
 impl FrameReader {
-    /// The next packet already in the buffer, without reading the socket.
-    fn buffered(&mut self) -> Result<Option<BytesMut>, FrameReadError> {
+    /// The next packet already in the buffer; with `arrived`, if none is, also what the
+    /// socket has received by now (one read that does not wait).
+    ///
+    /// The handshake uses `arrived`: a peer's TLS flight often comes in two control packets,
+    /// and answering the first alone means a P_ACK_V1 of its own followed by the TLS reply.
+    /// Through a proxy with Nagle's algorithm on (tinyproxy), that second write waits until the
+    /// server acknowledges the first at the TCP level, which an upstream server delays by
+    /// about 40 ms. Taking the second packet first makes one reply that carries the ACK.
+    fn buffered_or_arrived(&mut self, arrived: bool) -> Result<Option<BytesMut>, FrameReadError> {
+        if let Some(packet) = self.decoder.decode(&mut self.buf)? {
+            return Ok(Some(packet));
+        }
+        if !arrived {
+            return Ok(None);
+        }
+        // A close (0 bytes) is for `next` to report.
+        if netio::transport::read_arrived(self.io.as_ref(), &mut self.buf, ARRIVED_CHUNK)? == 0 {
+            return Ok(None);
+        }
+        if self.quickack {
+            let _ = self.io.as_ref().set_quickack(true);
+        }
         Ok(self.decoder.decode(&mut self.buf)?)
     }
 

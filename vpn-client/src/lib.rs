@@ -406,6 +406,10 @@ impl Connection {
                     read.map_err(RunError::TunRead)?;
                     let now = Instant::now();
                     for packet in &mut batch {
+                        if link_scoped_v6(&packet[SEND_HEADROOM..]) {
+                            // No server forwards it (DEVIATIONS C2): not sent.
+                            continue;
+                        }
                         match self.session.send_tun_packet(now, packet, SEND_HEADROOM) {
                             Ok(()) => self.out.extend_from_slice(packet),
                             Err(e) => tracing::debug!(error = %chain(&e), "tun packet dropped"),
@@ -713,6 +717,18 @@ fn tun_writer(tun: &netio::tun::Tun, mut rx: mpsc::Receiver<BytesMut>) {
     }
 }
 
+/// Whether `packet` is IPv6 from a link-local (`fe80::/10`) or the unspecified (`::`) source:
+/// what the kernel sends by itself on a fresh tun device (router solicitations, MLD reports).
+/// An OpenVPN server never forwards such a packet (upstream drops it without a word, ours
+/// counts it as ignored), so sending it only puts a packet of no use in front of the first
+/// real one (DEVIATIONS C2).
+fn link_scoped_v6(packet: &[u8]) -> bool {
+    let Some(src) = packet.get(8..24).filter(|_| packet[0] >> 4 == 6) else {
+        return false;
+    };
+    (src[0] == 0xfe && src[1] & 0xc0 == 0x80) || src.iter().all(|&b| b == 0)
+}
+
 /// Sleeps until `deadline`; never resolves without one.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -779,6 +795,36 @@ mod tests {
         assert_eq!(pauses, [1, 2, 4, 5, 5]);
         b.reset();
         assert_eq!(b.next_pause().as_secs(), 1);
+    }
+
+    #[test]
+    fn link_scoped_ipv6_sources_are_recognised() {
+        let v6 = |src: [u8; 16]| {
+            let mut p = vec![0u8; 48];
+            p[0] = 0x60;
+            p[8..24].copy_from_slice(&src);
+            p
+        };
+        let mut link_local = [0u8; 16];
+        link_local[..2].copy_from_slice(&[0xfe, 0x80]);
+        link_local[15] = 1;
+        let mut febf = link_local;
+        febf[1] = 0xbf;
+        let mut global = link_local;
+        global[..2].copy_from_slice(&[0xfd, 0x00]);
+        let mut fec0 = link_local;
+        fec0[1] = 0xc0;
+        assert!(link_scoped_v6(&v6(link_local)));
+        assert!(link_scoped_v6(&v6(febf)));
+        assert!(link_scoped_v6(&v6([0; 16])));
+        assert!(!link_scoped_v6(&v6(global)));
+        assert!(!link_scoped_v6(&v6(fec0)));
+        // IPv4, short and empty packets are not.
+        let mut v4 = vec![0u8; 40];
+        v4[0] = 0x45;
+        assert!(!link_scoped_v6(&v4));
+        assert!(!link_scoped_v6(&v6(link_local)[..20]));
+        assert!(!link_scoped_v6(&[]));
     }
 
     #[test]

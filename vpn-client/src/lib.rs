@@ -250,6 +250,8 @@ impl Client<'_> {
             writer: write,
             out: BytesMut::with_capacity(TUN_BATCH * 2048),
             up: false,
+            hold_lone_acks: self.settings.http_proxy.is_some(),
+            ack_hold: None,
         };
         let ended = conn
             .drive(tunnel, self.shutdown, &mut self.up_ran, self.settings)
@@ -270,6 +272,12 @@ struct Connection {
     /// Coalesced output: framed packets written to the socket together.
     out: BytesMut,
     up: bool,
+    /// Through an HTTP proxy: until the tunnel is up, an output that is one lone P_ACK_V1
+    /// waits up to [`ACK_HOLD`] to go out in the same write as what follows (see
+    /// [`Connection::transmit`]).
+    hold_lone_acks: bool,
+    /// Until when the lone P_ACK_V1 in `out` waits.
+    ack_hold: Option<Instant>,
 }
 
 impl Connection {
@@ -346,12 +354,16 @@ impl Connection {
                     Event::Closed(reason) => {
                         // Last words (an ACK, an EXIT) may be queued.
                         let _ = self.transmit().await;
+                        let _ = self.flush().await;
                         return Ok(self.closed(reason));
                     }
                     Event::ClientIdentified(_) => {}
                 }
             }
-            let timeout = self.session.poll_timeout();
+            let timeout = match (self.session.poll_timeout(), self.ack_hold) {
+                (Some(t), Some(h)) => Some(t.min(h)),
+                (t, h) => t.or(h),
+            };
             let layout = PacketLayout {
                 headroom: SEND_HEADROOM,
                 max_len: usize::from(tunnel.mtu()),
@@ -364,6 +376,7 @@ impl Connection {
                     tracing::info!("shutting down: closing the session");
                     self.session.close(Instant::now());
                     let _ = self.transmit().await;
+                    let _ = self.flush().await;
                     let _ = self.writer.shutdown().await;
                     return Ok(Ended::Shutdown);
                 }
@@ -423,24 +436,48 @@ impl Connection {
                     }
                 }
                 () = sleep_until(timeout) => {
-                    self.session.handle_timeout(Instant::now(), unix_now());
+                    let now = Instant::now();
+                    if self.session.poll_timeout().is_some_and(|t| t <= now) {
+                        self.session.handle_timeout(now, unix_now());
+                    }
                 }
             }
         }
     }
 
     /// Writes everything the session has queued, in one socket write.
+    ///
+    /// Through a proxy, until the tunnel is up, an output that is nothing but one P_ACK_V1
+    /// waits up to [`ACK_HOLD`] for what the session sends next and goes out in the same
+    /// write. A peer's control packets often come a fraction of a millisecond apart (a TLS
+    /// flight, the key-method-2 message after the session tickets): answering the first with
+    /// a lone ACK and the second with a reply makes two writes in quick succession, and a
+    /// proxy running Nagle's algorithm (tinyproxy) holds the second until the server has
+    /// acknowledged the first at the TCP level, which an upstream server delays by about
+    /// 40 ms. The packets and their order are unchanged; only the write that carries them is.
     async fn transmit(&mut self) -> io::Result<()> {
         let now = Instant::now();
         let secs = unix_now();
+        let before = self.out.len();
         while let Some(packet) = self.session.poll_transmit(now, secs) {
             self.out.extend_from_slice(&packet);
+        }
+        if self.hold_lone_acks && !self.up {
+            match self.ack_hold {
+                None if before == 0 && is_lone_ack(&self.out) => {
+                    self.ack_hold = Some(now + ACK_HOLD);
+                    return Ok(());
+                }
+                Some(until) if self.out.len() == before && now < until => return Ok(()),
+                _ => {}
+            }
         }
         self.flush().await
     }
 
     /// Writes the coalesced output.
     async fn flush(&mut self) -> io::Result<()> {
+        self.ack_hold = None;
         if !self.out.is_empty() {
             let written = self.writer.write_all(&self.out).await;
             self.out.clear();
@@ -587,6 +624,19 @@ struct FrameReader {
 
 /// Bytes reserved before each socket read.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// Longest a lone P_ACK_V1 waits for company during the handshake through a proxy (see
+/// [`Connection::transmit`]): well above the gaps seen between a peer's control packets
+/// (0.05-0.2 ms), far below any retransmission timeout (seconds).
+const ACK_HOLD: Duration = Duration::from_millis(1);
+
+/// Whether `out` is exactly one framed P_ACK_V1 (the opcode byte is in clear with every
+/// control-channel protection).
+fn is_lone_ack(out: &[u8]) -> bool {
+    out.len() > 2
+        && usize::from(u16::from_be_bytes([out[0], out[1]])) == out.len() - 2
+        && out[2] >> 3 == protocol::opcode::P_ACK_V1
+}
 
 /// Most bytes one read of what has arrived takes during the handshake (a peer's TLS flight
 /// is a few kilobytes).
@@ -798,6 +848,23 @@ mod tests {
         assert_eq!(pauses, [1, 2, 4, 5, 5]);
         b.reset();
         assert_eq!(b.next_pause().as_secs(), 1);
+    }
+
+    #[test]
+    fn a_lone_ack_is_one_framed_p_ack_v1() {
+        // P_ACK_V1 (5 << 3) with key id 0, framed: length 4, then the packet.
+        let ack = [0, 4, 5 << 3, 1, 2, 3];
+        assert!(is_lone_ack(&ack));
+        // A control packet (P_CONTROL_V1 = 4) is not.
+        assert!(!is_lone_ack(&[0, 4, 4 << 3, 1, 2, 3]));
+        // An ACK followed by another packet is not alone.
+        let mut two = ack.to_vec();
+        two.extend_from_slice(&[0, 2, 4 << 3, 0]);
+        assert!(!is_lone_ack(&two));
+        // Key id bits do not matter; short or empty output is not an ACK.
+        assert!(is_lone_ack(&[0, 1, (5 << 3) | 2]));
+        assert!(!is_lone_ack(&[0, 0]));
+        assert!(!is_lone_ack(&[]));
     }
 
     #[test]

@@ -17,12 +17,14 @@
 //!   merged packet leaves the checksum to the kernel, so a corrupt segment must not hide in
 //!   it.
 //!
-//! Anything else is written alone, and a TCP packet that cannot join closes its flow's run,
-//! so the packets of one flow reach the kernel in the order they came. Runs are written in
-//! the order of their first packet. A merged run is written as its first packet (IP length,
-//! IPv4 header checksum, PSH and a pseudo-header checksum patched in place) followed by the
-//! payloads of the others, with a virtio header that tells the kernel the segment size and
-//! where the checksum goes: one `writev`, no copy.
+//! Anything else is written alone. A TCP packet that cannot join closes its flow's run, and a
+//! packet that may be TCP of a flow that cannot be told (an IPv4 fragment after the first,
+//! IPv6 behind extension headers) closes every run, so the packets of one flow reach the
+//! kernel in the order they came. Runs are written in the order of their first packet. A
+//! merged run is written as its first packet (IP length, IPv4 header checksum, PSH and a
+//! pseudo-header checksum patched in place) followed by the payloads of the others, with a
+//! virtio header that tells the kernel the segment size and where the checksum goes: one
+//! `writev`, no copy.
 //!
 //! Planning allocates nothing once the coalescer's vectors have grown to the batch size.
 
@@ -79,11 +81,24 @@ struct Run {
     checked: bool,
 }
 
+/// What a packet is, as far as merging goes.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// TCP of a known flow.
+    Tcp(Seg),
+    /// Not TCP (UDP, ICMP, or nothing the kernel would take): leaves every run alone.
+    Other,
+    /// Perhaps TCP, of a flow that cannot be told (an IPv4 fragment after the first, IPv6
+    /// behind extension headers): closes every open run, so that no flow's later segments
+    /// overtake it.
+    Unknown,
+}
+
 /// What a TCP packet is, as far as merging goes.
 #[derive(Debug, Clone, Copy, Default)]
 struct Seg {
     v6: bool,
-    /// IP header length: 20 or 40.
+    /// IP header length: 20 to 60 for IPv4, 40 for IPv6.
     iph: usize,
     /// IP and TCP header length.
     hdr: usize,
@@ -172,14 +187,22 @@ impl Coalescer {
 
     fn add(&mut self, packets: &[BytesMut], i: usize) {
         let pkt = &packets[i][..];
-        let Some(seg) = parse(pkt) else {
-            self.push(i, Seg::default(), false);
-            return;
+        let seg = match parse(pkt) {
+            Kind::Tcp(seg) => seg,
+            Kind::Other => {
+                self.push(i, Seg::default(), false);
+                return;
+            }
+            Kind::Unknown => {
+                self.open.clear();
+                self.push(i, Seg::default(), false);
+                return;
+            }
         };
-        let open = self
-            .open
-            .iter()
-            .position(|&r| same_flow(&packets[self.runs[r as usize].first as usize], pkt, &seg));
+        let open = self.open.iter().position(|&r| {
+            let run = &self.runs[r as usize];
+            same_flow(&packets[run.first as usize], &run.seg, pkt, &seg)
+        });
         if !seg.candidate {
             if let Some(pos) = open {
                 self.open.remove(pos);
@@ -251,38 +274,60 @@ impl Coalescer {
     }
 }
 
-/// What `pkt` is for merging; `None` if it is not TCP at all.
-fn parse(pkt: &[u8]) -> Option<Seg> {
-    let version = pkt.first()? >> 4;
-    let (v6, iph, plain_ip) = match version {
+/// IPv6 next-header values of extension headers a TCP header may sit behind (RFC 8200 4,
+/// RFC 7045): hop-by-hop, routing, fragment, ESP, AH, destination options, mobility, HIP,
+/// shim6, experiments.
+const IPV6_EXTENSION_HEADERS: [u8; 11] = [0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254];
+
+/// What `pkt` is for merging.
+fn parse(pkt: &[u8]) -> Kind {
+    let Some(&first) = pkt.first() else {
+        return Kind::Other;
+    };
+    let (v6, iph, plain_ip) = match first >> 4 {
         4 => {
-            if pkt.len() < 20 || pkt[9] != IPPROTO_TCP {
-                return None;
+            let ihl = usize::from(first & 0x0f) * 4;
+            if ihl < 20 || pkt.len() < ihl {
+                return Kind::Other;
             }
-            let frag = u16::from_be_bytes([pkt[6], pkt[7]]) & 0x3fff;
-            let plain = pkt[0] == 0x45
+            if pkt[9] != IPPROTO_TCP {
+                return Kind::Other;
+            }
+            let frag = u16::from_be_bytes([pkt[6], pkt[7]]);
+            if frag & 0x1fff != 0 {
+                return Kind::Unknown;
+            }
+            let plain = ihl == 20
                 && usize::from(u16::from_be_bytes([pkt[2], pkt[3]])) == pkt.len()
-                && frag == 0
+                && frag & 0x2000 == 0
                 && Sum::default().add(&pkt[..20]).fold() == 0xffff;
-            (false, 20, plain)
+            (false, ihl, plain)
         }
         6 => {
-            if pkt.len() < 40 || pkt[6] != IPPROTO_TCP {
-                return None;
+            if pkt.len() < 40 {
+                return Kind::Other;
+            }
+            if IPV6_EXTENSION_HEADERS.contains(&pkt[6]) {
+                return Kind::Unknown;
+            }
+            if pkt[6] != IPPROTO_TCP {
+                return Kind::Other;
             }
             let plain = usize::from(u16::from_be_bytes([pkt[4], pkt[5]])) + 40 == pkt.len();
             (true, 40, plain)
         }
-        _ => return None,
+        _ => return Kind::Other,
     };
-    let tcp = pkt.get(iph..iph + 20)?;
+    let Some(tcp) = pkt.get(iph..iph + 20) else {
+        return Kind::Other;
+    };
     let hdr = iph + usize::from(tcp[12] >> 4) * 4;
     if hdr < iph + 20 || hdr > pkt.len() {
-        return None;
+        return Kind::Other;
     }
     let flags = tcp[TCP_FLAGS];
     let payload = pkt.len() - hdr;
-    Some(Seg {
+    Kind::Tcp(Seg {
         v6,
         iph,
         hdr,
@@ -296,12 +341,13 @@ fn parse(pkt: &[u8]) -> Option<Seg> {
     })
 }
 
-/// Whether `pkt` (parsed as `seg`) has the addresses and ports of `first`.
-fn same_flow(first: &[u8], pkt: &[u8], seg: &Seg) -> bool {
+/// Whether `pkt` (parsed as `seg`) has the addresses and ports of `first` (parsed as
+/// `first_seg`).
+fn same_flow(first: &[u8], first_seg: &Seg, pkt: &[u8], seg: &Seg) -> bool {
     let addrs = if seg.v6 { 8..40 } else { 12..20 };
-    first.first().map(|b| b >> 4) == pkt.first().map(|b| b >> 4)
+    first_seg.v6 == seg.v6
         && first.get(addrs.clone()) == pkt.get(addrs)
-        && first.get(seg.iph..seg.iph + 4) == pkt.get(seg.iph..seg.iph + 4)
+        && first.get(first_seg.iph..first_seg.iph + 4) == pkt.get(seg.iph..seg.iph + 4)
 }
 
 /// Whether `pkt` may follow the run that starts with `first` (same flow already known).

@@ -1,4 +1,5 @@
 use super::*;
+use crate::tun::checksum;
 use crate::tun::gso::{complete_checksum, Segments, TCP_FIN};
 use crate::tun::testpkt::{tcp_packet, tcp_valid, Tcp};
 use crate::tun::vnet::VIRTIO_NET_HDR_GSO_NONE;
@@ -307,6 +308,59 @@ fn other_packets_pass_alone_and_leave_tcp_runs_alone() {
     for odd in [fragment, options] {
         let mut packets = vec![pkt(&seg(&f, 0), 1448), odd];
         assert_eq!(counts(&plan(&mut packets)), vec![1, 1]);
+    }
+}
+
+#[test]
+fn a_packet_of_the_flow_with_ip_options_closes_its_run() {
+    let f = flow(0);
+    // A bare ACK at segment 1's sequence number, with a 4-byte IPv4 option (NOP NOP NOP EOL)
+    // and its header checksum.
+    let plain = pkt(&seg(&f, 1), 0);
+    let mut with_options = plain[..20].to_vec();
+    with_options[0] = 0x46;
+    with_options.extend_from_slice(&[1, 1, 1, 0]);
+    with_options.extend_from_slice(&plain[20..]);
+    let total = with_options.len() as u16;
+    with_options[2..4].copy_from_slice(&total.to_be_bytes());
+    with_options[10..12].copy_from_slice(&[0, 0]);
+    let c = checksum::ipv4_header(&with_options[..24]);
+    with_options[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut packets = vec![
+        pkt(&seg(&f, 0), 1448),
+        BytesMut::from(&with_options[..]),
+        pkt(&seg(&f, 1), 1448),
+    ];
+    // Its ports are after the options: it is of the flow, so segment 1 may not join
+    // segment 0 ahead of it.
+    assert_eq!(counts(&plan(&mut packets)), vec![1, 1, 1]);
+}
+
+#[test]
+fn a_packet_whose_flow_cannot_be_told_closes_every_run() {
+    let (a, b) = (flow(0), flow(1));
+    let mut fragment = pkt(&seg(&a, 1), 1448);
+    fragment[6..8].copy_from_slice(&[0x00, 0x10]); // offset 128 bytes: no TCP header
+    let mut ipv6_hop_by_hop = pkt(
+        &Tcp {
+            v6: true,
+            ..seg(&a, 1)
+        },
+        1448,
+    );
+    ipv6_hop_by_hop[6] = 0;
+    for odd in [fragment, ipv6_hop_by_hop] {
+        let mut packets = vec![
+            pkt(&seg(&a, 0), 1448),
+            pkt(&seg(&b, 0), 1448),
+            odd,
+            pkt(&seg(&a, 1), 1448),
+            pkt(&seg(&b, 1), 1448),
+            pkt(&seg(&a, 2), 1448),
+            pkt(&seg(&b, 2), 1448),
+        ];
+        // Neither run may take segment 1 ahead of it; merging resumes after it.
+        assert_eq!(counts(&plan(&mut packets)), vec![1, 1, 1, 2, 2]);
     }
 }
 

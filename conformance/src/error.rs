@@ -77,6 +77,21 @@ pub enum LabError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Our crates refused the lab's own material (a certificate, a key).
+    #[error("{what} refused")]
+    Material {
+        /// Which material.
+        what: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Our vpn-server, run as a library, failed to start.
+    #[error("our vpn-server failed")]
+    OurServer(#[source] vpn_server::ServerError),
+    /// Our vpn-client, run as a library, failed.
+    #[error("our vpn-client failed")]
+    OurClient(#[source] vpn_client::RunError),
     /// Something the lab waited for did not happen in time.
     #[error("timed out after {waited:?} waiting for {what}; log so far:\n{log}")]
     Timeout {

@@ -33,6 +33,8 @@ pub mod driver;
 pub mod icmp;
 pub mod matrix;
 pub mod netns;
+pub mod our_client;
+pub mod our_server;
 pub mod pki_fixture;
 pub mod probe;
 pub mod sidecar_lab;

@@ -22,11 +22,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
+use conformance::our_client::ClientThread;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_server_config, ControlWrap, UpstreamOpenvpn};
 use netio::netlink::{IpPrefix, Netlink};
-use vpn_client::{CancellationToken, Stopped};
+use vpn_client::Stopped;
 
 const SERVER_PORT: u16 = 1194;
 const PROXY_PORT: u16 = 8888;
@@ -131,41 +132,25 @@ fn the_vpn2_client_template_starts_unchanged_and_runs_its_up_hook() {
         loaded.warnings
     );
 
-    shoot
-        .run_in(|| {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let shutdown = CancellationToken::new();
-                let client = tokio::spawn(vpn_client::run(loaded.settings, shutdown.clone()));
-                let deadline = Instant::now() + TIMEOUT;
-                loop {
-                    let addr = ip(&shoot, &["-4", "addr", "show", "dev", "tun0"]);
-                    let routes = ip(&shoot, &["route"]);
-                    if addr.contains(&format!("inet {CLIENT_TUN}"))
-                        && routes.contains("241.0.0.0/8 dev tun0")
-                    {
-                        break;
-                    }
-                    assert!(!client.is_finished(), "the client stopped early");
-                    assert!(
-                        Instant::now() < deadline,
-                        "no tunnel address or up-hook route: {addr} / {routes}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                shutdown.cancel();
-                let stopped = tokio::time::timeout(Duration::from_secs(10), client)
-                    .await
-                    .expect("client stops on cancel")
-                    .expect("client task")
-                    .expect("client result");
-                assert_eq!(stopped, Stopped::Shutdown);
-            });
-        })
-        .expect("run_in shoot");
+    std::thread::scope(|scope| {
+        let client = ClientThread::spawn(scope, &shoot, loaded.settings);
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let addr = ip(&shoot, &["-4", "addr", "show", "dev", "tun0"]);
+            let routes = ip(&shoot, &["route"]);
+            if addr.contains(&format!("inet {CLIENT_TUN}"))
+                && routes.contains("241.0.0.0/8 dev tun0")
+            {
+                break;
+            }
+            assert!(!client.is_finished(), "the client stopped early");
+            assert!(
+                Instant::now() < deadline,
+                "no tunnel address or up-hook route: {addr} / {routes}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
+    });
     drop(server);
 }

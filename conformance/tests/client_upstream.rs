@@ -32,15 +32,10 @@ use conformance::upstream::{tcp_server_config, ControlWrap, UpstreamOpenvpn};
 use netio::http::CustomHeader;
 use netio::netlink::{IpPrefix, Netlink};
 use openssl::sha::Sha256;
-use pki::tls::PeerPolicy;
-use protocol::digest::Digest;
-use protocol::key::KeyDirection;
 use protocol::push::{FilterAction, PullFilter};
-use protocol::session::ControlProtection;
-use protocol::static_key;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use vpn_client::{CancellationToken, HttpProxy, Remote, Settings, Stopped, TlsMaterial};
+use vpn_client::{CancellationToken, HttpProxy, Remote, Settings, Stopped};
 
 const SERVER_PORT: u16 = 1194;
 const PROXY_PORT: u16 = 8888;
@@ -122,23 +117,10 @@ impl Lab {
     /// The client's settings: the remote through tinyproxy with the routing header, tls-auth
     /// SHA256, `connect-retry 1 2`.
     fn settings(&self) -> Settings {
-        let read = |p: std::path::PathBuf| std::fs::read(&p).expect("read pki file");
-        let key = static_key::parse(&self.pki.ta_key_text().expect("ta.key")).expect("ta.key");
-        let mut settings = Settings::new(
-            vec![Remote::new("127.0.0.1", SERVER_PORT)],
-            TlsMaterial::Pem {
-                ca: read(self.pki.ca_cert()),
-                cert: read(self.pki.client_cert()),
-                key: read(self.pki.client_key()),
-                peer: PeerPolicy::server_peer(),
-            },
-            ControlProtection::TlsAuth {
-                key,
-                direction: KeyDirection::Inverse,
-                digest: Digest::Sha256,
-            },
-        );
-        settings.auth = Digest::Sha256;
+        let mut settings = self
+            .pki
+            .our_client_settings(Remote::new("127.0.0.1", SERVER_PORT))
+            .expect("client settings");
         let mut proxy = HttpProxy::new(SEED_VETH.to_string(), PROXY_PORT);
         proxy.custom_headers.push(CustomHeader::NameValue {
             name: "Reversed-VPN".into(),

@@ -20,16 +20,12 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use conformance::our_client::ClientThread;
 use conformance::pki_fixture::TestPki;
 use conformance::upstream::{tcp_client_config, tcp_server_config, ControlWrap, UpstreamOpenvpn};
 use netio::http::CustomHeader;
-use pki::tls::PeerPolicy;
-use protocol::digest::Digest;
-use protocol::key::KeyDirection;
-use protocol::session::ControlProtection;
-use protocol::static_key;
 use router_common::*;
-use vpn_client::{CancellationToken, HttpProxy, Remote, Settings, Stopped, TlsMaterial};
+use vpn_client::{HttpProxy, Remote, Settings, Stopped};
 
 const SERVER_TUN: Ipv4Addr = Ipv4Addr::new(192, 168, 123, 1);
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -140,23 +136,9 @@ fn stock_and_our_client_reach_the_server_through_the_router_with_each_header() {
 }
 
 fn our_settings(pki: &TestPki, host: String, port: u16, header: &str) -> Settings {
-    let read = |p: std::path::PathBuf| std::fs::read(&p).expect("read pki file");
-    let key = static_key::parse(&pki.ta_key_text().expect("ta.key")).expect("ta.key");
-    let mut settings = Settings::new(
-        vec![Remote::new("127.0.0.1", 1194)],
-        TlsMaterial::Pem {
-            ca: read(pki.ca_cert()),
-            cert: read(pki.client_cert()),
-            key: read(pki.client_key()),
-            peer: PeerPolicy::server_peer(),
-        },
-        ControlProtection::TlsAuth {
-            key,
-            direction: KeyDirection::Inverse,
-            digest: Digest::Sha256,
-        },
-    );
-    settings.auth = Digest::Sha256;
+    let mut settings = pki
+        .our_client_settings(Remote::new("127.0.0.1", 1194))
+        .expect("client settings");
     let mut proxy = HttpProxy::new(host, port);
     proxy.custom_headers.push(CustomHeader::NameValue {
         name: header.into(),
@@ -170,44 +152,30 @@ fn our_settings(pki: &TestPki, host: String, port: u16, header: &str) -> Setting
 
 /// Runs our client in SHOOT until tun0 has a pool address, runs `body`, stops the client.
 fn with_our_client(lab: &Lab, settings: Settings, body: impl FnOnce(&Lab) + Send) {
-    lab.shoot
-        .run_in(|| {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let shutdown = CancellationToken::new();
-            let client = rt.spawn(vpn_client::run(settings, shutdown.clone()));
-            let deadline = Instant::now() + TIMEOUT;
-            loop {
-                let out = Command::new("ip")
-                    .args(["-n", lab.shoot.name(), "-4", "addr", "show", "dev", "tun0"])
-                    .output()
-                    .expect("ip");
-                if String::from_utf8_lossy(&out.stdout).contains("inet 192.168.123.") {
-                    break;
-                }
-                assert!(
-                    !client.is_finished(),
-                    "our client stopped before the tunnel came up"
-                );
-                assert!(
-                    Instant::now() < deadline,
-                    "our client's tun0 never got an address"
-                );
-                std::thread::sleep(Duration::from_millis(50));
+    std::thread::scope(|scope| {
+        let client = ClientThread::spawn(scope, &lab.shoot, settings);
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let out = Command::new("ip")
+                .args(["-n", lab.shoot.name(), "-4", "addr", "show", "dev", "tun0"])
+                .output()
+                .expect("ip");
+            if String::from_utf8_lossy(&out.stdout).contains("inet 192.168.123.") {
+                break;
             }
-            body(lab);
-            shutdown.cancel();
-            let stopped = rt
-                .block_on(async { tokio::time::timeout(Duration::from_secs(10), client).await })
-                .expect("client stops on cancel")
-                .expect("client task")
-                .expect("client result");
-            assert_eq!(stopped, Stopped::Shutdown);
-        })
-        .expect("run_in shoot");
+            assert!(
+                !client.is_finished(),
+                "our client stopped before the tunnel came up"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "our client's tun0 never got an address"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        body(lab);
+        assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
+    });
     wait_no_tun(lab);
 }
 

@@ -16,32 +16,22 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use conformance::netns::Netns;
+use conformance::our_server::ServerThread;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
 use openssl::sha::sha256;
-use pki::tls::{control_channel_server, PeerPolicy};
-use pki::{CaBundle, Identity};
-use protocol::digest::Digest;
-use protocol::key::KeyDirection;
-use protocol::session::{ControlProtection, Keepalive};
-use protocol::static_key;
-use tokio_util::sync::CancellationToken;
-use vpn_server::{ClientOptions, Server, Settings, StatusFile};
+use protocol::session::Keepalive;
+use vpn_server::{ClientOptions, Settings, StatusFile};
 
 const PORT: u16 = 1194;
 const TIMEOUT: Duration = Duration::from_secs(30);
 const IROUTE: &str = "10.251.0.0/16";
 const IROUTE_HOST: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 1);
 const SERVER_TUN: Ipv4Addr = Ipv4Addr::new(192, 168, 123, 1);
-
-fn read(path: PathBuf) -> Vec<u8> {
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// Issues a client certificate with `cn` from the fixture's CA (same extensions as the
 /// fixture's own client certificate). Returns (cert, key).
@@ -109,22 +99,7 @@ fn issue_client(pki: &TestPki, cn: &str) -> (PathBuf, PathBuf) {
 }
 
 fn settings(pki: &TestPki, status: PathBuf) -> Settings {
-    let trust = CaBundle::from_pem(&read(pki.ca_cert())).expect("CA");
-    let id = Identity::from_pem(&read(pki.server_cert()), &read(pki.server_key())).expect("id");
-    let policy = PeerPolicy::client_peer();
-    let ctx = control_channel_server(&id, &trust, &policy).expect("server context");
-    let key = static_key::parse(&pki.ta_key_text().expect("ta.key")).expect("ta.key");
-    let mut s = Settings::new(
-        ctx,
-        Arc::new(policy),
-        ControlProtection::TlsAuth {
-            key,
-            direction: KeyDirection::Normal,
-            digest: Digest::Sha256,
-        },
-    );
-    s.listen = vec![SocketAddr::from(([0u16; 8], PORT))];
-    s.auth = Digest::Sha256;
+    let mut s = pki.our_server_settings(PORT).expect("server settings");
     s.keepalive = Some(Keepalive {
         ping: 10,
         ping_restart: 60,
@@ -186,13 +161,6 @@ fn fetch(ns: &Netns, addr: SocketAddr) -> (usize, [u8; 32]) {
     .expect("run in namespace")
 }
 
-struct CancelOnDrop(CancellationToken);
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
 #[test]
 fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
     require_lab(&["openvpn", "openssl"]);
@@ -226,30 +194,9 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
     let status_path = status_dir.path().join("openvpn.status");
     let settings = settings(&pki, status_path.clone());
 
-    let token = CancellationToken::new();
     std::thread::scope(|scope| {
-        let _cancel = CancelOnDrop(token.clone());
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let server_token = token.clone();
-        let seed_ref = &seed;
-        let server_thread = scope.spawn(move || {
-            seed_ref
-                .run_in(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("runtime");
-                    rt.block_on(async move {
-                        let server = Server::bind(settings).await.expect("bind");
-                        ready_tx.send(server.stats()).expect("ready");
-                        let started = Instant::now();
-                        let r = server.run(server_token).await;
-                        (r.is_ok(), started.elapsed())
-                    })
-                })
-                .expect("run in seed")
-        });
-        let stats = ready_rx.recv_timeout(TIMEOUT).expect("server ready");
+        let our_server = ServerThread::spawn(scope, &seed, settings).expect("our server");
+        let stats = our_server.stats();
 
         // (a) Three upstream clients at once get three distinct pool addresses.
         let clients: Vec<UpstreamOpenvpn<'_>> = shoots
@@ -411,10 +358,13 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
         assert!(text.ends_with("END\n"), "{text}");
 
         // Graceful shutdown: clients are told (RESTART), the server drains and returns Ok.
-        token.cancel();
-        let (ok, took) = server_thread.join().expect("server thread");
-        assert!(ok, "run returned an error");
-        assert!(took < Duration::from_secs(10), "shutdown took {took:?}");
+        let stopped = our_server.stop();
+        stopped.result.expect("run returned an error");
+        assert!(
+            stopped.took < Duration::from_secs(10),
+            "shutdown took {:?}",
+            stopped.took
+        );
         for c in &clients {
             c.wait_for_log("server-pushed-connection-reset", Duration::from_secs(5))
                 .expect("client saw RESTART");

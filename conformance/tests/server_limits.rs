@@ -4,50 +4,23 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
+use conformance::our_server::ServerThread;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
-use pki::tls::{control_channel_server, PeerPolicy};
-use pki::{CaBundle, Identity};
-use protocol::digest::Digest;
-use protocol::key::KeyDirection;
-use protocol::session::ControlProtection;
-use protocol::static_key;
-use tokio_util::sync::CancellationToken;
-use vpn_server::{Server, Settings};
+use vpn_server::Settings;
 
 const HANDSHAKE: Duration = Duration::from_secs(2);
 
 const PORT: u16 = 1194;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-fn read(path: PathBuf) -> Vec<u8> {
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
 fn settings(pki: &TestPki) -> Settings {
-    let trust = CaBundle::from_pem(&read(pki.ca_cert())).expect("CA");
-    let id = Identity::from_pem(&read(pki.server_cert()), &read(pki.server_key())).expect("id");
-    let policy = PeerPolicy::client_peer();
-    let ctx = control_channel_server(&id, &trust, &policy).expect("server context");
-    let key = static_key::parse(&pki.ta_key_text().expect("ta.key")).expect("ta.key");
-    let mut s = Settings::new(
-        ctx,
-        Arc::new(policy),
-        ControlProtection::TlsAuth {
-            key,
-            direction: KeyDirection::Normal,
-            digest: Digest::Sha256,
-        },
-    );
-    s.listen = vec![SocketAddr::from(([0u16; 8], PORT))];
-    s.auth = Digest::Sha256;
+    let mut s = pki.our_server_settings(PORT).expect("server settings");
     s.max_clients = 2;
     s.handshake_timeout = HANDSHAKE;
     s
@@ -73,13 +46,6 @@ fn closed_within(s: &mut TcpStream, limit: Duration) -> Option<Duration> {
     None
 }
 
-struct CancelOnDrop(CancellationToken);
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
-    }
-}
-
 #[test]
 fn idle_connections_cannot_lock_clients_out() {
     require_lab(&["openvpn", "openssl"]);
@@ -93,28 +59,9 @@ fn idle_connections_cannot_lock_clients_out() {
         .run(["ip", "addr", "add", "10.200.1.2/30", "dev", "vc1"])
         .expect("addr");
     let settings = settings(&pki);
-    let token = CancellationToken::new();
     std::thread::scope(|scope| {
-        let _cancel = CancelOnDrop(token.clone());
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let server_token = token.clone();
-        let seed_ref = &seed;
-        let server_thread = scope.spawn(move || {
-            seed_ref
-                .run_in(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("runtime");
-                    rt.block_on(async move {
-                        let server = Server::bind(settings).await.expect("bind");
-                        ready_tx.send(server.stats()).expect("ready");
-                        server.run(server_token).await.is_ok()
-                    })
-                })
-                .expect("run in seed")
-        });
-        let stats = ready_rx.recv_timeout(TIMEOUT).expect("server ready");
+        let server = ServerThread::spawn(scope, &seed, settings).expect("our server");
+        let stats = server.stats();
         let target = SocketAddr::from(([10, 200, 1, 1], PORT));
         let connect = || {
             shoot
@@ -157,8 +104,7 @@ fn idle_connections_cannot_lock_clients_out() {
             .wait_for_log(INITIALIZED_MARKER, TIMEOUT)
             .expect("client gets in");
         assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
-        token.cancel();
-        assert!(server_thread.join().expect("server thread"), "run failed");
+        server.stop().result.expect("run failed");
         drop(idle);
         drop(client);
     });

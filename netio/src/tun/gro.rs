@@ -189,12 +189,10 @@ impl Coalescer {
         let pkt = &packets[i][..];
         let seg = match parse(pkt) {
             Kind::Tcp(seg) => seg,
-            Kind::Other => {
-                self.push(i, Seg::default(), false);
-                return;
-            }
-            Kind::Unknown => {
-                self.open.clear();
+            kind => {
+                if matches!(kind, Kind::Unknown) {
+                    self.open.clear();
+                }
                 self.push(i, Seg::default(), false);
                 return;
             }
@@ -287,10 +285,7 @@ fn parse(pkt: &[u8]) -> Kind {
     let (v6, iph, plain_ip) = match first >> 4 {
         4 => {
             let ihl = usize::from(first & 0x0f) * 4;
-            if ihl < 20 || pkt.len() < ihl {
-                return Kind::Other;
-            }
-            if pkt[9] != IPPROTO_TCP {
+            if ihl < 20 || pkt.len() < ihl || pkt[9] != IPPROTO_TCP {
                 return Kind::Other;
             }
             let frag = u16::from_be_bytes([pkt[6], pkt[7]]);
@@ -307,11 +302,12 @@ fn parse(pkt: &[u8]) -> Kind {
             if pkt.len() < 40 {
                 return Kind::Other;
             }
-            if IPV6_EXTENSION_HEADERS.contains(&pkt[6]) {
-                return Kind::Unknown;
-            }
             if pkt[6] != IPPROTO_TCP {
-                return Kind::Other;
+                return if IPV6_EXTENSION_HEADERS.contains(&pkt[6]) {
+                    Kind::Unknown
+                } else {
+                    Kind::Other
+                };
             }
             let plain = usize::from(u16::from_be_bytes([pkt[4], pkt[5]])) + 40 == pkt.len();
             (true, 40, plain)

@@ -92,6 +92,12 @@ pub enum LabError {
     /// Our vpn-client, run as a library, failed.
     #[error("our vpn-client failed")]
     OurClient(#[source] vpn_client::RunError),
+    /// Our vpn-client, run as a library, ended on its own before what the lab waited for.
+    #[error("our vpn-client ended before {what}")]
+    OurClientEnded {
+        /// What was awaited.
+        what: String,
+    },
     /// Something the lab waited for did not happen in time.
     #[error("timed out after {waited:?} waiting for {what}; log so far:\n{log}")]
     Timeout {

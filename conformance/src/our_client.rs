@@ -5,7 +5,7 @@
 //! cancelled when the handle is stopped or dropped (also when the test panics).
 
 use std::thread::{Scope, ScopedJoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vpn_client::{CancellationToken, RunError, Settings, Stopped};
 
@@ -14,6 +14,9 @@ use crate::LabError;
 
 /// How long the client may take to stop once cancelled.
 const STOP: Duration = Duration::from_secs(10);
+
+/// How often [`ClientThread::wait_until`] looks.
+const POLL: Duration = Duration::from_millis(50);
 
 /// What the client's thread ends with: `None` if it did not stop within [`STOP`].
 type Ended = Option<Result<Stopped, RunError>>;
@@ -64,6 +67,31 @@ impl<'scope> ClientThread<'scope> {
     /// Whether the client has ended without being stopped.
     pub fn is_finished(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| t.is_finished())
+    }
+
+    /// Polls `ready` until it holds, for at most `timeout`; fails as soon as the client ends
+    /// on its own (`stop` then tells how). `what` names what is awaited, for the error.
+    pub fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), LabError> {
+        let deadline = Instant::now() + timeout;
+        while !ready() {
+            if self.is_finished() {
+                return Err(LabError::OurClientEnded { what: what.into() });
+            }
+            if Instant::now() >= deadline {
+                return Err(LabError::Timeout {
+                    what: what.into(),
+                    waited: timeout,
+                    log: String::new(),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+        Ok(())
     }
 
     /// Cancels the client and waits for it to end: what `vpn_client::run` returned. A panic

@@ -19,7 +19,7 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use conformance::netns::Netns;
 use conformance::our_client::ClientThread;
@@ -134,22 +134,15 @@ fn the_vpn2_client_template_starts_unchanged_and_runs_its_up_hook() {
 
     std::thread::scope(|scope| {
         let client = ClientThread::spawn(scope, &shoot, loaded.settings);
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let addr = ip(&shoot, &["-4", "addr", "show", "dev", "tun0"]);
-            let routes = ip(&shoot, &["route"]);
-            if addr.contains(&format!("inet {CLIENT_TUN}"))
-                && routes.contains("241.0.0.0/8 dev tun0")
-            {
-                break;
-            }
-            assert!(!client.is_finished(), "the client stopped early");
-            assert!(
-                Instant::now() < deadline,
-                "no tunnel address or up-hook route: {addr} / {routes}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (mut addr, mut routes) = (String::new(), String::new());
+        client
+            .wait_until("the tunnel address and the up-hook route", TIMEOUT, || {
+                addr = ip(&shoot, &["-4", "addr", "show", "dev", "tun0"]);
+                routes = ip(&shoot, &["route"]);
+                addr.contains(&format!("inet {CLIENT_TUN}"))
+                    && routes.contains("241.0.0.0/8 dev tun0")
+            })
+            .unwrap_or_else(|e| panic!("{e}: {addr} / {routes}"));
         assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
     });
     drop(server);

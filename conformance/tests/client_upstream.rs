@@ -26,6 +26,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
+use conformance::our_client::ClientThread;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_server_config, ControlWrap, UpstreamOpenvpn};
@@ -35,7 +36,7 @@ use openssl::sha::Sha256;
 use protocol::push::{FilterAction, PullFilter};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use vpn_client::{CancellationToken, HttpProxy, Remote, Settings, Stopped};
+use vpn_client::{HttpProxy, Remote, Settings, Stopped};
 
 const SERVER_PORT: u16 = 1194;
 const PROXY_PORT: u16 = 8888;
@@ -245,57 +246,33 @@ async fn transfer(port: u16) -> Result<(), String> {
     Ok(())
 }
 
-/// Polls `ip -n SHOOT addr show dev tun0` until it shows the pushed address.
-async fn wait_for_tun_address(
-    lab: &Lab,
-    client: &tokio::task::JoinHandle<Result<Stopped, vpn_client::RunError>>,
-) {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let out = Command::new("ip")
-            .args(["-n", lab.shoot.name(), "-4", "addr", "show", "dev", "tun0"])
-            .output()
-            .expect("ip");
-        if String::from_utf8_lossy(&out.stdout).contains(&format!("inet {CLIENT_TUN}")) {
-            return;
-        }
-        assert!(
-            !client.is_finished(),
-            "the client stopped before the tunnel came up"
-        );
-        assert!(Instant::now() < deadline, "tun0 never got {CLIENT_TUN}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits until `ip -n SHOOT addr show dev tun0` shows the pushed address.
+fn wait_for_tun_address(lab: &Lab, client: &ClientThread<'_>) {
+    client
+        .wait_until(&format!("{CLIENT_TUN} on tun0"), TIMEOUT, || {
+            let out = Command::new("ip")
+                .args(["-n", lab.shoot.name(), "-4", "addr", "show", "dev", "tun0"])
+                .output()
+                .expect("ip");
+            String::from_utf8_lossy(&out.stdout).contains(&format!("inet {CLIENT_TUN}"))
+        })
+        .expect("tunnel up");
 }
 
-/// Runs the client in SHOOT on a multi-thread runtime (its workers are spawned from the
-/// namespaced thread, so they live in SHOOT too) while `body` runs beside it; then stops the
-/// client and checks it stopped cleanly and removed its tun device.
+/// Runs the client in SHOOT while `body` runs beside it on a runtime of its own, also in
+/// SHOOT (its transfers start there); then stops the client and checks it stopped cleanly and
+/// removed its tun device.
 fn with_client<F>(lab: &Lab, settings: Settings, body: F)
 where
-    F: AsyncFnOnce(&tokio::task::JoinHandle<Result<Stopped, vpn_client::RunError>>) + Send,
+    F: AsyncFnOnce(&ClientThread<'_>) + Send,
 {
-    lab.shoot
-        .run_in(|| {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let shutdown = CancellationToken::new();
-                let client = tokio::spawn(vpn_client::run(settings, shutdown.clone()));
-                body(&client).await;
-                shutdown.cancel();
-                let stopped = tokio::time::timeout(Duration::from_secs(10), client)
-                    .await
-                    .expect("client stops on cancel")
-                    .expect("client task")
-                    .expect("client result");
-                assert_eq!(stopped, Stopped::Shutdown);
-            });
-        })
-        .expect("run_in shoot");
+    std::thread::scope(|scope| {
+        let client = ClientThread::spawn(scope, &lab.shoot, settings);
+        lab.shoot
+            .run_in(|| runtime().block_on(body(&client)))
+            .expect("run_in shoot");
+        assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
+    });
     assert!(
         !lab.ip_shoot(&["link"]).contains("tun0"),
         "tun0 left behind: {}",
@@ -310,7 +287,7 @@ fn client_through_tinyproxy_gets_the_pushed_address_and_route_and_carries_traffi
     let echo = lab.echo_listener(5001);
     with_client(&lab, lab.settings(), async |client| {
         let echo = serve_echo(echo);
-        wait_for_tun_address(&lab, client).await;
+        wait_for_tun_address(&lab, client);
         let routes = lab.ip_shoot(&["route"]);
         assert!(
             routes.contains("10.99.0.0/16 dev tun0"),
@@ -339,7 +316,7 @@ fn pull_filter_ignore_keeps_a_pushed_route_out_while_another_one_is_added() {
         .filters
         .push(PullFilter::new(FilterAction::Ignore, "route 10.99"));
     with_client(&lab, settings, async |client| {
-        wait_for_tun_address(&lab, client).await;
+        wait_for_tun_address(&lab, client);
         // Both routes come in one PUSH_REPLY, applied together after the address.
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut routes = lab.ip_shoot(&["route"]);
@@ -365,7 +342,7 @@ fn client_reconnects_by_itself_after_the_server_restarts() {
     let first_echo = lab.echo_listener(5001);
     with_client(&lab, lab.settings(), async |client| {
         let echo = serve_echo(first_echo);
-        wait_for_tun_address(&lab, client).await;
+        wait_for_tun_address(&lab, client);
         transfer(5001).await.expect("traffic before the restart");
         echo.abort();
 
@@ -431,7 +408,7 @@ fn direct_connection_with_route_nopull_gets_the_address_but_no_pushed_route() {
     let echo = lab.echo_listener(5001);
     with_client(&lab, settings, async |client| {
         let echo = serve_echo(echo);
-        wait_for_tun_address(&lab, client).await;
+        wait_for_tun_address(&lab, client);
         let routes = lab.ip_shoot(&["route"]);
         assert!(!routes.contains("10.99."), "route-nopull: {routes}");
         transfer(5001)
@@ -451,7 +428,7 @@ fn client_restarts_on_ping_restart_when_the_server_freezes() {
     let echo = lab.echo_listener(5001);
     with_client(&lab, lab.settings(), async |client| {
         let echo = serve_echo(echo);
-        wait_for_tun_address(&lab, client).await;
+        wait_for_tun_address(&lab, client);
         transfer(5001).await.expect("traffic before the freeze");
         // The TCP connection stays open while the server is stopped: only the client's
         // ping-restart (3 s of silence) can end it.

@@ -154,25 +154,15 @@ fn our_settings(pki: &TestPki, host: String, port: u16, header: &str) -> Setting
 fn with_our_client(lab: &Lab, settings: Settings, body: impl FnOnce(&Lab) + Send) {
     std::thread::scope(|scope| {
         let client = ClientThread::spawn(scope, &lab.shoot, settings);
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let out = Command::new("ip")
-                .args(["-n", lab.shoot.name(), "-4", "addr", "show", "dev", "tun0"])
-                .output()
-                .expect("ip");
-            if String::from_utf8_lossy(&out.stdout).contains("inet 192.168.123.") {
-                break;
-            }
-            assert!(
-                !client.is_finished(),
-                "our client stopped before the tunnel came up"
-            );
-            assert!(
-                Instant::now() < deadline,
-                "our client's tun0 never got an address"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        client
+            .wait_until("a pool address on our client's tun0", TIMEOUT, || {
+                let out = Command::new("ip")
+                    .args(["-n", lab.shoot.name(), "-4", "addr", "show", "dev", "tun0"])
+                    .output()
+                    .expect("ip");
+                String::from_utf8_lossy(&out.stdout).contains("inet 192.168.123.")
+            })
+            .expect("tunnel up");
         body(lab);
         assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
     });

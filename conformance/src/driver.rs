@@ -23,11 +23,10 @@ pub trait Session {
     fn handle_packet(
         &mut self,
         now: Instant,
-        unix_secs: u64,
         packet: BytesMut,
     ) -> Result<Option<BytesMut>, SessionError>;
     /// See `ClientSession::handle_timeout`.
-    fn handle_timeout(&mut self, now: Instant, unix_secs: u64);
+    fn handle_timeout(&mut self, now: Instant);
     /// See `ClientSession::send_tun_packet`.
     fn send_tun_packet(
         &mut self,
@@ -49,13 +48,12 @@ macro_rules! impl_session {
             fn handle_packet(
                 &mut self,
                 now: Instant,
-                unix_secs: u64,
                 packet: BytesMut,
             ) -> Result<Option<BytesMut>, SessionError> {
-                <$t>::handle_packet(self, now, unix_secs, packet)
+                <$t>::handle_packet(self, now, packet)
             }
-            fn handle_timeout(&mut self, now: Instant, unix_secs: u64) {
-                <$t>::handle_timeout(self, now, unix_secs)
+            fn handle_timeout(&mut self, now: Instant) {
+                <$t>::handle_timeout(self, now)
             }
             fn send_tun_packet(
                 &mut self,
@@ -166,7 +164,7 @@ impl<S: Session> Driver<S> {
         loop {
             let now = Instant::now();
             if self.session.poll_timeout().is_some_and(|t| t <= now) {
-                self.session.handle_timeout(now, unix_now());
+                self.session.handle_timeout(now);
             }
             while let Some(out) = self.session.poll_transmit(now, unix_now()) {
                 self.write(&out)?;
@@ -226,10 +224,7 @@ impl<S: Session> Driver<S> {
             let Some(packet) = frame else {
                 return Ok(());
             };
-            match self
-                .session
-                .handle_packet(Instant::now(), unix_now(), packet)
-            {
+            match self.session.handle_packet(Instant::now(), packet) {
                 Ok(Some(payload)) => self.received.push(payload),
                 Ok(None) => {}
                 Err(e) => self.dropped.push(e),

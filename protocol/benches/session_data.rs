@@ -48,7 +48,6 @@ fn bench(c: &mut Criterion) {
     for cipher in [DataCipher::Aes256Gcm, DataCipher::Aes256Cbc] {
         let mut pair = connected(cipher);
         let now = pair.now();
-        let unix = pair.unix();
         let mut pool: Vec<BytesMut> = (0..BATCH)
             .map(|_| BytesMut::with_capacity(SEND_HEADROOM + PAYLOAD_LEN + DATA_TAILROOM))
             .collect();
@@ -91,7 +90,7 @@ fn bench(c: &mut Criterion) {
                     }
                     let start = Instant::now();
                     while let Some(frame) = decoder.decode(&mut stream).unwrap() {
-                        let opened = pair.server.handle_packet(now, unix, frame).unwrap();
+                        let opened = pair.server.handle_packet(now, frame).unwrap();
                         assert!(opened.is_some());
                     }
                     total += start.elapsed();

@@ -57,7 +57,7 @@ fn server_answers_the_client_reset_with_its_own_carrying_the_ack() {
     assert!(pair.server.poll_transmit(now, unix).is_none());
     pair.elapsed = Duration::from_secs(3);
     let (now, unix) = (pair.now(), pair.unix());
-    pair.server.handle_timeout(now, unix);
+    pair.server.handle_timeout(now);
     assert!(pair.server.poll_transmit(now, unix).is_none());
 
     // The client's hard reset reaches the server.
@@ -73,7 +73,7 @@ fn server_answers_the_client_reset_with_its_own_carrying_the_ack() {
     };
     let answer = pair
         .server
-        .handle_packet(now, unix, reset.into_iter().next().unwrap());
+        .handle_packet(now, reset.into_iter().next().unwrap());
     assert!(answer.unwrap().is_none());
 
     // The answer: exactly one packet, the server's reset, message 0, acknowledging the
@@ -106,11 +106,11 @@ fn a_repeated_client_reset_is_acknowledged_without_a_second_server_reset() {
     // server answers.
     pair.elapsed = Duration::from_secs(3);
     let (now, unix) = (pair.now(), pair.unix());
-    pair.client.handle_timeout(now, unix);
+    pair.client.handle_timeout(now);
     let again = frames(pair.client.poll_transmit(now, unix).unwrap());
     assert_eq!((first.len(), again.len()), (1, 1));
     for frame in first.into_iter().chain(again) {
-        pair.server.handle_packet(now, unix, frame).unwrap();
+        pair.server.handle_packet(now, frame).unwrap();
     }
     let out = frames(pair.server.poll_transmit(now, unix).unwrap());
     let opcodes: Vec<u8> = out.iter().map(|f| f[0] >> 3).collect();

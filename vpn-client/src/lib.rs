@@ -297,7 +297,7 @@ impl Connection {
             // A flood on one source must not starve the timers (pings, renegotiation).
             let now = Instant::now();
             if self.session.poll_timeout().is_some_and(|t| t <= now) {
-                self.session.handle_timeout(now, unix_now());
+                self.session.handle_timeout(now);
             }
             // The driving contract: transmit, then events, then the timer.
             if let Err(e) = self.transmit().await {
@@ -384,10 +384,9 @@ impl Connection {
                     Ok(Some(packet)) => {
                         // This packet and every one already buffered behind it, bounded.
                         let now = Instant::now();
-                        let secs = unix_now();
                         let mut next = Some(packet);
                         while let Some(packet) = next.take() {
-                            match self.session.handle_packet(now, secs, packet) {
+                            match self.session.handle_packet(now, packet) {
                                 Ok(Some(payload)) => payloads.push(payload),
                                 Ok(None) | Err(SessionError::Fatal) => {}
                                 Err(e) => tracing::debug!(error = %chain(&e), "received packet dropped"),
@@ -438,7 +437,7 @@ impl Connection {
                 () = sleep_until(timeout) => {
                     let now = Instant::now();
                     if self.session.poll_timeout().is_some_and(|t| t <= now) {
-                        self.session.handle_timeout(now, unix_now());
+                        self.session.handle_timeout(now);
                     }
                 }
             }

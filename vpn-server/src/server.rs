@@ -908,10 +908,9 @@ impl Connection {
                             }
                         }
                         let now = Instant::now();
-                        let secs = unix_now();
                         let lone = frames.len() == 1;
                         for packet in frames.drain(..) {
-                            match session.handle_packet(now, secs, packet) {
+                            match session.handle_packet(now, packet) {
                                 Ok(Some(payload)) => conn.packet_from_client(payload, lone).await,
                                 Ok(None) => {}
                                 Err(e) => debug!(client = id, error = %e, "packet dropped"),
@@ -955,7 +954,7 @@ impl Connection {
                         why = "drain timeout after RESTART".into();
                         break;
                     }
-                    session.handle_timeout(now, unix_now());
+                    session.handle_timeout(now);
                 }
             }
         }

@@ -103,10 +103,8 @@ impl ClientSession {
     pub fn handle_packet(
         &mut self,
         now: Instant,
-        unix_secs: u64,
         packet: BytesMut,
     ) -> Result<Option<BytesMut>, SessionError> {
-        let _ = unix_secs;
         let out = self.conn.handle_packet(now, packet).map(|incoming| {
             incoming.dispatch(|key_id, event| self.on_key_event(now, key_id.get(), event))
         });
@@ -115,8 +113,7 @@ impl ClientSession {
     }
 
     /// Runs every timer that expired at `now`.
-    pub fn handle_timeout(&mut self, now: Instant, unix_secs: u64) {
-        let _ = unix_secs;
+    pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(timer) = self.conn.timers.take_expired(now) {
             match timer {
                 Timer::PushRequest => self.on_push_timer(now),

@@ -21,6 +21,7 @@ use crate::ids::{KeyId, PeerId, SessionId};
 use crate::kdf::check_key2;
 use crate::key::{Key2, Role};
 use crate::km2::{ClientKeyMethod2, KeySource, ServerKeyMethod2};
+use crate::opcode::{P_DATA_V1, P_DATA_V2, P_OPCODE_SHIFT};
 use crate::packet::ControlOpcode;
 use crate::reliable::Reliable;
 use crate::tls::EXPORT_DYNAMIC_TLS_CRYPT_LABEL;
@@ -197,7 +198,7 @@ impl Conn {
         let Some(&first) = packet.first() else {
             return Err(SessionError::Data(DataError::BadLength { len: 0, min: 1 }));
         };
-        if matches!(first >> 3, 6 | 9) {
+        if matches!(first >> P_OPCODE_SHIFT, P_DATA_V1 | P_DATA_V2) {
             return self.handle_data(now, packet);
         }
         let received = self

@@ -17,12 +17,12 @@
 //! three groups of methods, after quinn-proto's `Connection`:
 //!
 //! - **Input** (`handle_*`):
-//!   - `handle_packet(now, unix_secs, packet)`: one decoded frame (without its length
+//!   - `handle_packet(now, packet)`: one decoded frame (without its length
 //!     prefix). Control packets go through the [`link`] to their key state. A data packet is
 //!     decrypted **in place** and its tun payload returned as `Ok(Some(buf))`; pings and OCC
 //!     messages are swallowed (`Ok(None)`) but count as received traffic. `Err` means the
 //!     packet was dropped ([`SessionError`]); only [`SessionError::Fatal`] ended the session.
-//!   - `handle_timeout(now, unix_secs)`: when the instant from `poll_timeout` has passed.
+//!   - `handle_timeout(now)`: when the instant from `poll_timeout` has passed.
 //! - **Commands**: `send_tun_packet(now, buf, offset)` encrypts a tun packet in place into
 //!   one *framed* wire packet (the driver writes `buf` as is); reserve [`SEND_HEADROOM`]
 //!   bytes in front of the payload and [`DATA_TAILROOM`](crate::data::DATA_TAILROOM) behind
@@ -35,8 +35,8 @@
 //!   2. `poll_event()` until `None`;
 //!   3. `poll_timeout()`: when to call `handle_timeout` next (`None`: no timer).
 //!
-//! `now` must never go backwards. `unix_secs` is wall-clock time for the replay ids of
-//! tls-auth/tls-crypt. Randomness (session ids, key-method-2 randoms, CBC IVs) comes from
+//! `now` must never go backwards. `unix_secs` (of `poll_transmit` only) is wall-clock time for
+//! the replay ids of tls-auth/tls-crypt. Randomness (session ids, key-method-2 randoms, CBC IVs) comes from
 //! the `RngCore + CryptoRng` given at construction. After [`Event::Closed`], poll
 //! `poll_transmit` once more (e.g. `AUTH_FAILED` or an ACK), then drop the session and the
 //! connection.

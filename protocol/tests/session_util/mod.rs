@@ -13,6 +13,7 @@ use protocol::digest::Digest;
 use protocol::framing::FrameDecoder;
 use protocol::key::{Key2, KeyDirection, KEY2_LEN};
 use protocol::ncp::DataCiphers;
+use protocol::opcode::{P_DATA_V1, P_DATA_V2, P_OPCODE_SHIFT};
 use protocol::session::{
     ClientConfig, ClientSession, ClientSettings, ControlProtection, Event, ServerConfig,
     ServerEndpoint, ServerSession, SessionConfig, SessionError, SEND_HEADROOM,
@@ -160,7 +161,10 @@ pub struct Pair {
 }
 
 fn is_data(frame: &[u8]) -> bool {
-    matches!(frame.first().map(|b| b >> 3), Some(6 | 9))
+    matches!(
+        frame.first().map(|b| b >> P_OPCODE_SHIFT),
+        Some(P_DATA_V1 | P_DATA_V2)
+    )
 }
 
 impl Pair {
@@ -222,7 +226,7 @@ impl Pair {
         }
         while let Some(frame) = self.c2s.pop_front() {
             progress = true;
-            match self.server.handle_packet(now, unix, frame) {
+            match self.server.handle_packet(now, frame) {
                 Ok(Some(p)) => self.server_tun.push(p),
                 Ok(None) => {}
                 Err(e) => self.server_errors.push(e),
@@ -230,7 +234,7 @@ impl Pair {
         }
         while let Some(frame) = self.s2c.pop_front() {
             progress = true;
-            match self.client.handle_packet(now, unix, frame) {
+            match self.client.handle_packet(now, frame) {
                 Ok(Some(p)) => self.client_tun.push(p),
                 Ok(None) => {}
                 Err(e) => self.client_errors.push(e),
@@ -279,9 +283,9 @@ impl Pair {
             return false;
         }
         self.elapsed = target.max(self.elapsed);
-        let (now, unix) = (self.now(), self.unix());
-        self.client.handle_timeout(now, unix);
-        self.server.handle_timeout(now, unix);
+        let now = self.now();
+        self.client.handle_timeout(now);
+        self.server.handle_timeout(now);
         self.pump();
         true
     }
@@ -304,9 +308,9 @@ impl Pair {
         while self.elapsed < end {
             if !self.step(end) {
                 self.elapsed = end;
-                let (now, unix) = (self.now(), self.unix());
-                self.client.handle_timeout(now, unix);
-                self.server.handle_timeout(now, unix);
+                let now = self.now();
+                self.client.handle_timeout(now);
+                self.server.handle_timeout(now);
                 self.pump();
             }
         }

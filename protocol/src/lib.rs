@@ -42,6 +42,7 @@ pub mod data;
 pub mod digest;
 pub mod framing;
 #[doc(hidden)]
+#[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod http;
 pub mod ids;

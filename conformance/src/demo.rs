@@ -33,9 +33,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
+use netio::report::chain;
 use openssl::sha::Sha256;
 use pki::tls::{control_channel_server, PeerPolicy};
 use pki::{Ca, CaBundle, CertProfile, Identity, IssueRequest, KeySpec, Validity};
@@ -383,18 +384,6 @@ impl fmt::Display for StepLine<'_> {
 
 fn hex_prefix(b: &[u8]) -> String {
     b.iter().take(8).map(|x| format!("{x:02x}")).collect()
-}
-
-/// The error and its causes on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        msg.push_str(": ");
-        msg.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    msg
 }
 
 /// Records steps, reports each as it finishes, and stops running steps after a failure.
@@ -792,9 +781,7 @@ struct Material {
 }
 
 fn issue_pki() -> Result<(Material, String), DemoError> {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now = i64::try_from(netio::clock::unix_now()).unwrap_or(i64::MAX);
     let validity = Validity::days_from(now, 1);
     let ca =
         Ca::create("vpn", KeySpec::EcdsaP256, validity).map_err(|source| DemoError::Issue {

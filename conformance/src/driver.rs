@@ -9,9 +9,10 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use netio::clock::unix_now;
 use protocol::framing::FrameDecoder;
 use protocol::session::{ClientSession, Event, ServerSession, SessionError, SEND_HEADROOM};
 
@@ -95,13 +96,6 @@ pub struct Driver<S> {
     /// Session errors of dropped packets, in order (a healthy run has none).
     pub dropped: Vec<SessionError>,
     closed_by_peer: bool,
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 impl<S: Session> Driver<S> {

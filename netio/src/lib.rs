@@ -14,21 +14,34 @@
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
 //!   timeout, byte counts, fixed buffers; `relay_tcp` does the same for two TCP sockets with
 //!   `splice(2)` (zero-copy) on Linux.
-//! * [`libm_pow`] - `pow(3)` defined in the program, so the binaries do not load `libm.so.6`.
 //! * [`script`] - the `up` / `down` hooks: splitting the command, upstream's arguments and
 //!   common variables, running it.
 //!
-//! Not built yet: the admin HTTP endpoints and shutdown (see the
-//! `vpn-server` / `vpn-client` issue).
+//! What every binary needs around its sessions, in one place each:
+//!
+//! * [`listen`] - listening sockets (`[::]` beside `0.0.0.0`) and the accept step of every
+//!   server loop.
+//! * [`signals`] - SIGTERM / SIGINT as a cancelled token.
+//! * [`clock`] - the wall-clock seconds the sessions take as an argument.
+//! * [`rng`] - a session's CSPRNG, seeded from the OS once.
+//! * [`report`] - an error and its causes on one line.
+//! * [`logging`] - the log subscriber of the binaries.
+//! * [`libm_pow`] - `pow(3)` defined in a binary, so it does not load `libm.so.6`.
 
 pub use protocol::http;
+pub mod clock;
 pub mod http_connect;
 pub mod ingress;
 pub mod libm_pow;
+pub mod listen;
+pub mod logging;
 pub mod netlink;
 mod reactor;
 pub mod relay;
+pub mod report;
+pub mod rng;
 pub mod script;
+pub mod signals;
 #[cfg(target_os = "linux")]
 mod splice;
 pub mod transport;

@@ -708,6 +708,11 @@ impl NetlinkError {
             _ => None,
         }
     }
+
+    /// Whether the kernel refused because the address or route is already there (`EEXIST`).
+    pub fn already_exists(&self) -> bool {
+        self.raw_os_error() == Some(libc::EEXIST)
+    }
 }
 
 #[cfg(test)]

@@ -37,9 +37,11 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use netio::clock::unix_now;
+use netio::report::chain;
 use netio::tun::{Coalescer, PacketLayout, RecvPool};
 use protocol::data::DATA_TAILROOM;
 use protocol::framing::{FrameDecoder, DEFAULT_STREAM_MAXLEN};
@@ -67,7 +69,7 @@ pub mod vpn2;
 
 use protocol::config::Family;
 use script::{run_script, ScriptError, ScriptType, TunInfo};
-use tunnel::{chain, Plan, Tunnel};
+use tunnel::{Plan, Tunnel};
 
 /// Most tun packets read (and encrypted, and written to the socket as one write) per wakeup.
 pub const TUN_BATCH: usize = 32;
@@ -238,7 +240,7 @@ impl Client<'_> {
         let mut conn = Connection {
             session: ClientSession::new(
                 self.config.clone(),
-                Box::new(rand_core::OsRng),
+                netio::rng::session_rng(),
                 Instant::now(),
             ),
             reader: FrameReader {
@@ -798,13 +800,6 @@ impl Settings {
             Family::V6 => addr.is_ipv6(),
         }
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 /// `connect-retry` pauses: `initial`, doubling after each attempt that did not bring the tunnel

@@ -11,12 +11,12 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ClientEnv;
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt as _;
-use tracing_subscriber::util::SubscriberInitExt as _;
 use vpn_client::config::Loaded;
 use vpn_client::{vpn2, CancellationToken, Stopped};
+
+netio::libm_pow!();
 
 /// The shoot side of the reversed VPN: an OpenVPN 2.6 compatible TCP client.
 #[derive(Debug, Parser)]
@@ -54,18 +54,13 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // `Targets` (no regex engine, unlike `EnvFilter`): `LEVEL` and `target=LEVEL` directives.
-    let targets: Targets = cli.log.parse().context("--log")?;
-    tracing_subscriber::registry()
-        .with(targets)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-        .init();
+    netio::logging::init(&cli.log).context("--log")?;
     if let Some(Command::ApiserverProxy(args)) = &cli.command {
         let config = args.to_config()?;
         let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
         return runtime.block_on(async {
             let shutdown = CancellationToken::new();
-            tokio::spawn(cancel_on_signal(shutdown.clone()));
+            tokio::spawn(cancel_on_signals(shutdown.clone())?);
             let proxy = vpn_client::apiserver_proxy::ApiserverProxy::bind(config).await?;
             proxy.run(shutdown).await;
             Ok(())
@@ -82,8 +77,8 @@ fn run() -> anyhow::Result<()> {
         .context("tokio runtime")?;
     let stopped = runtime.block_on(async {
         let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
-        vpn_client::run(settings, shutdown).await
+        tokio::spawn(cancel_on_signals(shutdown.clone()).context("signal handlers")?);
+        Ok::<_, anyhow::Error>(vpn_client::run(settings, shutdown).await?)
     })?;
     match stopped {
         Stopped::Shutdown => Ok(()),
@@ -102,20 +97,4 @@ fn load(cli: &Cli) -> anyhow::Result<Loaded> {
     let env = Vpn2ClientEnv::parse(std::env::vars())?;
     tracing::info!(secrets = %cli.vpn2_secrets_dir.display(), "vpn2 environment mode");
     Ok(vpn2::load_env(&env, &cli.vpn2_secrets_dir)?)
-}
-
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
-    shutdown.cancel();
 }

@@ -13,14 +13,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
+use netio::report::chain;
 use netio::tun::{Tun, TunError};
 use protocol::push::options::{RouteVia, Topology};
 use protocol::push::PushedOption;
 
 use crate::settings::TunSettings;
-
-/// `EEXIST`: the kernel already has this address or route.
-const EEXIST: i32 = 17;
 
 /// What one push asks of the device.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -222,7 +220,7 @@ impl Tunnel {
             }
             match nl.add_address(&dev, *addr).await {
                 Ok(()) => self.addresses.push(*addr),
-                Err(e) if e.raw_os_error() == Some(EEXIST) => self.addresses.push(*addr),
+                Err(e) if e.already_exists() => self.addresses.push(*addr),
                 Err(source) => {
                     return Err(TunnelError::Address {
                         addr: *addr,
@@ -246,7 +244,7 @@ impl Tunnel {
                     tracing::info!(dst = %route.dst, dev, metric = ?route.metric, "route added");
                     self.routes.push(route);
                 }
-                Err(e) if e.raw_os_error() == Some(EEXIST) => {
+                Err(e) if e.already_exists() => {
                     tracing::info!(dst = %route.dst, "route already present (kept as is)")
                 }
                 Err(e) => {
@@ -294,18 +292,6 @@ pub enum TunnelError {
         #[source]
         source: NetlinkError,
     },
-}
-
-/// An error with its sources, `: `-separated, for one log field.
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -16,7 +16,6 @@
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
 pub mod config;
-pub mod logging;
 pub mod pool;
 pub mod router;
 pub mod routing;
@@ -30,5 +29,5 @@ pub mod unreachable;
 
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
 pub use script::{Script, ScriptError};
-pub use server::{cancel_on_signals, run, ClientId, ClientRoutes, Server, ServerError, Stats};
+pub use server::{run, ClientId, ClientRoutes, Server, ServerError, Stats};
 pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};

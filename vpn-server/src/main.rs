@@ -12,14 +12,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use netio::report::chain;
+use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ServerEnv;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use vpn_server::config::VPN2_SECRETS_DIR;
 use vpn_server::sidecar::cli::ShootNetworks;
 use vpn_server::sidecar::{Sidecar, SidecarArgs, SidecarConfig};
 use vpn_server::{from_vpn2_env, load_file, Loaded, Server};
+
+netio::libm_pow!();
 
 /// OpenVPN-compatible server of the reversed cluster VPN.
 #[derive(Debug, Parser)]
@@ -59,7 +62,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("vpn-server: error: {}", one_line(e.as_ref()));
+            eprintln!("vpn-server: error: {}", chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -74,7 +77,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             .build()?;
         return rt.block_on(async {
             let token = CancellationToken::new();
-            tokio::spawn(vpn_server::cancel_on_signals(token.clone()));
+            tokio::spawn(cancel_on_signals(token.clone())?);
             Sidecar::bind(config, None).await?.run(token).await;
             Ok(())
         });
@@ -109,7 +112,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn init_tracing(filter: &str) -> Result<(), Box<dyn std::error::Error>> {
-    vpn_server::logging::init(filter).map_err(|e| format!("--log {filter:?}: {e}").into())
+    netio::logging::init(filter).map_err(|e| format!("--log {filter:?}: {e}").into())
 }
 
 async fn serve(
@@ -124,17 +127,8 @@ async fn serve(
         ..
     } = loaded;
     // Signal handlers first, so a SIGTERM during start-up also ends in a clean exit.
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
     let token = CancellationToken::new();
-    let cancel = token.clone();
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => info!("SIGTERM received"),
-            _ = int.recv() => info!("SIGINT received"),
-        }
-        cancel.cancel();
-    });
+    tokio::spawn(cancel_on_signals(token.clone())?);
     let script_settings = settings.clone();
     let server = Server::bind(settings).await?;
     let dev = server.tun_name().to_owned();
@@ -155,7 +149,7 @@ async fn serve(
     }
     if let Some(down) = down {
         if let Err(e) = down.run(&script_settings, &dev, verb).await {
-            warn!("{}", one_line(&e));
+            warn!("{}", chain(&e));
         }
     }
     Ok(())
@@ -169,19 +163,4 @@ fn verb_filter(verb: u8) -> &'static str {
         5..=6 => "debug",
         _ => "trace",
     }
-}
-
-/// The error and its causes on one line, a cause left out when the message already says it.
-fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out.replace('\n', " ")
 }

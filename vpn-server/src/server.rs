@@ -24,10 +24,11 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net};
+use netio::clock::unix_now;
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::tun::{Coalescer, PacketLayout, RecvPool, Tun, TunError};
 use protocol::control_msg::ServerSignal;
@@ -202,13 +203,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-}
-
 /// A bound server: tun device configured, listeners open. [`Server::run`] serves.
 #[derive(Debug)]
 pub struct Server {
@@ -342,20 +336,6 @@ impl ClientRoutes {
 /// Binds with `settings` and serves until `shutdown` is cancelled; see [`Server`].
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<(), ServerError> {
     Server::bind(settings).await?.run(shutdown).await
-}
-
-/// Cancels `token` on SIGTERM or SIGINT.
-pub async fn cancel_on_signals(token: CancellationToken) -> io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM received"),
-        _ = int.recv() => info!("SIGINT received"),
-        _ = token.cancelled() => {}
-    }
-    token.cancel();
-    Ok(())
 }
 
 fn prefix(net: IpNet) -> Result<IpPrefix, ServerError> {
@@ -777,7 +757,7 @@ impl Connection {
     ) {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let mut session = lock(&shared.endpoint).new_session(Box::new(rand_core::OsRng), start);
+        let mut session = lock(&shared.endpoint).new_session(netio::rng::session_rng(), start);
         let peer_id = session.peer_id();
         let (tx, mut rx) = mpsc::channel::<BytesMut>(TUN_QUEUE);
         let info = ConnInfo {
@@ -1037,15 +1017,5 @@ impl Connection {
                 debug!(client = self.id, error = %e, "malformed packet from client");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unix_now_is_after_2020() {
-        assert!(unix_now() > 1_577_836_800);
     }
 }

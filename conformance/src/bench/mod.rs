@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use netio::report::chain;
+
 use crate::LabError;
 use lab::{BenchLab, Side, VpnProcess, CLIENT_TUN_ADDR, ECHO_PORT, IPERF_PORT};
 
@@ -498,16 +500,4 @@ fn measure_case(
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
-/// An error with its sources, `: `-separated.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -15,7 +15,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tokio::signal::unix::{signal, SignalKind};
+use netio::report::chain;
+use netio::signals::cancel_on_signals;
 use vpn_client::CancellationToken;
 
 fn main() -> ExitCode {
@@ -35,7 +36,10 @@ fn main() -> ExitCode {
     let result = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt.block_on(async {
             let token = CancellationToken::new();
-            tokio::spawn(cancel_on_signal(token.clone()));
+            match cancel_on_signals(token.clone()) {
+                Ok(watch) => drop(tokio::spawn(watch)),
+                Err(e) => return Err(e.into()),
+            }
             match role {
                 "server" => server(path, token).await,
                 "client" => client(path, token).await,
@@ -83,33 +87,4 @@ async fn client(path: PathBuf, token: CancellationToken) -> Result<(), BoxError>
 
 fn ekm_wanted() -> bool {
     std::env::var("MATRIX_PEER_TLS_EKM").map_or(true, |v| v != "0")
-}
-
-async fn cancel_on_signal(token: CancellationToken) {
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
-    token.cancel();
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = cause.source();
-    }
-    out
 }

@@ -10,6 +10,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+netio::libm_pow!();
+
 /// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
 #[derive(Debug, Parser)]
 #[command(name = "vpn-router", version, about)]

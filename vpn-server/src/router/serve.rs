@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
+use netio::report::chain;
+use netio::signals::cancel_on_signals;
 use netio::transport::connect_first;
 use protocol::http::connect::Status;
 use tokio::io::AsyncWriteExt;
@@ -36,7 +38,7 @@ pub struct RouterArgs {
 /// Runs `vpn-router`: loads the config, binds, serves until SIGTERM or SIGINT, reloads
 /// the policy on SIGHUP.
 pub fn main(args: RouterArgs) -> ExitCode {
-    if let Err(e) = crate::logging::init(&args.log) {
+    if let Err(e) = netio::logging::init(&args.log) {
         eprintln!("vpn-router: error: --log {:?}: {e}", args.log);
         return ExitCode::FAILURE;
     }
@@ -48,13 +50,7 @@ pub fn main(args: RouterArgs) -> ExitCode {
             rt.block_on(async {
                 let router = Router::bind(&args.config).await?;
                 let token = CancellationToken::new();
-                let cancel = token.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = crate::server::cancel_on_signals(cancel.clone()).await {
-                        warn!("cannot wait for signals: {e}");
-                        cancel.cancel();
-                    }
-                });
+                tokio::spawn(cancel_on_signals(token.clone()).map_err(RouterError::Io)?);
                 router.run_with_sighup(token).await
             })
         });
@@ -404,18 +400,6 @@ fn log_refusal(peer: SocketAddr, client: IpAddr, listener: &ListenerConfig, refu
 
 async fn connect(upstream: &str) -> io::Result<TcpStream> {
     connect_first(tokio::net::lookup_host(upstream).await?).await
-}
-
-/// The error and its causes, `: `-separated, on one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }
 
 /// Why the router cannot start or reload.

@@ -1,4 +1,4 @@
-//! Log set-up shared by the server, sidecar and router roles.
+//! Log set-up shared by every binary (`vpn-server`, `vpn-client`, `vpn-router`).
 //!
 //! The filter is a comma-separated list of `LEVEL` and `target=LEVEL` directives, e.g. `info`
 //! or `info,vpn_server=debug`, parsed by tracing's [`Targets`]. Unlike `EnvFilter` it needs no

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
 use conformance::require_lab;
+use netio::framed::{FrameReader, FrameWriter};
 use netio::http::{ConnectRequest, CustomHeader};
 use netio::http_connect::{connect_via_proxy, ConnectAcceptor, ConnectError, Upstream};
 use netio::netlink::{IpPrefix, Netlink};
-use netio::transport::Transport;
-use protocol::framing::FrameCodec;
+use protocol::framing::{FrameEncoder, DEFAULT_TUN_MTU};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -63,16 +63,20 @@ async fn framed_echo_round_trip(
     count: usize,
     half_close: bool,
 ) {
-    let transport =
-        Transport::from_stream(stream.stream, stream.leftover, FrameCodec::new()).expect("wrap");
-    let (mut rx, mut tx) = transport.into_split();
+    let (read, write) = stream.stream.into_split();
+    let mut rx = FrameReader::new(read, stream.leftover, DEFAULT_TUN_MTU);
+    let mut tx = FrameWriter::new(write);
     let packet = |i: usize| -> Vec<u8> {
         let len = 1 + (i * 37) % 1500;
         (0..len).map(|j| (i + j) as u8).collect()
     };
     let sender = tokio::spawn(async move {
         for i in 0..count {
-            tx.queue(&packet(i)).expect("queue");
+            let mut framed = bytes::BytesMut::new();
+            FrameEncoder::new()
+                .encode(&packet(i), &mut framed)
+                .expect("frame");
+            tx.push(framed);
             if i % 16 == 15 {
                 tx.flush().await.expect("flush");
             }
@@ -85,7 +89,7 @@ async fn framed_echo_round_trip(
     });
     for i in 0..count {
         let got = rx
-            .recv()
+            .next()
             .await
             .expect("recv")
             .unwrap_or_else(|| panic!("stream ended after {i} of {count} packets"));
@@ -96,7 +100,7 @@ async fn framed_echo_round_trip(
         tx.shutdown().await.expect("shutdown");
     }
     assert!(
-        rx.recv().await.expect("recv after last").is_none(),
+        rx.next().await.expect("recv after last").is_none(),
         "the close did not come back through the proxy"
     );
 }

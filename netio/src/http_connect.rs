@@ -20,7 +20,7 @@ use crate::http::{
     HeadResult, HttpError, RequestHead, ResponseHead, MAX_HEAD_LEN,
 };
 use crate::relay::{relay, RelayConfig, DEFAULT_IDLE_TIMEOUT};
-use crate::transport::{connect_first, connect_nodelay};
+use crate::tcp::{connect_first, connect_nodelay};
 
 /// Upstream's default bound on the whole proxy exchange (`--connect-timeout`, 120 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);

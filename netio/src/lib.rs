@@ -2,10 +2,15 @@
 //!
 //! * [`tun`] - a layer-3 tun device under tokio with the kernel's TCP offloads: super-packets
 //!   read are cut into MTU-sized packets in caller buffers with headroom for in-place
-//!   encryption, consecutive segments of a flow are merged into one write.
+//!   encryption, consecutive segments of a flow are merged into one write; the writer thread
+//!   every decrypted packet goes through ([`tun::TunWriter`]).
 //! * [`netlink`] - link state, MTU, txqueuelen, addresses and routes over rtnetlink, in the
 //!   network namespace of the calling thread.
-//! * [`transport`] - the framed OpenVPN TCP transport (`TCP_NODELAY`, split halves).
+//! * [`framed`] - one connection's two directions for both roles: packets cut out of the
+//!   socket's stream ([`framed::FrameReader`]) and queued packets written together with one
+//!   vectored write ([`framed::FrameWriter`]).
+//! * [`tcp`] - connects with `TCP_NODELAY`, the first-address-that-answers connect, a read of
+//!   what has arrived that never waits.
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
 //!   acceptor (proxy side, for tests and the demo).
@@ -19,6 +24,8 @@
 //!
 //! What every binary needs around its sessions, in one place each:
 //!
+//! * [`admin`] - the admin HTTP endpoint (`/metrics`, `/healthz`, `/readyz`) and the
+//!   Prometheus text every binary's metrics module writes.
 //! * [`listen`] - listening sockets (`[::]` beside `0.0.0.0`) and the accept step of every
 //!   server loop.
 //! * [`signals`] - SIGTERM / SIGINT as a cancelled token.
@@ -29,7 +36,9 @@
 //! * [`libm_pow`] - `pow(3)` defined in a binary, so it does not load `libm.so.6`.
 
 pub use protocol::http;
+pub mod admin;
 pub mod clock;
+pub mod framed;
 pub mod http_connect;
 pub mod ingress;
 pub mod libm_pow;
@@ -44,5 +53,5 @@ pub mod script;
 pub mod signals;
 #[cfg(target_os = "linux")]
 mod splice;
-pub mod transport;
+pub mod tcp;
 pub mod tun;

@@ -21,10 +21,11 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     bind_with(addr, true)
 }
 
-/// A listener on `[::]:port` that also takes IPv4 connections (as IPv4-mapped addresses), like
-/// OpenVPN's `proto tcp6-server`; `SO_REUSEADDR` set. Must run inside a tokio runtime.
-pub fn bind_dual_stack(port: u16) -> io::Result<TcpListener> {
-    bind_with(SocketAddr::from(([0u16; 8], port)), false)
+/// A listener on `addr` with `SO_REUSEADDR`; an IPv6 address also takes IPv4 connections (as
+/// IPv4-mapped addresses) whatever `net.ipv6.bindv6only` says, like OpenVPN's `proto
+/// tcp6-server` on `[::]`. Must run inside a tokio runtime.
+pub fn bind_dual_stack(addr: SocketAddr) -> io::Result<TcpListener> {
+    bind_with(addr, false)
 }
 
 fn bind_with(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
@@ -85,7 +86,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dual_stack_listener_takes_ipv4() {
-        let l = bind_dual_stack(0).unwrap();
+        let l = bind_dual_stack(SocketAddr::from(([0u16; 8], 0))).unwrap();
         let port = l.local_addr().unwrap().port();
         let _client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let (_, peer) = accept(&l, &CancellationToken::new()).await.unwrap();

@@ -13,9 +13,8 @@
 //! The same framing is used in both directions.
 //!
 //! [`FrameDecoder`] cuts complete packets out of the bytes received so far, without copying;
-//! [`FrameEncoder`] appends a length-prefixed packet to an output buffer. With the `codec`
-//! feature, `FrameCodec` is the same pair as a `tokio_util::codec` `Decoder`/`Encoder` for
-//! use with `Framed`.
+//! [`FrameEncoder`] appends a length-prefixed packet to an output buffer. The limit grows with
+//! the MTU as upstream's stream buffer does ([`stream_max_len`]).
 //!
 //! A framing error is fatal for the connection: after a bad length the stream cannot be
 //! resynchronised (OpenVPN logs "Bad encapsulated packet length from peer" and drops the
@@ -37,6 +36,16 @@ pub const MAX_FRAMEABLE_LEN: usize = u16::MAX as usize;
 /// need to buffer more than this per packet. Configurations with a larger `tun-mtu` need a
 /// larger limit ([`FrameDecoder::with_max_len`]).
 pub const DEFAULT_STREAM_MAXLEN: u16 = 1768;
+
+/// The `tun-mtu` [`DEFAULT_STREAM_MAXLEN`] belongs to (OpenVPN's default).
+pub const DEFAULT_TUN_MTU: u16 = 1500;
+
+/// The longest packet accepted from a stream with this `tun-mtu`: upstream sizes its stream
+/// buffer from the MTU, so it grows by what the MTU exceeds the default by (and never shrinks
+/// below [`DEFAULT_STREAM_MAXLEN`]).
+pub const fn stream_max_len(tun_mtu: u16) -> u16 {
+    DEFAULT_STREAM_MAXLEN.saturating_add(tun_mtu.saturating_sub(DEFAULT_TUN_MTU))
+}
 
 /// A bad frame length, on either side of the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -175,85 +184,17 @@ fn check_len(len: usize, max: u16) -> Result<(), FrameError> {
     }
 }
 
-#[cfg(feature = "codec")]
-pub use self::codec::{CodecError, FrameCodec};
-
-#[cfg(feature = "codec")]
-mod codec {
-    use bytes::BytesMut;
-
-    use super::{FrameDecoder, FrameEncoder, FrameError, DEFAULT_STREAM_MAXLEN};
-
-    /// [`FrameDecoder`] and [`FrameEncoder`] as a `tokio_util::codec` pair, for
-    /// `tokio_util::codec::Framed` over a TCP stream (feature `codec`).
-    ///
-    /// Decodes to `BytesMut` packets; encodes anything that is `AsRef<[u8]>`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-    pub struct FrameCodec {
-        decoder: FrameDecoder,
-        encoder: FrameEncoder,
-    }
-
-    impl FrameCodec {
-        /// A codec with the [`DEFAULT_STREAM_MAXLEN`] limit in both directions.
-        pub const fn new() -> Self {
-            Self::with_max_len(DEFAULT_STREAM_MAXLEN)
-        }
-
-        /// A codec with the limit `max_len` in both directions.
-        pub const fn with_max_len(max_len: u16) -> Self {
-            FrameCodec {
-                decoder: FrameDecoder::with_max_len(max_len),
-                encoder: FrameEncoder::with_max_len(max_len),
-            }
-        }
-
-        /// The decoding half.
-        pub const fn decoder(&self) -> &FrameDecoder {
-            &self.decoder
-        }
-
-        /// The encoding half.
-        pub const fn encoder(&self) -> &FrameEncoder {
-            &self.encoder
-        }
-    }
-
-    /// An error of a [`FrameCodec`] stream: a bad frame, or the transport failed.
-    ///
-    /// `tokio_util` needs the decoder error to be constructible from `std::io::Error`;
-    /// this type exists so that [`FrameError`] stays free of I/O.
-    #[derive(Debug, thiserror::Error)]
-    pub enum CodecError {
-        /// A bad frame length.
-        #[error(transparent)]
-        Frame(#[from] FrameError),
-        /// Reading from or writing to the underlying transport failed.
-        #[error("stream I/O failed")]
-        Io(#[from] std::io::Error),
-    }
-
-    impl tokio_util::codec::Decoder for FrameCodec {
-        type Item = BytesMut;
-        type Error = CodecError;
-
-        fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, CodecError> {
-            Ok(self.decoder.decode(src)?)
-        }
-    }
-
-    impl<T: AsRef<[u8]>> tokio_util::codec::Encoder<T> for FrameCodec {
-        type Error = CodecError;
-
-        fn encode(&mut self, item: T, dst: &mut BytesMut) -> Result<(), CodecError> {
-            Ok(self.encoder.encode(item.as_ref(), dst)?)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_limit_follows_the_mtu() {
+        assert_eq!(stream_max_len(1500), 1768);
+        assert_eq!(stream_max_len(1400), 1768);
+        assert_eq!(stream_max_len(9000), 1768 + 7500);
+        assert_eq!(stream_max_len(u16::MAX), u16::MAX);
+    }
 
     #[test]
     fn decodes_split_and_coalesced() {
@@ -348,28 +289,5 @@ mod tests {
         assert_eq!(out.len(), 8, "failed encodes write nothing");
         wide.encode(&vec![7; 65535], &mut out).unwrap();
         assert_eq!(out[8..10], [0xff, 0xff]);
-    }
-
-    #[cfg(feature = "codec")]
-    #[test]
-    fn codec_round_trip() {
-        use tokio_util::codec::{Decoder, Encoder};
-
-        let mut codec = FrameCodec::new();
-        let mut buf = BytesMut::new();
-        codec.encode(&b"\x38abc"[..], &mut buf).unwrap();
-        codec
-            .encode(bytes::Bytes::from_static(b"\x28"), &mut buf)
-            .unwrap();
-        assert_eq!(codec.decode(&mut buf).unwrap().unwrap()[..], b"\x38abc"[..]);
-        assert_eq!(codec.decode(&mut buf).unwrap().unwrap()[..], b"\x28"[..]);
-        assert!(codec.decode(&mut buf).unwrap().is_none());
-        assert!(codec.decode_eof(&mut buf).unwrap().is_none());
-
-        buf.extend_from_slice(&[0, 0]);
-        let err = codec.decode(&mut buf).unwrap_err();
-        assert!(matches!(err, CodecError::Frame(FrameError::Empty { .. })));
-        let io: CodecError = std::io::Error::other("reset").into();
-        assert!(std::error::Error::source(&io).is_some());
     }
 }

@@ -35,11 +35,13 @@ mod sys;
 #[cfg(test)]
 mod testpkt;
 pub mod vnet;
+pub mod writer;
 
 pub use gro::{Coalescer, MAX_SEGMENTS};
 pub use gso::OffloadError;
 use gso::{complete_checksum, Segments};
 use vnet::{VnetHdr, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, VNET_HDR_LEN};
+pub use writer::{PacketSink, TunWriteStats, TunWriter, TUN_WRITE_BATCH};
 
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
 pub const IFNAMSIZ_MAX: usize = 15;

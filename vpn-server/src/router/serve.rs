@@ -11,7 +11,7 @@ use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
-use netio::transport::connect_first;
+use netio::tcp::connect_first;
 use protocol::http::connect::Status;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use netio::http::{parse_request_head, RequestHead, MAX_HEAD_LEN};
 use netio::relay::{relay, RelayConfig, RelayEnd};
-use netio::transport::connect_first;
+use netio::tcp::connect_first;
 use openssl::nid::Nid;
 use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
 use protocol::http::connect::Status;

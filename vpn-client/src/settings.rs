@@ -28,7 +28,7 @@ pub const DEFAULT_CONNECT_RETRY_MAX: Duration = Duration::from_secs(300);
 /// Upstream's default `--connect-timeout`: TCP connect plus proxy exchange.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = netio::http_connect::DEFAULT_CONNECT_TIMEOUT;
 /// Default `--tun-mtu`.
-pub const DEFAULT_TUN_MTU: u16 = 1500;
+pub const DEFAULT_TUN_MTU: u16 = protocol::framing::DEFAULT_TUN_MTU;
 
 /// The client's runtime settings.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::report::chain;
-use netio::tun::{Tun, TunError};
+use netio::tun::{Tun, TunError, TunWriter};
 use protocol::push::options::{RouteVia, Topology};
 use protocol::push::PushedOption;
 
@@ -120,12 +120,16 @@ impl Plan {
     }
 }
 
-/// The tun device and what we configured on it.
+/// Decrypted packets queued for the tun writer thread before the receive direction waits.
+pub const TUN_QUEUE: usize = 256;
+
+/// The tun device, its writer and what we configured on it.
 #[derive(Debug)]
 pub(crate) struct Tunnel {
     settings: TunSettings,
     netlink: Netlink,
     tun: Option<Arc<Tun>>,
+    writer: Option<TunWriter>,
     mtu: u16,
     addresses: Vec<IpPrefix>,
     routes: Vec<Route>,
@@ -140,6 +144,7 @@ impl Tunnel {
             settings,
             netlink,
             tun: None,
+            writer: None,
             mtu,
             addresses: Vec::new(),
             routes: Vec::new(),
@@ -151,9 +156,9 @@ impl Tunnel {
         self.tun.as_deref()
     }
 
-    /// The open device, shared (for the task that writes packets into it).
-    pub fn shared_tun(&self) -> Option<Arc<Tun>> {
-        self.tun.clone()
+    /// Where decrypted packets go into the open device, if any.
+    pub fn writer(&self) -> Option<&TunWriter> {
+        self.writer.as_ref()
     }
 
     /// The device MTU in force.
@@ -165,9 +170,11 @@ impl Tunnel {
     /// tunnel cannot work without it); a failed route is logged and skipped, as upstream does.
     pub async fn apply(&mut self, plan: &Plan) -> Result<(), TunnelError> {
         if self.tun.is_none() {
-            let tun = Tun::open(&self.settings.name).map_err(TunnelError::Open)?;
+            let tun = Arc::new(Tun::open(&self.settings.name).map_err(TunnelError::Open)?);
             tracing::info!(dev = tun.name(), "tun device opened");
-            self.tun = Some(Arc::new(tun));
+            self.writer =
+                Some(TunWriter::spawn(Arc::clone(&tun), TUN_QUEUE).map_err(TunnelError::Writer)?);
+            self.tun = Some(tun);
         }
         let dev = self
             .tun
@@ -255,8 +262,10 @@ impl Tunnel {
         Ok(())
     }
 
-    /// Removes our routes and addresses and closes the device.
+    /// Removes our routes and addresses and closes the device (once the writer thread has
+    /// written what it holds).
     pub async fn teardown(&mut self) {
+        self.writer = None;
         let Some(tun) = self.tun.take() else {
             return;
         };
@@ -280,6 +289,9 @@ pub enum TunnelError {
     /// The tun device could not be opened.
     #[error("cannot open the tun device")]
     Open(#[source] TunError),
+    /// The tun writer thread could not be started.
+    #[error("cannot start the tun writer thread")]
+    Writer(#[source] std::io::Error),
     /// A netlink request failed.
     #[error("netlink request failed")]
     Netlink(#[source] NetlinkError),

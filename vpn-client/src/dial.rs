@@ -1,0 +1,118 @@
+//! Reaching the server: directly, or through the HTTP proxy with `CONNECT` and the routing
+//! header, all within `connect-timeout`.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use protocol::config::Family;
+use tokio::net::TcpStream;
+
+use crate::settings::{Remote, Settings};
+
+/// An open connection to the server, and the bytes a proxy sent after its `200` (the start of
+/// the server's stream).
+pub(crate) type Dialed = (TcpStream, BytesMut);
+
+/// Connects to `remote`, directly or through the proxy, with `connect-timeout`.
+pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed, DialError> {
+    let timeout = settings.connect_timeout;
+    match &settings.http_proxy {
+        None => {
+            tracing::info!("connecting");
+            let attempt = async {
+                let addrs = resolve(settings, &remote.host, remote.port).await?;
+                let mut last = DialError::NoAddress;
+                for addr in addrs {
+                    match netio::tcp::connect_nodelay(addr).await {
+                        Ok(stream) => return Ok(stream),
+                        Err(source) => last = DialError::Connect { addr, source },
+                    }
+                }
+                Err(last)
+            };
+            let stream = tokio::time::timeout(timeout, attempt)
+                .await
+                .map_err(|_| DialError::Timeout { after: timeout })??;
+            tracing::info!("TCP connected");
+            Ok((stream, BytesMut::new()))
+        }
+        Some(proxy) => {
+            tracing::info!("connecting through the HTTP proxy");
+            let addrs = resolve(settings, &proxy.host, proxy.port).await?;
+            if addrs.is_empty() {
+                return Err(DialError::NoAddress);
+            }
+            let tunnel =
+                netio::http_connect::connect_via_proxy(&addrs, &proxy.request(remote), timeout)
+                    .await
+                    .map_err(DialError::Proxy)?;
+            tracing::info!(
+                status = tunnel.response.status,
+                reason = tunnel.response.reason,
+                "proxy answered 200: tunnel to the server open"
+            );
+            Ok((tunnel.stream, tunnel.leftover))
+        }
+    }
+}
+
+/// The addresses `host` resolves to that `proto tcp4-client|tcp6-client` allows.
+async fn resolve(settings: &Settings, host: &str, port: u16) -> Result<Vec<SocketAddr>, DialError> {
+    let addrs = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|source| DialError::Resolve {
+            host: host.to_owned(),
+            source,
+        })?;
+    Ok(addrs
+        .filter(|a| family_allows(settings.family, a))
+        .collect())
+}
+
+/// Whether `proto tcp4-client|tcp6-client` allows dialing `addr`.
+fn family_allows(family: Family, addr: &SocketAddr) -> bool {
+    match family {
+        Family::Any => true,
+        Family::V4 => addr.is_ipv4(),
+        Family::V6 => addr.is_ipv6(),
+    }
+}
+
+/// Why one connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DialError {
+    #[error("cannot resolve {host}")]
+    Resolve {
+        host: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the host resolved to no address")]
+    NoAddress,
+    #[error("TCP connect to {addr} failed")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no connection within {after:?}")]
+    Timeout { after: Duration },
+    #[error("HTTP proxy")]
+    Proxy(#[source] netio::http_connect::ConnectError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_protocol_family_filters_addresses() {
+        let v4: SocketAddr = "192.0.2.1:1194".parse().unwrap();
+        let v6: SocketAddr = "[2001:db8::1]:1194".parse().unwrap();
+        assert!(family_allows(Family::Any, &v4) && family_allows(Family::Any, &v6));
+        assert!(family_allows(Family::V4, &v4) && !family_allows(Family::V4, &v6));
+        assert!(!family_allows(Family::V6, &v4) && family_allows(Family::V6, &v6));
+    }
+}

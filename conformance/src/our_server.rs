@@ -10,7 +10,7 @@ use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 use vpn_client::CancellationToken;
-use vpn_server::{Server, ServerError, Settings, Stats};
+use vpn_server::{Server, ServerError, ServerMetrics, Settings};
 
 use crate::netns::Netns;
 use crate::LabError;
@@ -21,7 +21,7 @@ const READY: Duration = Duration::from_secs(30);
 /// Our server running in a namespace; cancelled on drop.
 #[derive(Debug)]
 pub struct ServerThread<'scope> {
-    stats: Arc<Stats>,
+    stats: Arc<ServerMetrics>,
     token: CancellationToken,
     thread: Option<ScopedJoinHandle<'scope, Result<Result<(), ServerError>, LabError>>>,
 }
@@ -57,7 +57,7 @@ impl<'scope> ServerThread<'scope> {
                 Ok(rt.block_on(async move {
                     let server = Server::bind(settings).await?;
                     // The receiver is gone only when `spawn` gave up waiting.
-                    let _ = ready_tx.send(server.stats());
+                    let _ = ready_tx.send(server.metrics());
                     server.run(run_token).await
                 }))
             })?
@@ -85,7 +85,7 @@ impl<'scope> ServerThread<'scope> {
     }
 
     /// The server's counters.
-    pub fn stats(&self) -> &Stats {
+    pub fn stats(&self) -> &ServerMetrics {
         &self.stats
     }
 

@@ -14,7 +14,6 @@
 //! ping crosses our client's tunnel.
 
 use std::net::Ipv4Addr;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
@@ -98,10 +97,10 @@ fn link_scoped_ipv6_from_the_tun_never_reaches_the_server() {
                 icmp6_out(&shoot_upstream) > 0
             });
             wait_until("the server ignoring the upstream client's packets", || {
-                stats.ignored.load(Ordering::Relaxed) > 0
+                stats.ignored() > 0
             });
         }
-        let ignored = stats.ignored.load(Ordering::Relaxed);
+        let ignored = stats.ignored();
 
         // Ours: the same packets go into its tun, none reaches the server.
         let client_settings = pki
@@ -118,7 +117,7 @@ fn link_scoped_ipv6_from_the_tun_never_reaches_the_server() {
         assert!(out.status.success(), "ping through our client: {out:?}");
         assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
         assert_eq!(
-            stats.ignored.load(Ordering::Relaxed),
+            stats.ignored(),
             ignored,
             "link-scoped packets from our client reached the server"
         );

@@ -15,7 +15,6 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use conformance::netns::Netns;
@@ -306,7 +305,7 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
             ])
             .expect("third address on the client's tun");
         let own_src = addrs[2];
-        let before = stats.spoofed.load(Ordering::Relaxed);
+        let before = stats.spoofed();
         shoots[2]
             .run_in(move || {
                 for src in [own_src, spoofed_src, other_iroute] {
@@ -331,7 +330,7 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
             seen.iter().all(|s| *s == IpAddr::V4(own_src)),
             "spoofed sources reached SEED: {seen:?}"
         );
-        let dropped = stats.spoofed.load(Ordering::Relaxed) - before;
+        let dropped = stats.spoofed() - before;
         assert!(dropped >= 6, "spoofed packets counted: {dropped}");
 
         // The status file lists the three clients and shoot1's iroute.

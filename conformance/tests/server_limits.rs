@@ -4,7 +4,6 @@
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
@@ -81,13 +80,13 @@ fn idle_connections_cannot_lock_clients_out() {
         let mut third = connect();
         let t = closed_within(&mut third, Duration::from_secs(1)).expect("third connection closed");
         assert!(t < Duration::from_secs(1));
-        assert_eq!(stats.refused_max_clients.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.refused_max_clients(), 1);
         // The idle ones are closed by the handshake deadline.
         for s in &mut idle {
             closed_within(s, HANDSHAKE + Duration::from_secs(3))
                 .expect("idle connection closed by the deadline");
         }
-        assert_eq!(stats.handshake_timeouts.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.handshake_timeouts(), 2);
         // Keep the idle sockets open on our side: the slots were freed by the server anyway.
         let config = tcp_client_config(
             &pki,
@@ -103,7 +102,7 @@ fn idle_connections_cannot_lock_clients_out() {
         client
             .wait_for_log(INITIALIZED_MARKER, TIMEOUT)
             .expect("client gets in");
-        assert_eq!(stats.connected.load(Ordering::Relaxed), 1);
+        assert_eq!(stats.connected(), 1);
         server.stop().result.expect("run failed");
         drop(idle);
         drop(client);

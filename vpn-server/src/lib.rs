@@ -16,7 +16,11 @@
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
 pub mod config;
+pub mod connection;
+pub mod device;
+pub mod metrics;
 pub mod pool;
+pub mod registry;
 pub mod router;
 pub mod routing;
 pub mod script;
@@ -28,6 +32,8 @@ pub mod status;
 pub mod unreachable;
 
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
+pub use metrics::ServerMetrics;
+pub use registry::ClientId;
 pub use script::{Script, ScriptError};
-pub use server::{run, ClientId, ClientRoutes, Server, ServerError, Stats};
+pub use server::{run, ClientRoutes, Server, ServerError};
 pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};

@@ -1,0 +1,143 @@
+//! The server's tun device: its set-up, and the reader that hands each packet to the
+//! connection of the client routing its destination (the writer is `netio`'s
+//! [`TunWriter`](netio::tun::TunWriter), shared by every connection).
+//!
+//! A packet from the device that no client routes is answered with ICMP "destination
+//! unreachable" (rate-limited; see [`crate::unreachable`]), so seed-side connects fail at once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use ipnet::IpNet;
+use netio::netlink::{IpPrefix, Netlink, Route};
+use netio::tun::{PacketLayout, RecvPool};
+use protocol::data::DATA_TAILROOM;
+use protocol::session::SEND_HEADROOM;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::pool::Pool;
+use crate::server::{lock, ServerError, Shared, TunStep};
+use crate::settings::Settings;
+use crate::spoof;
+use crate::unreachable;
+
+/// Most packets the reader takes from the device (and routes under one lock of the registry)
+/// per wakeup (a super-packet's segments come together, so a batch can be longer by one
+/// super-packet).
+pub const TUN_READ_BATCH: usize = 32;
+
+/// Pause after a failed device read before the next.
+const READ_ERROR_PAUSE: Duration = Duration::from_millis(10);
+
+/// Configures the device `dev`: MTU, txqueuelen, the server's own pool addresses, link up,
+/// and the kernel routes of `route` directives into it.
+pub(crate) async fn setup(
+    settings: &Settings,
+    dev: &str,
+    pool: Option<&Pool>,
+) -> Result<(), ServerError> {
+    let fail = |step: TunStep| move |source| ServerError::Netlink { step, source };
+    let nl = Netlink::open().map_err(fail(TunStep::Open))?;
+    nl.set_mtu(dev, u32::from(settings.tun_mtu))
+        .await
+        .map_err(fail(TunStep::SetMtu(settings.tun_mtu)))?;
+    if let Some(len) = settings.txqueuelen {
+        nl.set_txqueuelen(dev, len)
+            .await
+            .map_err(fail(TunStep::SetTxqueuelen(len)))?;
+    }
+    let own: Vec<IpNet> = pool
+        .into_iter()
+        .flat_map(|p| [p.server_v4().map(IpNet::V4), p.server_v6().map(IpNet::V6)])
+        .flatten()
+        .collect();
+    for net in own {
+        nl.add_address(dev, prefix(net)?)
+            .await
+            .map_err(fail(TunStep::AddAddress(net)))?;
+    }
+    nl.set_link_up(dev).await.map_err(fail(TunStep::LinkUp))?;
+    for net in &settings.routes {
+        let route = Route::via_dev(prefix(net.trunc())?, dev);
+        nl.add_route(&route)
+            .await
+            .map_err(fail(TunStep::AddRoute(*net)))?;
+    }
+    info!(dev, routes = settings.routes.len(), "tun device configured");
+    Ok(())
+}
+
+fn prefix(net: IpNet) -> Result<IpPrefix, ServerError> {
+    IpPrefix::new(net.addr(), net.prefix_len()).map_err(|_| ServerError::Prefix { net })
+}
+
+/// The tun reader: reads packets in batches (into slices of one pooled buffer, with the
+/// headroom and tailroom the connections encrypt in), routes a whole batch under one lock of
+/// the registry, and queues each packet to its connection; a packet no client routes is
+/// answered with ICMP unreachable.
+pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let layout = PacketLayout {
+        headroom: SEND_HEADROOM,
+        max_len: usize::from(shared.settings.tun_mtu),
+        tailroom: DATA_TAILROOM,
+    };
+    let metrics = &shared.metrics;
+    let mut pool = RecvPool::default();
+    let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_READ_BATCH);
+    let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
+    let mut limiter = unreachable::Limiter::new();
+    let mut replies: Vec<Vec<u8>> = Vec::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = shared.tun.recv_many(&mut pool, layout, &mut batch, TUN_READ_BATCH) => {
+                if let Err(e) = r {
+                    warn!(error = %e, "tun read failed");
+                    tokio::time::sleep(READ_ERROR_PAUSE).await;
+                    continue;
+                }
+            }
+        }
+        let lone = batch.len() == 1;
+        {
+            let reg = lock(&shared.registry);
+            for packet in batch.drain(..) {
+                let Some(payload) = packet.get(SEND_HEADROOM..) else {
+                    continue;
+                };
+                let Ok((_, dst)) = spoof::addresses(payload) else {
+                    metrics.packet_malformed();
+                    continue;
+                };
+                match reg.route(dst) {
+                    Some(client) => match client.conn.tx.try_send(packet) {
+                        Ok(()) => metrics.packet_from_tun(),
+                        Err(_) => metrics.queue_overflowed(),
+                    },
+                    None => {
+                        metrics.packet_no_route();
+                        // Tell the sender at once instead of letting its connect time out
+                        // (rate-limited, so this path allocates only a bounded amount).
+                        if limiter.allow(Instant::now()) {
+                            if let Some(n) = unreachable::reply(payload, &mut icmp) {
+                                replies.push(icmp[..n].to_vec());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for reply in replies.drain(..) {
+            if shared.tun.send(&reply).await.is_ok() {
+                metrics.unreachable_answered();
+            }
+        }
+        if lone {
+            // Let the connection send it before the next read finds the device empty (that
+            // read would otherwise run first, on the packet's way: see `Tun::recv_many`).
+            tokio::task::yield_now().await;
+        }
+    }
+}

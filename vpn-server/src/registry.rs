@@ -1,0 +1,407 @@
+//! Who is connected and what they own: the address pool, the routing table (each client's
+//! addresses and iroutes → the client) and the clients, under one lock in the server; and the
+//! decisions about them. Nothing here does I/O, so admission is tested without root or a tun
+//! device.
+//!
+//! * [`Slots`]: `max-clients`, counted per TCP connection from accept (as upstream's TCP mode).
+//! * [`Registry::admit`]: an identified client's client-config-dir entry (`disable`,
+//!   `ifconfig-push`, `iroute`, per-client `push`), `duplicate-cn` (without it a newer
+//!   connection with the same CN replaces the older one), its addresses from the pool, its
+//!   routes; the [`Admitted`] settings to push, or why it is [`Refused`] (the reason goes to the
+//!   client with `AUTH_FAILED`).
+//! * [`Registry::remove`]: a client left; its lease and routes are freed.
+//! * [`Registry::status`]: what the status file shows.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use ipnet::{IpNet, Ipv4Net};
+use protocol::session::{ClientIdentity, ClientSettings};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::pool::{Pool, PoolError};
+use crate::routing::{Forward, RoutingTable};
+use crate::settings::{ClientOptions, Settings};
+use crate::spoof::SourceFilter;
+use crate::status::{self, ClientStatus, RouteStatus, StatusSnapshot};
+
+/// A connection's internal id (upstream's "Client ID" in the status file).
+pub type ClientId = u64;
+
+/// `max-clients`: one slot per open TCP connection, taken at accept.
+#[derive(Debug, Clone)]
+pub struct Slots {
+    max: usize,
+    free: Arc<Semaphore>,
+}
+
+/// A connection's slot; freed when dropped.
+pub type Slot = OwnedSemaphorePermit;
+
+impl Slots {
+    /// `max` slots.
+    pub fn new(max: usize) -> Slots {
+        Slots {
+            max,
+            free: Arc::new(Semaphore::new(max)),
+        }
+    }
+
+    /// A slot for a new connection, or [`Refused::MaxClients`] when all are taken.
+    pub fn take(&self) -> Result<Slot, Refused> {
+        Arc::clone(&self.free)
+            .try_acquire_owned()
+            .map_err(|_| Refused::MaxClients { max: self.max })
+    }
+}
+
+/// Why a client is not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// `max-clients` connections are open.
+    #[error("{max} connections open (max-clients)")]
+    MaxClients {
+        /// The limit.
+        max: usize,
+    },
+    /// Its client-config-dir entry says `disable`.
+    #[error("client disabled")]
+    Disabled,
+    /// Its `ifconfig-push` address (outside the pool) is another client's.
+    #[error("address {addr} in use")]
+    AddressInUse {
+        /// The address.
+        addr: Ipv4Addr,
+    },
+    /// Its `ifconfig-push` address inside the pool is held by another client.
+    #[error(transparent)]
+    FixedAddress(PoolError),
+    /// The pool has no free address.
+    #[error("no address available")]
+    PoolExhausted {
+        /// The pool's answer.
+        #[source]
+        source: PoolError,
+    },
+}
+
+/// Byte counters of one connection (the status file's).
+#[derive(Debug, Default)]
+pub struct Traffic {
+    /// Bytes read from the client's socket.
+    pub received: AtomicU64,
+    /// Bytes written to the client's socket.
+    pub sent: AtomicU64,
+}
+
+/// What the registry keeps of a connection to reach it.
+#[derive(Debug, Clone)]
+pub struct ConnHandle {
+    /// The client's TCP address.
+    pub peer: SocketAddr,
+    /// Its data-channel peer id.
+    pub peer_id: u32,
+    /// Packets for it (from the tun device or another client), already laid out for in-place
+    /// encryption.
+    pub tx: mpsc::Sender<BytesMut>,
+    /// Cancelled when a newer connection with the same CN replaces it.
+    pub kicked: CancellationToken,
+    /// Its byte counters.
+    pub traffic: Arc<Traffic>,
+}
+
+/// An admitted client.
+#[derive(Debug)]
+pub struct ClientEntry {
+    /// Certificate CN (empty without one).
+    pub common_name: String,
+    /// `auth-user-pass` username.
+    pub username: Option<String>,
+    /// Assigned IPv4 address.
+    pub v4: Option<Ipv4Addr>,
+    /// Assigned IPv6 address.
+    pub v6: Option<Ipv6Addr>,
+    /// Its pool entry, if the address came from the pool.
+    lease: Option<u32>,
+    /// How to reach the connection.
+    pub conn: ConnHandle,
+    /// Since when (unix seconds): admission, then tunnel up.
+    pub since: u64,
+    /// The data-channel cipher once the tunnel is up.
+    pub cipher: String,
+}
+
+/// What an admitted client gets.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The per-client part of the push (`ifconfig`, `ifconfig-ipv6`, client-config-dir pushes).
+    pub settings: ClientSettings,
+    /// The sources its packets may carry (its addresses and iroutes).
+    pub filter: SourceFilter,
+}
+
+/// Pool, routing table and clients.
+#[derive(Debug)]
+pub struct Registry {
+    pool: Option<Pool>,
+    routes: RoutingTable<ClientId>,
+    clients: HashMap<ClientId, ClientEntry>,
+}
+
+impl Registry {
+    /// An empty registry over `pool` (`None`: no pool; clients need `ifconfig-push`).
+    pub fn new(pool: Option<Pool>) -> Registry {
+        Registry {
+            pool,
+            routes: RoutingTable::new(),
+            clients: HashMap::new(),
+        }
+    }
+
+    /// The admitted client `id`.
+    pub fn get(&self, id: ClientId) -> Option<&ClientEntry> {
+        self.clients.get(&id)
+    }
+
+    /// How many clients are admitted.
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Whether no client is admitted.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// The client whose address or iroute is the longest prefix containing `dst`.
+    pub fn route(&self, dst: IpAddr) -> Option<&ClientEntry> {
+        self.routes.lookup(dst).and_then(|id| self.clients.get(&id))
+    }
+
+    /// Where a packet from client `from` to `dst` goes: the tun device, or (with
+    /// `client-to-client`) the connection of the client routing `dst`.
+    pub fn forward(
+        &self,
+        from: ClientId,
+        dst: IpAddr,
+        client_to_client: bool,
+    ) -> Option<&ClientEntry> {
+        match self.routes.forward(from, dst, client_to_client) {
+            Forward::Tun => None,
+            Forward::Client(other) => self.clients.get(&other),
+        }
+    }
+
+    /// Decides on client `id` of connection `conn`, identified as `identity`: its
+    /// client-config-dir entry, `duplicate-cn`, its addresses and routes. An older client
+    /// with the same CN is removed (and its connection told through `kicked`) unless
+    /// `duplicate-cn`.
+    pub fn admit(
+        &mut self,
+        settings: &Settings,
+        id: ClientId,
+        identity: &ClientIdentity,
+        conn: ConnHandle,
+        now_unix: u64,
+    ) -> Result<Admitted, Refused> {
+        let cn = identity.common_name.clone().unwrap_or_default();
+        let opts: ClientOptions = settings
+            .client_options(identity.common_name.as_deref())
+            .cloned()
+            .unwrap_or_default();
+        if opts.disable {
+            return Err(Refused::Disabled);
+        }
+        if !settings.duplicate_cn {
+            self.replace_same_cn(id, &cn);
+        }
+        let mut lease = None;
+        let (v4, v4_mask) = if let Some(push) = opts.ifconfig_push {
+            if let Some(pool) = self.pool.as_mut() {
+                lease = pool
+                    .acquire_fixed(push.local, Some(&cn))
+                    .map_err(Refused::FixedAddress)?
+                    .map(|l| l.index);
+            }
+            let host = IpNet::V4(Ipv4Net::from(push.local));
+            if self.routes.get(host).is_some() {
+                self.release(lease);
+                return Err(Refused::AddressInUse { addr: push.local });
+            }
+            (Some(push.local), Some(push.remote_netmask))
+        } else {
+            match self.pool.as_mut() {
+                Some(pool) => {
+                    let l = pool
+                        .acquire(Some(&cn), settings.duplicate_cn)
+                        .map_err(|source| Refused::PoolExhausted { source })?;
+                    lease = Some(l.index);
+                    (l.v4, pool.v4_network().map(|n| n.netmask()))
+                }
+                None => (None, None),
+            }
+        };
+        let (v6, ifconfig_ipv6) = self.ipv6_for(&opts, lease);
+        let addresses: Vec<IpAddr> = v4
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(v6.map(IpAddr::V6))
+            .collect();
+        for a in &addresses {
+            self.routes.insert(IpNet::from(*a), id);
+        }
+        for net in &opts.iroutes {
+            if let Some(old) = self.routes.insert(*net, id) {
+                tracing::info!(route = %net, previous = old, "iroute moved to a new client");
+            }
+        }
+        self.clients.insert(
+            id,
+            ClientEntry {
+                common_name: cn,
+                username: identity
+                    .username
+                    .as_deref()
+                    .map(|u| String::from_utf8_lossy(u).into_owned()),
+                v4,
+                v6,
+                lease,
+                conn,
+                since: now_unix,
+                cipher: String::new(),
+            },
+        );
+        Ok(Admitted {
+            settings: ClientSettings {
+                push: settings.push_for(Some(&opts)),
+                ifconfig_ipv6,
+                ifconfig: v4.zip(v4_mask).map(|(a, m)| format!("{a} {m}")),
+            },
+            filter: SourceFilter::new(addresses, opts.iroutes.clone()),
+        })
+    }
+
+    /// The tunnel of client `id` came up with `cipher` at `now_unix`.
+    pub fn established(&mut self, id: ClientId, cipher: &str, now_unix: u64) {
+        if let Some(e) = self.clients.get_mut(&id) {
+            e.cipher = cipher.to_owned();
+            e.since = now_unix;
+        }
+    }
+
+    /// Removes client `id`, freeing its lease and routes.
+    pub fn remove(&mut self, id: ClientId) -> Option<ClientEntry> {
+        let entry = self.clients.remove(&id)?;
+        self.release(entry.lease);
+        self.routes.remove_owner(id);
+        Some(entry)
+    }
+
+    /// What the status file shows at `now_unix`.
+    pub fn status(&self, now_unix: u64) -> StatusSnapshot {
+        let mut clients: Vec<(&ClientId, &ClientEntry)> = self.clients.iter().collect();
+        clients.sort_by_key(|(id, _)| **id);
+        let routes = self
+            .routes
+            .entries()
+            .filter_map(|(prefix, id)| {
+                let c = self.clients.get(&id)?;
+                Some(RouteStatus {
+                    prefix,
+                    common_name: c.common_name.clone(),
+                    real_address: c.conn.peer,
+                    last_ref: c.since,
+                })
+            })
+            .collect();
+        StatusSnapshot {
+            title: status::default_title(),
+            now: now_unix,
+            clients: clients
+                .into_iter()
+                .map(|(id, c)| ClientStatus {
+                    common_name: c.common_name.clone(),
+                    real_address: c.conn.peer,
+                    virtual_v4: c.v4,
+                    virtual_v6: c.v6,
+                    bytes_received: c.conn.traffic.received.load(Ordering::Relaxed),
+                    bytes_sent: c.conn.traffic.sent.load(Ordering::Relaxed),
+                    connected_since: c.since,
+                    username: c.username.clone(),
+                    client_id: *id,
+                    peer_id: c.conn.peer_id,
+                    cipher: c.cipher.clone(),
+                })
+                .collect(),
+            routes,
+            max_bcast_queue: 0,
+        }
+    }
+
+    /// Without `duplicate-cn`: removes every other client with this CN and tells its
+    /// connection.
+    fn replace_same_cn(&mut self, id: ClientId, cn: &str) {
+        let same: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(other, c)| **other != id && c.common_name == cn)
+            .map(|(other, _)| *other)
+            .collect();
+        for other in same {
+            if let Some(old) = self.remove(other) {
+                tracing::info!(
+                    client = other,
+                    cn,
+                    "replaced by a new connection with the same CN (no duplicate-cn)"
+                );
+                old.conn.kicked.cancel();
+            }
+        }
+    }
+
+    /// The client's IPv6 address and the pushed `ifconfig-ipv6` arguments: its
+    /// `ifconfig-ipv6-push`, else (without `ifconfig-push`, as upstream) the pool's.
+    fn ipv6_for(
+        &self,
+        opts: &ClientOptions,
+        lease: Option<u32>,
+    ) -> (Option<Ipv6Addr>, Option<String>) {
+        let server_v6 = self.pool.as_ref().and_then(Pool::server_v6);
+        match (opts.ifconfig_ipv6_push, opts.ifconfig_push) {
+            (Some(p), _) => {
+                let remote = p.remote.or(server_v6.map(|n| n.addr()));
+                (
+                    Some(p.local.addr()),
+                    remote.map(|r| format!("{} {r}", p.local)),
+                )
+            }
+            // ifconfig-push without ifconfig-ipv6-push: no pool IPv6 (as upstream).
+            (None, Some(_)) => (None, None),
+            (None, None) => {
+                let v6 = lease.and_then(|i| {
+                    let pool = self.pool.as_ref()?;
+                    Some((pool.lease(i).v6?, pool.v6_network()?.prefix_len()))
+                });
+                match (v6, server_v6) {
+                    (Some((a, len)), Some(srv)) => {
+                        (Some(a), Some(format!("{a}/{len} {}", srv.addr())))
+                    }
+                    _ => (None, None),
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, lease: Option<u32>) {
+        if let (Some(pool), Some(l)) = (self.pool.as_mut(), lease) {
+            pool.release(l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

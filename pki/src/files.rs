@@ -44,7 +44,7 @@ pub enum FileError {
         path: PathBuf,
     },
     /// An I/O error on `path`.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,

@@ -77,6 +77,17 @@ impl Authority {
     }
 }
 
+impl std::fmt::Display for Authority {
+    /// `host:port`, an IPv6 literal in brackets: the request-target as it was sent.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.host {
+            Host::Name(name) => write!(f, "{name}:{}", self.port),
+            Host::Ipv4(a) => write!(f, "{a}:{}", self.port),
+            Host::Ipv6(a) => write!(f, "[{a}]:{}", self.port),
+        }
+    }
+}
+
 /// A CONNECT request head that passed every check of the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectHead {
@@ -322,6 +333,13 @@ mod tests {
 
     fn parse(raw: &[u8]) -> Result<Option<(ConnectHead, usize)>, RequestError> {
         parse_connect_request(raw)
+    }
+
+    #[test]
+    fn an_authority_prints_as_it_was_sent() {
+        for target in ["kubelet.example:10250", "10.250.0.5:10250", "[fd00::5]:443"] {
+            assert_eq!(Authority::parse(target).unwrap().to_string(), target);
+        }
     }
 
     fn status_of(raw: &[u8]) -> u16 {

@@ -171,17 +171,16 @@ impl RouteValue {
     pub fn port(&self) -> u16 {
         self.service.port()
     }
+
+    /// The Service's cluster-local name (`kube-apiserver.<namespace>.svc.cluster.local`).
+    pub fn fqdn(&self) -> String {
+        format!("{}.{}{CLUSTER_SUFFIX}", self.service, self.namespace)
+    }
 }
 
 impl fmt::Display for RouteValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{OUTBOUND}|{}||{}.{}{CLUSTER_SUFFIX}",
-            self.port(),
-            self.service,
-            self.namespace
-        )
+        write!(f, "{OUTBOUND}|{}||{}", self.port(), self.fqdn())
     }
 }
 

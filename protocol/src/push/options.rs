@@ -599,7 +599,7 @@ pub struct SocketFlags {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OptionError {
     /// The line could not be tokenised.
-    #[error("cannot tokenise pushed option {text:?}: {source}")]
+    #[error("cannot tokenise pushed option {text:?}")]
     Tokenize {
         /// The option text.
         text: String,

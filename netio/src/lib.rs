@@ -51,7 +51,5 @@ pub mod report;
 pub mod rng;
 pub mod script;
 pub mod signals;
-#[cfg(target_os = "linux")]
-mod splice;
 pub mod tcp;
 pub mod tun;

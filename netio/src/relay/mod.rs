@@ -31,6 +31,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+#[cfg(target_os = "linux")]
+mod splice;
+
 /// The default per-direction buffer: 32 KiB (what Gardener's apiserver-proxy Envoy uses per
 /// connection).
 pub const DEFAULT_BUFFER_SIZE: usize = 32 * 1024;
@@ -190,9 +193,9 @@ pub async fn relay_tcp(
     config: RelayConfig,
 ) -> Result<RelayStats, RelayError> {
     #[cfg(target_os = "linux")]
-    match crate::splice::relay(a, b, config).await {
-        crate::splice::Outcome::Done(result) => return result,
-        crate::splice::Outcome::Unsupported(e) => {
+    match splice::relay(a, b, config).await {
+        splice::Outcome::Done(result) => return result,
+        splice::Outcome::Unsupported(e) => {
             tracing::debug!("splice unavailable ({e}); relaying through buffers");
         }
     }

@@ -1,4 +1,4 @@
-//! The zero-copy TCP ↔ TCP relay behind [`crate::relay::relay_tcp`] (Linux only).
+//! The zero-copy TCP ↔ TCP relay behind [`super::relay_tcp`] (Linux only).
 //!
 //! ```text
 //!   a ──splice──► pipe a→b ──splice──► b      bytes never enter user space: the kernel
@@ -39,7 +39,7 @@ use tokio::io::{AsyncWrite, Interest};
 use tokio::net::tcp::WriteHalf;
 use tokio::net::TcpStream;
 
-use crate::relay::{relay_step, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
+use super::{relay_step, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
 
 /// What [`relay`] returns: a finished relay, or "splice is not possible here" before anything
 /// moved (the caller then runs the generic relay on the same sockets).

@@ -16,6 +16,8 @@
 //! * [`matrix`] - the conformance matrix: our server and client against upstream OpenVPN 2.6
 //!   and each other over ciphers, control-channel wrapping, key derivation, transports and
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).
+//! * [`connect_acceptor`] - a minimal CONNECT proxy (strict head, an optional required header,
+//!   a fixed or requested upstream) standing in for a gateway or corporate proxy.
 //! * [`driver`] - a blocking driver for our sans-IO sessions over a real TCP connection.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.
 //! * [`sidecar_lab`] - certificates, a namespaced runtime, an mTLS CONNECT client, a
@@ -28,6 +30,7 @@
 //! address or a route in the root namespace; veth pairs only join two lab namespaces.
 
 pub mod bench;
+pub mod connect_acceptor;
 pub mod demo;
 pub mod driver;
 pub mod icmp;

@@ -2,7 +2,7 @@
 //! in-cluster API traffic to a test "kube-apiserver" (an HTTPS server) in the seed namespace
 //! through an HTTP CONNECT ingress that routes only requests carrying the right header: our
 //! ingress router (`vpn_server::router`, the issue's Done-when), and the minimal
-//! `netio::http_connect::ConnectAcceptor`.
+//! `conformance::connect_acceptor::ConnectAcceptor`.
 //!
 //! ```text
 //!  SHOOT  a "pod": HTTPS GET /version ──► apiserver-proxy 127.0.0.1:6443 (right header)
@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use conformance::connect_acceptor::{ConnectAcceptor, Upstream};
 use conformance::netns::Netns;
 use conformance::require_lab;
 use conformance::sidecar_lab::{connector, ns_runtime, Pki, SERVER_NAME, WAIT};
-use netio::http_connect::{ConnectAcceptor, Upstream};
 use openssl::ssl::SslAcceptor;
 use vpn_client::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
 use vpn_client::CancellationToken;

@@ -6,11 +6,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use conformance::connect_acceptor::{ConnectAcceptor, Upstream};
 use conformance::netns::Netns;
 use conformance::require_lab;
 use netio::framed::{FrameReader, FrameWriter};
 use netio::http::{ConnectRequest, CustomHeader};
-use netio::http_connect::{connect_via_proxy, ConnectAcceptor, ConnectError, Upstream};
+use netio::http_connect::{connect_via_proxy, ConnectError};
 use netio::netlink::{IpPrefix, Netlink};
 use protocol::framing::{FrameEncoder, DEFAULT_TUN_MTU};
 use tokio::io::AsyncWriteExt;

@@ -1,6 +1,6 @@
-//! HTTP CONNECT over TCP: the client's dialer ([`connect_via_proxy`]) and a small proxy-side
-//! acceptor ([`ConnectAcceptor`]) for tests and the demo. The bytes on the wire come from
-//! [`crate::http`], which has no I/O.
+//! HTTP CONNECT over TCP, the client's side: the dialer ([`connect_via_proxy`]). The bytes on
+//! the wire come from [`crate::http`], which has no I/O; the accepting side of every ingress
+//! of ours is [`crate::ingress`].
 //!
 //! Unlike upstream OpenVPN, the dialer does not wait 2 s for "silence" after the `200`: it
 //! reads the head up to the blank line and returns at once, handing over any bytes that came
@@ -8,19 +8,16 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::http::{
-    encode_response, find_header, parse_request_head, parse_response_head, ConnectRequest,
-    HeadResult, HttpError, RequestHead, ResponseHead, MAX_HEAD_LEN,
+    parse_response_head, ConnectRequest, HeadResult, HttpError, ResponseHead, MAX_HEAD_LEN,
 };
-use crate::relay::{relay, RelayConfig, DEFAULT_IDLE_TIMEOUT};
-use crate::tcp::{connect_first, connect_nodelay};
+use crate::tcp::connect_nodelay;
 
 /// Upstream's default bound on the whole proxy exchange (`--connect-timeout`, 120 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -171,308 +168,13 @@ pub enum ConnectError {
     },
 }
 
-/// Where the acceptor sends an accepted tunnel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Upstream {
-    /// Always this address, whatever the request target says (like a sidecar in front of one
-    /// server).
-    Fixed(SocketAddr),
-    /// The request target (`host:port`), resolved when the request arrives.
-    RequestTarget,
-}
-
-/// What one accepted tunnel carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Relayed {
-    /// Bytes from the client to the upstream (including bytes sent right after the request).
-    pub to_upstream: u64,
-    /// Bytes from the upstream to the client.
-    pub to_client: u64,
-}
-
-/// A minimal CONNECT proxy: accepts a CONNECT, optionally requires one header with an exact
-/// value (e.g. `Reversed-VPN: outbound|1194||vpn-seed-server`), connects to the upstream,
-/// answers `HTTP/1.1 200 Connection established` and relays bytes both ways with
-/// [`crate::relay::relay`] until both directions are closed (a half-close passed on to the
-/// other side) or nothing moved for the idle timeout (default
-/// [`crate::relay::DEFAULT_IDLE_TIMEOUT`]).
-///
-/// Answers: 400 for a malformed request or a missing or wrong required header, 405 for a method
-/// other than CONNECT, 502 when the upstream cannot be reached, 504 when that takes longer than
-/// the timeout. An oversized or slow request head is answered 400 / dropped.
-#[derive(Debug, Clone)]
-pub struct ConnectAcceptor {
-    upstream: Upstream,
-    required_header: Option<(String, String)>,
-    timeout: Duration,
-    idle_timeout: Duration,
-}
-
-impl ConnectAcceptor {
-    /// An acceptor relaying to `upstream`, requiring no header, with a 20 s bound on reading
-    /// the request and on connecting upstream (Gardener's Envoy upstream connect timeout).
-    pub fn new(upstream: Upstream) -> Self {
-        Self {
-            upstream,
-            required_header: None,
-            timeout: Duration::from_secs(20),
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-        }
-    }
-
-    /// Requires header `name` (case-insensitive) with exactly `value`.
-    pub fn require_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.required_header = Some((name.into(), value.into()));
-        self
-    }
-
-    /// Bounds reading the request head and connecting upstream, each.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Closes an open tunnel after `idle` with no bytes either way.
-    pub fn with_idle_timeout(mut self, idle: Duration) -> Self {
-        self.idle_timeout = idle;
-        self
-    }
-
-    /// Accepts connections forever, one task per connection. Returns only when `accept`
-    /// fails. Must run inside a tokio runtime.
-    pub async fn serve(self, listener: TcpListener) -> io::Error {
-        let this = Arc::new(self);
-        loop {
-            let (client, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(err) => return err,
-            };
-            let this = Arc::clone(&this);
-            tokio::spawn(async move {
-                match this.handle(client).await {
-                    Ok(relayed) => tracing::debug!(%peer, ?relayed, "CONNECT tunnel closed"),
-                    Err(err) => tracing::debug!(%peer, error = %err, "CONNECT refused or failed"),
-                }
-            });
-        }
-    }
-
-    /// Serves one client connection to the end.
-    pub async fn handle(&self, mut client: TcpStream) -> Result<Relayed, AcceptError> {
-        client
-            .set_nodelay(true)
-            .map_err(|source| AcceptError::Io { source })?;
-        let mut buf = BytesMut::with_capacity(1024);
-        let read = tokio::time::timeout(
-            self.timeout,
-            read_head(&mut client, &mut buf, parse_request_head),
-        )
-        .await;
-        let (request, len) = match read {
-            Err(_) => {
-                return Err(AcceptError::Timeout {
-                    after: self.timeout,
-                })
-            }
-            Ok(Err(ConnectError::Malformed(err))) => {
-                reply(&mut client, 400, "Bad Request").await;
-                return Err(AcceptError::Malformed(err));
-            }
-            Ok(Err(ConnectError::Closed { received })) => {
-                return Err(AcceptError::Closed { received })
-            }
-            Ok(Err(ConnectError::Io { source })) => return Err(AcceptError::Io { source }),
-            Ok(Err(other)) => {
-                return Err(AcceptError::Io {
-                    source: io::Error::other(other),
-                })
-            }
-            Ok(Ok(found)) => found,
-        };
-        let early = buf.split_off(len);
-        if let Err(refusal) = self.check(&request) {
-            let (code, reason) = refusal.status();
-            reply(&mut client, code, reason).await;
-            return Err(refusal);
-        }
-        let connect = tokio::time::timeout(self.timeout, self.connect_upstream(&request)).await;
-        let mut upstream = match connect {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(err)) => {
-                reply(&mut client, 502, "Bad Gateway").await;
-                return Err(err);
-            }
-            Err(_) => {
-                reply(&mut client, 504, "Gateway Timeout").await;
-                return Err(AcceptError::Timeout {
-                    after: self.timeout,
-                });
-            }
-        };
-        let mut ok = Vec::new();
-        encode_response(200, "Connection established", &mut ok);
-        client
-            .write_all(&ok)
-            .await
-            .map_err(|source| AcceptError::Io { source })?;
-        upstream
-            .write_all(&early)
-            .await
-            .map_err(|source| AcceptError::Io { source })?;
-        let config = RelayConfig {
-            idle_timeout: self.idle_timeout,
-            ..RelayConfig::default()
-        };
-        let stats = relay(&mut client, &mut upstream, config)
-            .await
-            .map_err(|e| AcceptError::Io { source: e.source })?;
-        Ok(Relayed {
-            to_upstream: stats.a_to_b + early.len() as u64,
-            to_client: stats.b_to_a,
-        })
-    }
-
-    fn check(&self, request: &RequestHead) -> Result<(), AcceptError> {
-        if request.method != "CONNECT" {
-            return Err(AcceptError::Method {
-                method: request.method.clone(),
-            });
-        }
-        request.authority().map_err(AcceptError::Malformed)?;
-        if let Some((name, value)) = &self.required_header {
-            let got = find_header(&request.headers, name);
-            if got != Some(value.as_str()) {
-                return Err(AcceptError::Header {
-                    name: name.clone(),
-                    got: got.map(str::to_owned),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    async fn connect_upstream(&self, request: &RequestHead) -> Result<TcpStream, AcceptError> {
-        let addrs: Vec<SocketAddr> = match &self.upstream {
-            Upstream::Fixed(addr) => vec![*addr],
-            Upstream::RequestTarget => {
-                let (host, port) = request.authority().map_err(AcceptError::Malformed)?;
-                tokio::net::lookup_host((host, port))
-                    .await
-                    .map_err(|source| AcceptError::Upstream {
-                        target: request.target.clone(),
-                        source,
-                    })?
-                    .collect()
-            }
-        };
-        connect_first(addrs)
-            .await
-            .map_err(|source| AcceptError::Upstream {
-                target: request.target.clone(),
-                source,
-            })
-    }
-}
-
-/// Best effort: the client may already be gone.
-async fn reply(client: &mut TcpStream, code: u16, reason: &str) {
-    let mut out = Vec::new();
-    encode_response(code, reason, &mut out);
-    let _ = client.write_all(&out).await;
-    let _ = client.shutdown().await;
-}
-
-/// Why the acceptor refused or ended a connection.
-#[derive(Debug, thiserror::Error)]
-pub enum AcceptError {
-    /// The request head was malformed or too large (answered 400).
-    #[error("malformed CONNECT request")]
-    Malformed(#[source] HttpError),
-    /// Not a CONNECT (answered 405).
-    #[error("method {method:?} is not CONNECT")]
-    Method {
-        /// The method.
-        method: String,
-    },
-    /// The required header was missing or had another value (answered 400).
-    #[error("required header {name:?} missing or wrong (got {got:?})")]
-    Header {
-        /// The required header's name.
-        name: String,
-        /// What the request carried.
-        got: Option<String>,
-    },
-    /// The upstream could not be reached (answered 502).
-    #[error("cannot connect upstream to {target}")]
-    Upstream {
-        /// The request target.
-        target: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The client closed before sending a whole request.
-    #[error("client closed after {received} bytes, before the end of its request")]
-    Closed {
-        /// Bytes received.
-        received: usize,
-    },
-    /// Reading the request or connecting upstream took too long.
-    #[error("timed out after {after:?}")]
-    Timeout {
-        /// The bound.
-        after: Duration,
-    },
-    /// A socket failed while relaying.
-    #[error("CONNECT relay I/O failed")]
-    Io {
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-}
-
-impl AcceptError {
-    /// The status the acceptor answers for a refusal.
-    fn status(&self) -> (u16, &'static str) {
-        match self {
-            AcceptError::Method { .. } => (405, "Method Not Allowed"),
-            AcceptError::Upstream { .. } => (502, "Bad Gateway"),
-            AcceptError::Timeout { .. } => (504, "Gateway Timeout"),
-            _ => (400, "Bad Request"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::http::CustomHeader;
+    use tokio::net::TcpListener;
 
     const HEADER: (&str, &str) = ("Reversed-VPN", "outbound|1194||vpn-seed-server");
-
-    async fn echo_server() -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                tokio::spawn(async move {
-                    let (mut r, mut w) = s.split();
-                    tokio::io::copy(&mut r, &mut w).await.unwrap();
-                    w.shutdown().await.unwrap();
-                });
-            }
-        });
-        addr
-    }
-
-    async fn acceptor(acceptor: ConnectAcceptor) -> SocketAddr {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(acceptor.serve(listener));
-        addr
-    }
 
     fn request(with_header: bool) -> ConnectRequest {
         let mut req = ConnectRequest::new("vpn-seed-server", 1194);
@@ -483,70 +185,6 @@ mod tests {
             });
         }
         req
-    }
-
-    #[tokio::test]
-    async fn tunnel_through_acceptor_echoes_and_half_closes() {
-        let echo = echo_server().await;
-        let proxy = acceptor(
-            ConnectAcceptor::new(Upstream::Fixed(echo)).require_header(HEADER.0, HEADER.1),
-        )
-        .await;
-        let t = connect_via_proxy(&[proxy], &request(true), Duration::from_secs(5))
-            .await
-            .unwrap();
-        assert!(t.leftover.is_empty());
-        let mut s = t.stream;
-        s.write_all(b"hello through the proxy").await.unwrap();
-        s.shutdown().await.unwrap();
-        let mut back = Vec::new();
-        s.read_to_end(&mut back).await.unwrap();
-        assert_eq!(back, b"hello through the proxy");
-    }
-
-    #[tokio::test]
-    async fn missing_or_wrong_header_is_400() {
-        let echo = echo_server().await;
-        let proxy = acceptor(
-            ConnectAcceptor::new(Upstream::Fixed(echo)).require_header(HEADER.0, HEADER.1),
-        )
-        .await;
-        let err = connect_via_proxy(&[proxy], &request(false), Duration::from_secs(5))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, ConnectError::Status { code: 400, reason } if reason == "Bad Request"),
-            "{err:?}"
-        );
-        let mut wrong = request(false);
-        wrong
-            .custom_headers
-            .push(CustomHeader::Line(format!("{}: other", HEADER.0)));
-        let err = connect_via_proxy(&[proxy], &wrong, Duration::from_secs(5))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, ConnectError::Status { code: 400, .. }),
-            "{err:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn unreachable_upstream_is_502() {
-        // A port that was just free: bind, take the address, drop.
-        let dead = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let proxy = acceptor(ConnectAcceptor::new(Upstream::Fixed(dead))).await;
-        let err = connect_via_proxy(&[proxy], &request(false), Duration::from_secs(5))
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(err, ConnectError::Status { code: 502, .. }),
-            "{err:?}"
-        );
     }
 
     #[tokio::test]

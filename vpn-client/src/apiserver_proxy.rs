@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use netio::http::route::RouteValue;
 use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
 use netio::http_connect::{connect_via_proxy, ConnectError};
 use netio::relay::{relay, RelayConfig, DEFAULT_BUFFER_SIZE};
@@ -94,19 +95,10 @@ impl ApiserverProxyConfig {
     }
 }
 
-/// `outbound|PORT||FQDN` → (FQDN, PORT).
+/// `outbound|PORT||FQDN` (a valid routing value, `protocol::http::route`) → (FQDN, PORT).
 fn target_from_route(value: &str) -> Option<(String, u16)> {
-    let mut parts = value.split('|');
-    let (Some("outbound"), Some(port), Some(""), Some(fqdn), None) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
-        return None;
-    };
-    Some((fqdn.to_owned(), port.parse().ok()?))
+    let route = RouteValue::parse(value).ok()?;
+    Some((route.fqdn(), route.port()))
 }
 
 /// Why the apiserver-proxy could not start.
@@ -176,19 +168,7 @@ impl ApiserverProxy {
             let shutdown = shutdown.clone();
             let inner = tracker.clone();
             tracker.spawn(async move {
-                loop {
-                    let accepted = tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        a = listener.accept() => a,
-                    };
-                    let (client, peer) = match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            warn!(error = %e, "apiserver-proxy accept failed");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
+                while let Some((client, peer)) = netio::listen::accept(&listener, &shutdown).await {
                     let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
                         warn!(%peer, "apiserver-proxy connection limit reached; closed");
                         continue;
@@ -346,8 +326,6 @@ pub struct InvalidTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netio::http_connect::{ConnectAcceptor, Upstream};
-    use tokio::io::AsyncReadExt;
 
     const ROUTE: &str = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local";
 
@@ -374,42 +352,5 @@ mod tests {
             text.contains("\r\nX-Gardener-API-Route: opaque\r\n"),
             "{text}"
         );
-    }
-
-    #[tokio::test]
-    async fn tunnels_through_a_connect_proxy_with_the_header() {
-        // An echo "apiserver".
-        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let echo_addr = echo.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut s, _) = echo.accept().await.unwrap();
-            let (mut r, mut w) = s.split();
-            tokio::io::copy(&mut r, &mut w).await.unwrap();
-            w.shutdown().await.unwrap();
-        });
-        let ingress = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let ingress_addr = ingress.local_addr().unwrap();
-        tokio::spawn(
-            ConnectAcceptor::new(Upstream::Fixed(echo_addr))
-                .require_header(DEFAULT_HEADER_NAME, ROUTE)
-                .serve(ingress),
-        );
-        let config = ApiserverProxyConfig::new(
-            vec!["127.0.0.1:0".parse().unwrap()],
-            ingress_addr.to_string(),
-            ROUTE.into(),
-        );
-        let proxy = ApiserverProxy::bind(config).await.unwrap();
-        let local = proxy.local_addrs()[0];
-        let token = CancellationToken::new();
-        let task = tokio::spawn(proxy.run(token.clone()));
-        let mut c = TcpStream::connect(local).await.unwrap();
-        c.write_all(b"GET /version").await.unwrap();
-        c.shutdown().await.unwrap();
-        let mut back = Vec::new();
-        c.read_to_end(&mut back).await.unwrap();
-        assert_eq!(back, b"GET /version");
-        token.cancel();
-        task.await.unwrap();
     }
 }

@@ -39,7 +39,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_CONCURRENT: usize = 64;
 
 /// One part of a binary as the admin endpoint sees it.
-pub trait AdminState: Send + Sync + 'static {
+pub trait AdminState: Send + Sync + std::fmt::Debug + 'static {
     /// Appends this part's series.
     fn metrics(&self, out: &mut Exposition);
     /// Whether this part is ready for traffic (`/readyz`).

@@ -38,7 +38,7 @@ use protocol::config::{
 use protocol::session::{ControlProtection, Keepalive};
 use protocol::static_key::{self, StaticKeyError};
 
-use crate::script::Script;
+use crate::script::{Script, ScriptParseError};
 use crate::settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};
 
 /// The name of the client-config-dir file that applies to every CN without its own file.
@@ -75,7 +75,7 @@ pub struct Loaded {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// A file (the config, a key, a certificate, a client-config-dir file) cannot be read.
-    #[error("{}: cannot read: {source}", path.display())]
+    #[error("{}: cannot read", path.display())]
     Read {
         /// The file.
         path: PathBuf,
@@ -84,7 +84,7 @@ pub enum LoadError {
         source: io::Error,
     },
     /// The `client-config-dir` directory cannot be listed.
-    #[error("{}: cannot read client-config-dir: {source}", path.display())]
+    #[error("{}: cannot read client-config-dir", path.display())]
     ReadDir {
         /// The directory.
         path: PathBuf,
@@ -96,7 +96,7 @@ pub enum LoadError {
     #[error("{0}")]
     Config(#[from] ConfigError),
     /// A certificate or key file does not hold what it should.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Pem {
         /// The path, or the inline block (`server.conf: <ca>`).
         what: String,
@@ -105,7 +105,7 @@ pub enum LoadError {
         source: PemError,
     },
     /// A `tls-auth` / `tls-crypt` key file is not an OpenVPN static key.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     StaticKey {
         /// The path, or the inline block.
         what: String,
@@ -114,7 +114,7 @@ pub enum LoadError {
         source: StaticKeyError,
     },
     /// OpenSSL refused the certificate, the key or the CA as a TLS context.
-    #[error("{file}: cannot build the TLS context from ca/cert/key: {source}")]
+    #[error("{file}: cannot build the TLS context from ca/cert/key")]
     Tls {
         /// The config.
         file: String,
@@ -131,6 +131,26 @@ pub enum LoadError {
         directive: &'static str,
         /// Why.
         reason: String,
+    },
+    /// An `up` / `down` command cannot be split into a program and its arguments.
+    #[error("{file}")]
+    Script {
+        /// The config.
+        file: String,
+        /// Why.
+        #[source]
+        source: ScriptParseError,
+    },
+    /// The `local` host name does not resolve.
+    #[error("{file}: 'local': cannot resolve '{host}'")]
+    Resolve {
+        /// The config.
+        file: String,
+        /// The name.
+        host: String,
+        /// Why.
+        #[source]
+        source: io::Error,
     },
     /// A vpn2 environment variable is missing or invalid.
     #[error("{0}")]
@@ -355,8 +375,10 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
             ));
             continue;
         }
-        let parsed =
-            Script::parse(kind, line).map_err(|reason| unsupported(file, "up/down", reason))?;
+        let parsed = Script::parse(kind, line).map_err(|source| LoadError::Script {
+            file: file.to_owned(),
+            source,
+        })?;
         if kind == ScriptType::Up {
             up = Some(parsed);
         } else {
@@ -494,7 +516,11 @@ fn listen_addrs(
     }
     let found: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| unsupported(file, "local", format!("cannot resolve '{host}': {e}")))?
+        .map_err(|source| LoadError::Resolve {
+            file: file.to_owned(),
+            host: host.to_owned(),
+            source,
+        })?
         .filter(|a| match family {
             Family::Any => true,
             Family::V4 => a.is_ipv4(),
@@ -693,6 +719,7 @@ fn read_static_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netio::report::chain;
     use protocol::data::DataCipher;
     use protocol::digest::Digest;
     use protocol::key::KeyDirection;
@@ -875,12 +902,12 @@ mod tests {
         // A missing certificate: the error names its path.
         let text = fixture("gep14-server.conf", dir.path()).replace("tls.crt", "missing.crt");
         std::fs::write(&conf, text).unwrap();
-        let e = load_file(&conf).unwrap_err().to_string();
+        let e = chain(&load_file(&conf).unwrap_err());
         assert!(e.contains("vpn-server/missing.crt: cannot read"), "{e}");
         // A missing client-config-dir.
         let text = fixture("gep14-server.conf", dir.path());
         std::fs::write(&conf, text).unwrap();
-        let e = load_file(&conf).unwrap_err().to_string();
+        let e = chain(&load_file(&conf).unwrap_err());
         assert!(e.contains("ccd: cannot read client-config-dir"), "{e}");
         // A typo in a client-config-dir file: file, line and directive.
         let ccd = dir.path().join("ccd");
@@ -890,7 +917,7 @@ mod tests {
             "iroute 10.0.0.0 255.0.0.0\niroutee 10.1.0.0\n",
         )
         .unwrap();
-        let e = load_file(&conf).unwrap_err().to_string();
+        let e = chain(&load_file(&conf).unwrap_err());
         assert!(
             e.ends_with("ccd/shoot:2: unknown directive 'iroutee'"),
             "{e}"
@@ -917,7 +944,7 @@ mod tests {
         // A garbage tls-auth key names the key file.
         std::fs::remove_file(ccd.join("shoot")).unwrap();
         std::fs::write(dir.path().join("tlsauth/vpn.tlsauth"), "nonsense\n").unwrap();
-        let e = load_file(&conf).unwrap_err().to_string();
+        let e = chain(&load_file(&conf).unwrap_err());
         assert!(e.contains("tlsauth/vpn.tlsauth: "), "{e}");
     }
 

@@ -18,6 +18,7 @@
 pub mod config;
 pub mod connection;
 pub mod device;
+pub mod launch;
 pub mod metrics;
 pub mod pool;
 pub mod registry;
@@ -34,6 +35,6 @@ pub mod unreachable;
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
 pub use metrics::ServerMetrics;
 pub use registry::ClientId;
-pub use script::{Script, ScriptError};
+pub use script::{Script, ScriptError, ScriptParseError};
 pub use server::{run, ClientRoutes, Server, ServerError};
 pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};

@@ -7,20 +7,21 @@
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
 //! `vpn-server sidecar` runs it alone.
 
+use std::error::Error;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Parser;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ServerEnv;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
 use vpn_server::config::VPN2_SECRETS_DIR;
+use vpn_server::launch::{self, Launch};
 use vpn_server::sidecar::cli::ShootNetworks;
-use vpn_server::sidecar::{Sidecar, SidecarArgs, SidecarConfig};
-use vpn_server::{from_vpn2_env, load_file, Loaded, Server};
+use vpn_server::sidecar::SidecarArgs;
+use vpn_server::{from_vpn2_env, load_file};
 
 netio::libm_pow!();
 
@@ -39,6 +40,10 @@ struct Cli {
     /// `tlsauth/vpn.tlsauth`.
     #[arg(long, env = "VPN_SERVER_SECRETS_DIR", default_value = VPN2_SECRETS_DIR)]
     secrets_dir: PathBuf,
+    /// Admin endpoint (`/metrics`, `/healthz`, `/readyz`) listen addresses, comma-separated;
+    /// none by default. Plain HTTP: never an address the tunnel reaches.
+    #[arg(long, env = "VPN_SERVER_ADMIN_LISTEN", value_delimiter = ',')]
+    admin_listen: Vec<SocketAddr>,
     /// Also run the CONNECT sidecar (the `--sidecar-*` flags) in this process.
     #[arg(long, env = "VPN_SERVER_SIDECAR")]
     sidecar: bool,
@@ -58,8 +63,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vpn-server: error: {}", chain(e.as_ref()));
@@ -68,29 +72,35 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
     if let Some(Command::Sidecar(args)) = &cli.command {
         let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-        init_tracing(cli.log.as_deref().unwrap_or("info"))?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?;
-        return rt.block_on(async {
-            let token = CancellationToken::new();
-            tokio::spawn(cancel_on_signals(token.clone())?);
-            Sidecar::bind(config, None).await?.run(token).await;
-            Ok(())
-        });
+        init_logging(cli.log.as_deref().unwrap_or("info"))?;
+        return serve(|shutdown| launch::run_sidecar(config, shutdown));
     }
-    let loaded = match &cli.config {
+    let launch = load(cli.config.as_ref(), &cli)?;
+    init_logging(
+        cli.log
+            .as_deref()
+            .unwrap_or(verb_filter(launch.loaded.verb)),
+    )?;
+    for w in &launch.loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    serve(|shutdown| launch::run(launch, shutdown))
+}
+
+/// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's
+/// shoot networks from the same source.
+fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
+    let loaded = match config {
         Some(path) => load_file(path)?,
         None => from_vpn2_env(&Vpn2ServerEnv::parse(std::env::vars())?, &cli.secrets_dir)?,
     };
     let sidecar = match cli.sidecar {
+        false => None,
         true => {
-            // vpn2 environment mode: the shoot networks (and vpn2's mapping) from the same
-            // variables; a config file: the networks it routes into the tunnel.
-            let shoot = match cli.config {
+            let shoot = match config {
                 None => ShootNetworks::Vpn2Env,
                 Some(_) => ShootNetworks::Routes(loaded.settings.routes.clone()),
             };
@@ -99,60 +109,36 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                     .resolve(&cli.secrets_dir, shoot, std::env::vars())?,
             )
         }
-        false => None,
     };
-    init_tracing(cli.log.as_deref().unwrap_or(verb_filter(loaded.verb)))?;
-    for w in &loaded.warnings {
-        warn!("{w}");
-    }
+    Ok(Launch {
+        loaded,
+        sidecar,
+        admin_listen: cli.admin_listen.clone(),
+    })
+}
+
+/// Runs `job` on a multi-thread runtime until it ends; SIGTERM / SIGINT cancel its token
+/// (the handlers are installed before the job starts).
+fn serve<F, Fut, E>(job: F) -> Result<(), Box<dyn Error>>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: Error + 'static,
+{
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(serve(loaded, sidecar))
+    rt.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signals(shutdown.clone())?);
+        job(shutdown)
+            .await
+            .map_err(|e| Box::new(e) as Box<dyn Error>)
+    })
 }
 
-fn init_tracing(filter: &str) -> Result<(), Box<dyn std::error::Error>> {
+fn init_logging(filter: &str) -> Result<(), Box<dyn Error>> {
     netio::logging::init(filter).map_err(|e| format!("--log {filter:?}: {e}").into())
-}
-
-async fn serve(
-    loaded: Loaded,
-    sidecar: Option<SidecarConfig>,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let Loaded {
-        settings,
-        up,
-        down,
-        verb,
-        ..
-    } = loaded;
-    // Signal handlers first, so a SIGTERM during start-up also ends in a clean exit.
-    let token = CancellationToken::new();
-    tokio::spawn(cancel_on_signals(token.clone())?);
-    let script_settings = settings.clone();
-    let server = Server::bind(settings).await?;
-    let dev = server.tun_name().to_owned();
-    let sidecar = match sidecar {
-        Some(config) => {
-            let bound = Sidecar::bind(config, Some(Arc::new(server.client_routes()))).await?;
-            Some(tokio::spawn(bound.run(token.clone())))
-        }
-        None => None,
-    };
-    if let Some(up) = up {
-        up.run(&script_settings, &dev, verb).await?;
-    }
-    info!("Initialization Sequence Completed");
-    server.run(token).await?;
-    if let Some(task) = sidecar {
-        let _ = task.await;
-    }
-    if let Some(down) = down {
-        if let Err(e) = down.run(&script_settings, &dev, verb).await {
-            warn!("{}", chain(&e));
-        }
-    }
-    Ok(())
 }
 
 /// The default log filter for upstream's `verb`.

@@ -41,14 +41,35 @@ pub struct ScriptError {
     pub source: netio::script::ScriptError,
 }
 
+/// An `up` / `down` argument that is no command.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptParseError {
+    /// Nothing but white space.
+    #[error("'{kind}' command is empty")]
+    Empty {
+        /// `up` / `down`.
+        kind: ScriptType,
+    },
+    /// Quoting or escaping that does not split into words.
+    #[error("'{kind}' command")]
+    Split {
+        /// `up` / `down`.
+        kind: ScriptType,
+        /// Why.
+        #[source]
+        source: ParseError,
+    },
+}
+
 impl Script {
     /// Splits the directive's argument into words.
-    pub fn parse(kind: ScriptType, line: &str) -> Result<Script, String> {
-        match netio::script::Script::parse(line) {
-            Ok(command) => Ok(Script { kind, command }),
-            Err(ParseError::Split(e)) => Err(format!("'{kind}' command: {e}")),
-            Err(ParseError::Empty) => Err(format!("'{kind}' command is empty")),
-        }
+    pub fn parse(kind: ScriptType, line: &str) -> Result<Script, ScriptParseError> {
+        netio::script::Script::parse(line)
+            .map(|command| Script { kind, command })
+            .map_err(|source| match source {
+                ParseError::Empty => ScriptParseError::Empty { kind },
+                source => ScriptParseError::Split { kind, source },
+            })
     }
 
     /// The argument list after the command's own words and the environment for device `dev`.
@@ -96,11 +117,12 @@ mod tests {
         let up = Script::parse(ScriptType::Up, "/bin/true").unwrap();
         assert_eq!(up.command.argv(), ["/bin/true"]);
         assert_eq!(
-            Script::parse(ScriptType::Up, "").unwrap_err(),
+            Script::parse(ScriptType::Up, "").unwrap_err().to_string(),
             "'up' command is empty"
         );
-        assert!(Script::parse(ScriptType::Down, "/bin/sh -c 'x")
-            .unwrap_err()
-            .starts_with("'down' command: "));
+        assert!(netio::report::chain(
+            &Script::parse(ScriptType::Down, "/bin/sh -c 'x").unwrap_err()
+        )
+        .starts_with("'down' command: "));
     }
 }

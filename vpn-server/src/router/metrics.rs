@@ -8,9 +8,9 @@
 //! | `vpn_router_tunnels_active` | gauge | tunnels open now |
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use netio::admin::{Exposition, Kind};
 use protocol::http::connect::Status;
 
 /// The status codes the router answers with, in the order of [`Counters::by_code`].
@@ -60,36 +60,40 @@ impl Counters {
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
+        let mut out = Exposition::new();
+        netio::admin::AdminState::metrics(self, &mut out);
+        out.into_string()
+    }
+}
+
+impl netio::admin::AdminState for Counters {
+    fn metrics(&self, out: &mut Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut out = String::with_capacity(1024);
-        out.push_str("# HELP vpn_router_requests_total Requests answered, by status code.\n");
-        out.push_str("# TYPE vpn_router_requests_total counter\n");
+        let name = "vpn_router_requests_total";
+        out.family(name, Kind::Counter, "Requests answered, by status code.");
         for (code, n) in CODES.iter().zip(&self.by_code) {
-            let _ = writeln!(
-                out,
-                "vpn_router_requests_total{{code=\"{code}\"}} {}",
-                get(n)
-            );
+            out.sample(name, &[("code", &code.to_string())], get(n));
         }
-        out.push_str("# HELP vpn_router_tunnels_total Tunnels opened.\n");
-        out.push_str("# TYPE vpn_router_tunnels_total counter\n");
-        let _ = writeln!(out, "vpn_router_tunnels_total {}", get(&self.tunnels));
-        out.push_str("# HELP vpn_router_tunnels_active Tunnels open now.\n");
-        out.push_str("# TYPE vpn_router_tunnels_active gauge\n");
-        let _ = writeln!(out, "vpn_router_tunnels_active {}", get(&self.active));
-        out.push_str("# HELP vpn_router_tunnel_bytes_total Bytes relayed by ended tunnels.\n");
-        out.push_str("# TYPE vpn_router_tunnel_bytes_total counter\n");
+        out.single(
+            "vpn_router_tunnels_total",
+            Kind::Counter,
+            "Tunnels opened.",
+            get(&self.tunnels),
+        )
+        .single(
+            "vpn_router_tunnels_active",
+            Kind::Gauge,
+            "Tunnels open now.",
+            get(&self.active),
+        );
+        let name = "vpn_router_tunnel_bytes_total";
+        out.family(name, Kind::Counter, "Bytes relayed by ended tunnels.");
         for (direction, n) in [
             ("to_upstream", &self.to_upstream),
             ("to_client", &self.to_client),
         ] {
-            let _ = writeln!(
-                out,
-                "vpn_router_tunnel_bytes_total{{direction=\"{direction}\"}} {}",
-                get(n)
-            );
+            out.sample(name, &[("direction", direction)], get(n));
         }
-        out
     }
 }
 

@@ -82,7 +82,7 @@ pub async fn relay(
 #[derive(Debug)]
 pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
-    metrics: Option<TcpListener>,
+    metrics: Option<netio::admin::AdminServer>,
     shared: Arc<Shared>,
 }
 
@@ -120,11 +120,12 @@ impl Router {
         }
         let metrics = match config.metrics_listen {
             None => None,
-            Some(address) => Some(
-                TcpListener::bind(address)
-                    .await
-                    .map_err(|source| RouterError::Bind { address, source })?,
-            ),
+            Some(address) => Some(netio::admin::AdminServer::bind(&[address]).map_err(|e| {
+                RouterError::Bind {
+                    address,
+                    source: e.source,
+                }
+            })?),
         };
         let policy = RwLock::new(Arc::new(config.policy.clone()));
         Ok(Self {
@@ -149,7 +150,9 @@ impl Router {
 
     /// The bound `GET /metrics` address, if the config has one.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+        self.metrics
+            .as_ref()
+            .and_then(|a| a.local_addrs().first().copied())
     }
 
     /// The router's counters (shared; they keep counting while it runs).
@@ -192,13 +195,9 @@ impl Router {
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
-        if let Some(listener) = self.metrics {
-            let counters = Arc::clone(&self.shared.counters);
-            tracker.spawn(crate::sidecar::metrics::serve_metrics(
-                listener,
-                move || counters.render(),
-                shutdown.clone(),
-            ));
+        if let Some(admin) = self.metrics {
+            let counters: Arc<dyn netio::admin::AdminState> = self.shared.counters.clone();
+            tracker.spawn(admin.serve(vec![counters], shutdown.clone()));
         }
         for (listener, config) in self.listeners {
             let slots = Arc::clone(&slots);

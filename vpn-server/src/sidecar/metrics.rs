@@ -1,4 +1,4 @@
-//! The sidecar's Prometheus metrics and the plain-HTTP `GET /metrics` listener.
+//! The sidecar's Prometheus metrics (served by `netio::admin` on the metrics listeners).
 //!
 //! Series carry Envoy's names where Gardener's `reversed-vpn-envoy-side-car` scrape job keeps
 //! them, so the "envoy-proxy" dashboard keeps working: cluster series are labelled
@@ -7,17 +7,10 @@
 //! added); the two `_ms` histograms use Envoy's default buckets. Series of our own start with
 //! `vpn_sidecar_`. The catalogue is [`CATALOGUE`].
 
-use std::fmt::Write as _;
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
-use netio::http::{parse_request_head, MAX_HEAD_LEN};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util::sync::CancellationToken;
+use netio::admin::{Exposition, Kind};
 
 use super::policy::Denied;
 
@@ -27,104 +20,104 @@ pub const ENVOY_BUCKETS_MS: [f64; 19] = [
     60000.0, 300000.0, 600000.0, 1800000.0, 3600000.0,
 ];
 
-const CLUSTER: &str = "envoy_cluster_name=\"dynamic_forward_proxy_cluster\"";
-const HCM: &str = "envoy_http_conn_manager_prefix=\"http_connect\"";
+const CLUSTER: (&str, &str) = ("envoy_cluster_name", "dynamic_forward_proxy_cluster");
+const HCM: (&str, &str) = ("envoy_http_conn_manager_prefix", "http_connect");
 
 /// Every series: (name, type, help).
-pub const CATALOGUE: &[(&str, &str, &str)] = &[
+pub const CATALOGUE: &[(&str, Kind, &str)] = &[
     (
         "envoy_http_downstream_cx_total",
-        "counter",
+        Kind::Counter,
         "TLS connections accepted",
     ),
     (
         "envoy_http_downstream_cx_active",
-        "gauge",
+        Kind::Gauge,
         "TLS connections open",
     ),
     (
         "envoy_http_downstream_cx_rx_bytes_total",
-        "counter",
+        Kind::Counter,
         "bytes received from clients after the CONNECT head",
     ),
     (
         "envoy_http_downstream_cx_tx_bytes_total",
-        "counter",
+        Kind::Counter,
         "bytes sent to clients after the 200",
     ),
     (
         "envoy_http_downstream_rq_total",
-        "counter",
+        Kind::Counter,
         "CONNECT requests answered",
     ),
     (
         "envoy_http_downstream_rq_xx",
-        "counter",
+        Kind::Counter,
         "requests by response code class",
     ),
     (
         "envoy_cluster_upstream_cx_total",
-        "counter",
+        Kind::Counter,
         "upstream connections established",
     ),
     (
         "envoy_cluster_upstream_cx_active",
-        "gauge",
+        Kind::Gauge,
         "upstream connections open",
     ),
     (
         "envoy_cluster_upstream_cx_connect_fail",
-        "counter",
+        Kind::Counter,
         "upstream connects that failed",
     ),
     (
         "envoy_cluster_upstream_cx_connect_timeout",
-        "counter",
+        Kind::Counter,
         "upstream connects that timed out",
     ),
     (
         "envoy_cluster_upstream_cx_overflow",
-        "counter",
+        Kind::Counter,
         "CONNECTs refused by the concurrency limit (503)",
     ),
     (
         "envoy_cluster_upstream_cx_none_healthy",
-        "counter",
+        Kind::Counter,
         "CONNECTs refused because no client routes the destination (503)",
     ),
     (
         "envoy_cluster_upstream_cx_rx_bytes_total",
-        "counter",
+        Kind::Counter,
         "bytes received from upstreams",
     ),
     (
         "envoy_cluster_upstream_cx_tx_bytes_total",
-        "counter",
+        Kind::Counter,
         "bytes sent to upstreams",
     ),
     (
         "envoy_cluster_upstream_cx_connect_ms",
-        "histogram",
+        Kind::Histogram,
         "upstream connect latency",
     ),
     (
         "envoy_cluster_upstream_cx_length_ms",
-        "histogram",
+        Kind::Histogram,
         "upstream connection lifetime",
     ),
     (
         "vpn_sidecar_tls_handshake_failures_total",
-        "counter",
+        Kind::Counter,
         "TLS handshakes that failed (e.g. no or untrusted client certificate)",
     ),
     (
         "vpn_sidecar_denied_total",
-        "counter",
+        Kind::Counter,
         "CONNECTs refused by the destination policy (403), by reason",
     ),
     (
         "vpn_sidecar_idle_timeouts_total",
-        "counter",
+        Kind::Counter,
         "tunnels closed by the idle timeout",
     ),
 ];
@@ -152,20 +145,22 @@ impl Histogram {
         );
     }
 
-    fn render(&self, name: &str, out: &mut String) {
+    fn write(&self, name: &str, out: &mut Exposition) {
+        let (bucket, sum, count) = (
+            format!("{name}_bucket"),
+            format!("{name}_sum"),
+            format!("{name}_count"),
+        );
         let mut cumulative = 0;
         for (bound, n) in ENVOY_BUCKETS_MS.iter().zip(&self.buckets) {
             cumulative += n.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{CLUSTER},le=\"{bound}\"}} {cumulative}"
-            );
+            out.sample(&bucket, &[CLUSTER, ("le", &bound.to_string())], cumulative);
         }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{CLUSTER},le=\"+Inf\"}} {count}");
-        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1000.0;
-        let _ = writeln!(out, "{name}_sum{{{CLUSTER}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{CLUSTER}}} {count}");
+        let total = self.count.load(Ordering::Relaxed);
+        out.sample(&bucket, &[CLUSTER, ("le", "+Inf")], total);
+        let sum_ms = self.sum_us.load(Ordering::Relaxed) as f64 / 1000.0;
+        out.sample(&sum, &[CLUSTER], sum_ms);
+        out.sample(&count, &[CLUSTER], total);
     }
 }
 
@@ -290,135 +285,58 @@ impl SidecarMetrics {
         inc(&self.idle_timeouts);
     }
 
-    /// The Prometheus text exposition (format 0.0.4).
+    /// The Prometheus text exposition (format 0.0.4) of every series in [`CATALOGUE`].
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(8 * 1024);
-        let v = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        for (name, kind, help) in CATALOGUE {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            let simple = |c: &AtomicU64, labels: &str, out: &mut String| {
-                let _ = match labels {
-                    "" => writeln!(out, "{name} {}", v(c)),
-                    _ => writeln!(out, "{name}{{{labels}}} {}", v(c)),
-                };
+        let mut out = Exposition::new();
+        self.write(&mut out);
+        out.into_string()
+    }
+
+    /// Writes every series in [`CATALOGUE`].
+    pub fn write(&self, out: &mut Exposition) {
+        let hcm = [HCM];
+        let cluster = [CLUSTER];
+        for &(name, kind, help) in CATALOGUE {
+            out.family(name, kind, help);
+            let mut one = |c: &AtomicU64, labels: &[(&str, &str)]| {
+                out.sample(name, labels, c.load(Ordering::Relaxed));
             };
-            match *name {
-                "envoy_http_downstream_cx_total" => {
-                    simple(&self.downstream_cx_total, HCM, &mut out)
-                }
-                "envoy_http_downstream_cx_active" => {
-                    simple(&self.downstream_cx_active, HCM, &mut out)
-                }
-                "envoy_http_downstream_cx_rx_bytes_total" => {
-                    simple(&self.downstream_rx_bytes, HCM, &mut out)
-                }
-                "envoy_http_downstream_cx_tx_bytes_total" => {
-                    simple(&self.downstream_tx_bytes, HCM, &mut out)
-                }
-                "envoy_http_downstream_rq_total" => simple(&self.rq_total, HCM, &mut out),
+            match name {
+                "envoy_http_downstream_cx_total" => one(&self.downstream_cx_total, &hcm),
+                "envoy_http_downstream_cx_active" => one(&self.downstream_cx_active, &hcm),
+                "envoy_http_downstream_cx_rx_bytes_total" => one(&self.downstream_rx_bytes, &hcm),
+                "envoy_http_downstream_cx_tx_bytes_total" => one(&self.downstream_tx_bytes, &hcm),
+                "envoy_http_downstream_rq_total" => one(&self.rq_total, &hcm),
                 "envoy_http_downstream_rq_xx" => {
-                    for class in 1..=5 {
-                        let labels = format!("{HCM},envoy_response_code_class=\"{class}\"");
-                        simple(&self.rq_xx[class], &labels, &mut out);
+                    for (class, c) in ["1", "2", "3", "4", "5"].iter().zip(&self.rq_xx[1..]) {
+                        one(c, &[HCM, ("envoy_response_code_class", class)]);
                     }
                 }
-                "envoy_cluster_upstream_cx_total" => {
-                    simple(&self.upstream_cx_total, CLUSTER, &mut out)
-                }
-                "envoy_cluster_upstream_cx_active" => {
-                    simple(&self.upstream_cx_active, CLUSTER, &mut out)
-                }
-                "envoy_cluster_upstream_cx_connect_fail" => {
-                    simple(&self.connect_fail, CLUSTER, &mut out)
-                }
-                "envoy_cluster_upstream_cx_connect_timeout" => {
-                    simple(&self.connect_timeout, CLUSTER, &mut out)
-                }
-                "envoy_cluster_upstream_cx_overflow" => simple(&self.overflow, CLUSTER, &mut out),
-                "envoy_cluster_upstream_cx_none_healthy" => {
-                    simple(&self.none_healthy, CLUSTER, &mut out)
-                }
+                "envoy_cluster_upstream_cx_total" => one(&self.upstream_cx_total, &cluster),
+                "envoy_cluster_upstream_cx_active" => one(&self.upstream_cx_active, &cluster),
+                "envoy_cluster_upstream_cx_connect_fail" => one(&self.connect_fail, &cluster),
+                "envoy_cluster_upstream_cx_connect_timeout" => one(&self.connect_timeout, &cluster),
+                "envoy_cluster_upstream_cx_overflow" => one(&self.overflow, &cluster),
+                "envoy_cluster_upstream_cx_none_healthy" => one(&self.none_healthy, &cluster),
                 "envoy_cluster_upstream_cx_rx_bytes_total" => {
-                    simple(&self.upstream_rx_bytes, CLUSTER, &mut out)
+                    one(&self.upstream_rx_bytes, &cluster)
                 }
                 "envoy_cluster_upstream_cx_tx_bytes_total" => {
-                    simple(&self.upstream_tx_bytes, CLUSTER, &mut out)
+                    one(&self.upstream_tx_bytes, &cluster)
                 }
-                "envoy_cluster_upstream_cx_connect_ms" => self.connect_ms.render(name, &mut out),
-                "envoy_cluster_upstream_cx_length_ms" => self.length_ms.render(name, &mut out),
-                "vpn_sidecar_tls_handshake_failures_total" => {
-                    simple(&self.tls_failures, "", &mut out)
-                }
+                "envoy_cluster_upstream_cx_connect_ms" => self.connect_ms.write(name, out),
+                "envoy_cluster_upstream_cx_length_ms" => self.length_ms.write(name, out),
+                "vpn_sidecar_tls_handshake_failures_total" => one(&self.tls_failures, &[]),
                 "vpn_sidecar_denied_total" => {
                     for (reason, c) in DENY_REASONS.iter().zip(&self.denied) {
-                        simple(c, &format!("reason=\"{reason}\""), &mut out);
+                        one(c, &[("reason", reason)]);
                     }
                 }
-                "vpn_sidecar_idle_timeouts_total" => simple(&self.idle_timeouts, "", &mut out),
+                "vpn_sidecar_idle_timeouts_total" => one(&self.idle_timeouts, &[]),
                 _ => {}
             }
         }
-        out
     }
-}
-
-/// How long a metrics client gets to send its request.
-const METRICS_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Serves `GET /metrics` on `listener` until `shutdown`, the body from `render` (Prometheus
-/// text format); anything else gets 404 (405 for a method other than GET). One short task per
-/// connection, one request per connection. The sidecar's and the router's admin listener.
-pub async fn serve_metrics<R>(listener: TcpListener, render: R, shutdown: CancellationToken)
-where
-    R: Fn() -> String + Send + Sync + 'static,
-{
-    let render = Arc::new(render);
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let Ok((stream, _)) = accepted else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let render = Arc::clone(&render);
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(METRICS_REQUEST_TIMEOUT, answer(stream, &*render)).await;
-        });
-    }
-}
-
-async fn answer(
-    mut stream: TcpStream,
-    render: &(dyn Fn() -> String + Send + Sync),
-) -> io::Result<()> {
-    let mut buf = BytesMut::with_capacity(1024);
-    let head = loop {
-        match parse_request_head(&buf) {
-            Ok(Some((head, _))) => break Some(head),
-            Ok(None) => {}
-            Err(_) => break None,
-        }
-        if buf.len() >= MAX_HEAD_LEN || stream.read_buf(&mut buf).await? == 0 {
-            break None;
-        }
-    };
-    let (status, body) = match head {
-        None => ("400 Bad Request", String::new()),
-        Some(h) if h.method != "GET" => ("405 Method Not Allowed", String::new()),
-        Some(h) if h.target == "/metrics" || h.target.starts_with("/metrics?") => {
-            ("200 OK", render())
-        }
-        Some(_) => ("404 Not Found", String::new()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
 }
 
 #[cfg(test)]

@@ -47,9 +47,11 @@ mod proxy;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use netio::admin::{AdminBindError, AdminServer, AdminState, Exposition};
 use openssl::ssl::SslAcceptor;
 use pki::pem::{CaBundle, Identity};
 use pki::tls::ClientCertMode;
@@ -183,6 +185,26 @@ pub enum SidecarError {
         #[source]
         source: io::Error,
     },
+    /// A metrics listen address could not be bound.
+    #[error(transparent)]
+    Metrics(#[from] AdminBindError),
+}
+
+/// The sidecar as a part of its admin endpoint: its series, ready while it serves.
+#[derive(Debug)]
+struct SidecarAdmin {
+    metrics: Arc<SidecarMetrics>,
+    serving: Arc<AtomicBool>,
+}
+
+impl AdminState for SidecarAdmin {
+    fn metrics(&self, out: &mut Exposition) {
+        self.metrics.write(out);
+    }
+
+    fn ready(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
+    }
 }
 
 /// A bound sidecar; [`Sidecar::run`] serves.
@@ -190,7 +212,10 @@ pub enum SidecarError {
 pub struct Sidecar {
     shared: Arc<proxy::Shared>,
     listeners: Vec<TcpListener>,
-    metrics_listeners: Vec<TcpListener>,
+    admin: AdminServer,
+    /// What the metrics listeners report: the sidecar, and what [`Sidecar::also_report`] adds.
+    parts: Vec<Arc<dyn AdminState>>,
+    serving: Arc<AtomicBool>,
 }
 
 impl Sidecar {
@@ -203,17 +228,29 @@ impl Sidecar {
         let acceptor: SslAcceptor =
             pki::tls::connect_proxy_acceptor(&config.identity, &config.trust, config.client_cert)?;
         raise_nofile_limit();
-        let listeners = bind_all(&config.listen)?;
-        let metrics_listeners = bind_all(&config.metrics_listen)?;
+        let listeners = config
+            .listen
+            .iter()
+            .map(|&addr| {
+                netio::listen::bind(addr).map_err(|source| SidecarError::Bind { addr, source })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let admin = AdminServer::bind(&config.metrics_listen)?;
         for l in &listeners {
             if let Ok(addr) = l.local_addr() {
                 info!(%addr, client_cert = ?config.client_cert, "CONNECT sidecar listening");
             }
         }
+        let metrics = Arc::new(SidecarMetrics::default());
+        let serving = Arc::new(AtomicBool::new(false));
+        let parts: Vec<Arc<dyn AdminState>> = vec![Arc::new(SidecarAdmin {
+            metrics: Arc::clone(&metrics),
+            serving: Arc::clone(&serving),
+        })];
         let shared = Arc::new(proxy::Shared {
             permits: Arc::new(Semaphore::new(config.max_connections)),
             pending: Arc::new(Semaphore::new(config.max_pending)),
-            metrics: Arc::new(SidecarMetrics::default()),
+            metrics,
             acceptor,
             routes,
             config,
@@ -221,7 +258,9 @@ impl Sidecar {
         Ok(Sidecar {
             shared,
             listeners,
-            metrics_listeners,
+            admin,
+            parts,
+            serving,
         })
     }
 
@@ -233,12 +272,16 @@ impl Sidecar {
             .collect()
     }
 
-    /// The bound metrics listen addresses.
+    /// The bound metrics listen addresses (the admin endpoint: `/metrics`, `/healthz`,
+    /// `/readyz`).
     pub fn metrics_addrs(&self) -> Vec<SocketAddr> {
-        self.metrics_listeners
-            .iter()
-            .filter_map(|l| l.local_addr().ok())
-            .collect()
+        self.admin.local_addrs()
+    }
+
+    /// Reports `part` on the metrics listeners too (the VPN server running in this process).
+    pub fn also_report(mut self, part: Arc<dyn AdminState>) -> Sidecar {
+        self.parts.push(part);
+        self
     }
 
     /// The counters (they keep counting while the sidecar runs).
@@ -258,46 +301,14 @@ impl Sidecar {
                 tracker.clone(),
             ));
         }
-        for listener in self.metrics_listeners {
-            let m = Arc::clone(&self.shared.metrics);
-            tracker.spawn(metrics::serve_metrics(
-                listener,
-                move || m.render(),
-                shutdown.clone(),
-            ));
-        }
+        tracker.spawn(self.admin.serve(self.parts, shutdown.clone()));
+        self.serving.store(true, Ordering::Relaxed);
         shutdown.cancelled().await;
+        self.serving.store(false, Ordering::Relaxed);
         tracker.close();
         tracker.wait().await;
         info!("CONNECT sidecar stopped");
     }
-}
-
-fn bind_all(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, SidecarError> {
-    addrs
-        .iter()
-        .map(|addr| {
-            bind(*addr).map_err(|source| SidecarError::Bind {
-                addr: *addr,
-                source,
-            })
-        })
-        .collect()
-}
-
-/// A listener with `SO_REUSEADDR`, and `IPV6_V6ONLY` for IPv6 addresses so `[::]` and
-/// `0.0.0.0` can share a port.
-fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
 }
 
 /// Two sockets per tunnel: lift the soft `RLIMIT_NOFILE` to the hard limit, as servers do.

@@ -4,22 +4,22 @@
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use bytes::BytesMut;
-use netio::http::{parse_request_head, RequestHead, MAX_HEAD_LEN};
+use netio::ingress::{accept_connect, Accepted, Deadlines, ProxyMode};
 use netio::relay::{relay, RelayConfig, RelayEnd};
+use netio::report::chain;
 use netio::tcp::connect_first;
 use openssl::nid::Nid;
 use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
-use protocol::http::connect::Status;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use protocol::http::connect::{Authority, Host, Status};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_openssl::SslStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, Instrument as _, Span};
 
 use super::metrics::SidecarMetrics;
 use super::policy::Denied;
@@ -50,20 +50,7 @@ pub(super) async fn accept_loop(
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                warn!(error = %e, "sidecar accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
         let Ok(pending) = Arc::clone(&shared.pending).try_acquire_owned() else {
             debug!(%peer, "too many connections before their CONNECT head; closed");
             continue;
@@ -71,14 +58,18 @@ pub(super) async fn accept_loop(
         let _ = stream.set_nodelay(true);
         let shared = Arc::clone(&shared);
         let shutdown = shutdown.clone();
-        tracker.spawn(async move {
-            shared.metrics.downstream_opened();
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = serve(&shared, stream, peer, pending) => {}
+        let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
+        tracker.spawn(
+            async move {
+                shared.metrics.downstream_opened();
+                tokio::select! {
+                    _ = shutdown.cancelled() => {}
+                    _ = serve(&shared, stream, peer, pending) => {}
+                }
+                shared.metrics.downstream_closed();
             }
-            shared.metrics.downstream_closed();
-        });
+            .instrument(span),
+        );
     }
 }
 
@@ -105,77 +96,70 @@ impl Outcome {
 
 async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: OwnedSemaphorePermit) {
     let started = Instant::now();
-    let head = tokio::time::timeout(
-        shared.config.header_timeout,
-        handshake_and_head(shared, tcp),
-    )
-    .await;
-    let (mut tls, head, early) = match head {
+    let deadline = tokio::time::Instant::from_std(started + shared.config.header_timeout);
+    let mut tls = match tokio::time::timeout_at(deadline, handshake(shared, tcp)).await {
         Err(_) => {
-            debug!(%peer, "no CONNECT head within the header timeout; closed");
+            debug!("no TLS handshake within the header timeout; closed");
             return;
         }
-        Ok(Err(HeadFailure::Tls(e))) => {
+        Ok(Err(e)) => {
             // A TCP probe (Gardener's liveness check on 9443) connects and closes: no bytes,
             // no failure worth a log line.
             if e.code() == ErrorCode::SYSCALL && e.io_error().is_none() {
-                debug!(%peer, "closed before the TLS handshake");
+                debug!("closed before the TLS handshake");
             } else {
                 shared.metrics.tls_failed();
-                info!(%peer, error = %e, "sidecar TLS handshake failed");
+                info!(error = %e, "sidecar TLS handshake failed");
             }
             return;
         }
-        Ok(Err(HeadFailure::Gone)) => return,
-        Ok(Err(HeadFailure::Malformed(mut tls, detail))) => {
-            respond(&mut tls, shared, Status::BAD_REQUEST).await;
-            log(peer, &tls, started, &Outcome::refused(400, "-", detail));
+        Ok(Ok(tls)) => tls,
+    };
+    // The rest of the header timeout for the head, on the strict CONNECT parser every
+    // ingress of ours uses.
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let deadlines = Deadlines {
+        proxy_header: left,
+        header: left,
+    };
+    let accepted = accept_connect(&mut tls, peer, &ProxyMode::Off, deadlines).await;
+    let Accepted { head, early, .. } = match accepted {
+        Ok(a) => a,
+        Err(e) => {
+            match e.status() {
+                Some(status) => {
+                    let detail = chain(&e);
+                    refuse(&mut tls, shared, status).await;
+                    log(
+                        peer,
+                        &tls,
+                        started,
+                        &Outcome::refused(status.code, "-", detail),
+                    );
+                }
+                None => debug!(error = %chain(&e), "closed before a CONNECT head"),
+            }
             return;
         }
-        Ok(Ok(found)) => found,
     };
     drop(pending);
-    let outcome = tunnel(shared, &mut tls, &head, early).await;
+    let target = head.authority.to_string();
+    Span::current().record("target", target.as_str());
+    let outcome = tunnel(shared, &mut tls, &head.authority, &target, early).await;
     if outcome.status != 200 || !outcome.detail.is_empty() || started.elapsed() >= SLOW_REQUEST {
         log(peer, &tls, started, &outcome);
     }
 }
 
-enum HeadFailure {
-    Tls(openssl::ssl::Error),
-    Gone,
-    Malformed(SslStream<TcpStream>, String),
-}
-
-async fn handshake_and_head(
+/// The TLS handshake of one connection.
+async fn handshake(
     shared: &Shared,
     tcp: TcpStream,
-) -> Result<(SslStream<TcpStream>, RequestHead, BytesMut), HeadFailure> {
-    let ssl = Ssl::new(shared.acceptor.context()).map_err(|e| HeadFailure::Tls(e.into()))?;
-    let mut tls = SslStream::new(ssl, tcp).map_err(|e| HeadFailure::Tls(e.into()))?;
-    Pin::new(&mut tls)
-        .accept()
-        .await
-        .map_err(HeadFailure::Tls)?;
-    let mut buf = BytesMut::with_capacity(1024);
-    loop {
-        match parse_request_head(&buf) {
-            Ok(Some((head, len))) => {
-                let early = buf.split_off(len);
-                return Ok((tls, head, early));
-            }
-            Ok(None) => {}
-            Err(e) => return Err(HeadFailure::Malformed(tls, e.to_string())),
-        }
-        if buf.len() >= MAX_HEAD_LEN {
-            return Err(HeadFailure::Malformed(tls, "head too large".into()));
-        }
-        buf.reserve(1024);
-        match tls.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => return Err(HeadFailure::Gone),
-            Ok(_) => {}
-        }
-    }
+) -> Result<SslStream<TcpStream>, openssl::ssl::Error> {
+    let ssl = Ssl::new(shared.acceptor.context())?;
+    let mut tls = SslStream::new(ssl, tcp)?;
+    Pin::new(&mut tls).accept().await?;
+    Ok(tls)
 }
 
 /// A refused request: the status line to answer and the access-log detail.
@@ -197,41 +181,30 @@ impl Refusal {
 async fn tunnel(
     shared: &Shared,
     tls: &mut SslStream<TcpStream>,
-    head: &RequestHead,
-    early: BytesMut,
+    authority: &Authority,
+    target: &str,
+    early: Vec<u8>,
 ) -> Outcome {
-    let target = head.target.as_str();
-    let (upstream, _permit) = match open(shared, head).await {
+    let (upstream, _permit) = match open(shared, authority).await {
         Ok(opened) => opened,
         Err(r) => {
-            respond(tls, shared, r.status).await;
+            refuse(tls, shared, r.status).await;
             return Outcome::refused(r.status.code, target, r.detail);
         }
     };
     relay_tunnel(shared, tls, upstream, target, early).await
 }
 
-/// Everything before the `200`: method, target, policy, name lookup, mapping, route check,
-/// concurrency limit, connect. Nothing is dialed unless every check passed.
+/// Everything before the `200` (the method and the target's form were checked with the
+/// head): policy, name lookup, mapping, route check, concurrency limit, connect. Nothing is
+/// dialed unless every check passed.
 async fn open(
     shared: &Shared,
-    head: &RequestHead,
+    authority: &Authority,
 ) -> Result<(TcpStream, OwnedSemaphorePermit), Refusal> {
     let config = &shared.config;
     let metrics = &shared.metrics;
-    if head.method != "CONNECT" {
-        return Err(Refusal::new(
-            Status::METHOD_NOT_ALLOWED,
-            format!("method {}", head.method),
-        ));
-    }
-    let Ok((host, port)) = head.authority() else {
-        return Err(Refusal::new(
-            Status::BAD_REQUEST,
-            "request target is not host:port",
-        ));
-    };
-    let allowed = destinations(shared, host, port).await?;
+    let allowed = destinations(shared, authority).await?;
     let candidates: Vec<SocketAddr> = allowed
         .into_iter()
         .map(|a| SocketAddr::new(config.netmap.map(a.ip()), a.port()))
@@ -278,20 +251,20 @@ async fn open(
     }
 }
 
-/// The addresses the policy allows for `host`: the literal, or every resolved address that
-/// passes (403 when none does).
-async fn destinations(shared: &Shared, host: &str, port: u16) -> Result<Vec<SocketAddr>, Refusal> {
+/// The addresses the policy allows for the target: the literal, or every resolved address
+/// that passes (403 when none does).
+async fn destinations(shared: &Shared, authority: &Authority) -> Result<Vec<SocketAddr>, Refusal> {
     let config = &shared.config;
     let deny = |why: Denied, detail: String| {
         shared.metrics.denied(why);
         Refusal::new(Status::FORBIDDEN, detail)
     };
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return match config.policy.check(ip) {
-            Ok(()) => Ok(vec![SocketAddr::new(ip, port)]),
-            Err(why) => Err(deny(why, why.to_string())),
-        };
-    }
+    let port = authority.port;
+    let host = match &authority.host {
+        Host::Name(name) => name.as_str(),
+        Host::Ipv4(a) => return literal(config, deny, IpAddr::V4(*a), port),
+        Host::Ipv6(a) => return literal(config, deny, IpAddr::V6(*a), port),
+    };
     let lookup = tokio::time::timeout(
         config.connect_timeout,
         tokio::net::lookup_host((host, port)),
@@ -330,13 +303,26 @@ async fn destinations(shared: &Shared, host: &str, port: u16) -> Result<Vec<Sock
     Ok(allowed)
 }
 
+/// A literal address: allowed or not, no lookup.
+fn literal(
+    config: &SidecarConfig,
+    deny: impl Fn(Denied, String) -> Refusal,
+    ip: IpAddr,
+    port: u16,
+) -> Result<Vec<SocketAddr>, Refusal> {
+    match config.policy.check(ip) {
+        Ok(()) => Ok(vec![SocketAddr::new(ip, port)]),
+        Err(why) => Err(deny(why, why.to_string())),
+    }
+}
+
 /// Answers `200`, forwards the bytes that came with the head, relays to the end.
 async fn relay_tunnel(
     shared: &Shared,
     tls: &mut SslStream<TcpStream>,
     mut upstream: TcpStream,
     target: &str,
-    early: BytesMut,
+    early: Vec<u8>,
 ) -> Outcome {
     let config = &shared.config;
     let metrics = &shared.metrics;
@@ -386,14 +372,11 @@ async fn relay_tunnel(
     outcome
 }
 
-/// Sends a bodyless refusal and closes; best effort (the client may be gone). Bytes the
-/// client sent after its head are never read.
-async fn respond(tls: &mut SslStream<TcpStream>, shared: &Shared, status: Status) {
+/// Answers a refusal and closes (`netio::ingress::refuse`: what the client sends meanwhile is
+/// read and discarded, never looked at); best effort.
+async fn refuse(tls: &mut SslStream<TcpStream>, shared: &Shared, status: Status) {
     shared.metrics.responded(status.code);
-    let mut out = Vec::with_capacity(96);
-    status.encode(&mut out);
-    let _ = tls.write_all(&out).await;
-    let _ = tls.shutdown().await;
+    netio::ingress::refuse(tls, Some(status)).await;
 }
 
 /// The access-log line.

@@ -1,0 +1,102 @@
+//! What the `vpn-server` binary runs once its configuration is loaded: the OpenVPN server with
+//! its `up` / `down` commands, the CONNECT sidecar in the same process if asked, and the admin
+//! endpoint (`/metrics`, `/healthz`, `/readyz`); or the sidecar alone.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use netio::admin::{AdminBindError, AdminServer};
+use netio::report::chain;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::config::Loaded;
+use crate::script::ScriptError;
+use crate::server::{Server, ServerError};
+use crate::sidecar::{Sidecar, SidecarConfig, SidecarError};
+
+/// Everything one `vpn-server` process serves.
+#[derive(Debug)]
+pub struct Launch {
+    /// The server's configuration (file or vpn2 environment).
+    pub loaded: Loaded,
+    /// The CONNECT sidecar to run in this process (its metrics listeners also report the
+    /// server's series).
+    pub sidecar: Option<SidecarConfig>,
+    /// Admin endpoint addresses for the server's series (may be empty).
+    pub admin_listen: Vec<SocketAddr>,
+}
+
+/// Why the process could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The server could not start.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// The sidecar could not start.
+    #[error(transparent)]
+    Sidecar(#[from] SidecarError),
+    /// The admin endpoint could not be bound.
+    #[error(transparent)]
+    Admin(#[from] AdminBindError),
+    /// The `up` command failed (the server does not start, as upstream).
+    #[error(transparent)]
+    Up(ScriptError),
+}
+
+/// Binds everything in `launch`, runs `up`, serves until `shutdown`, drains, runs `down`.
+pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), LaunchError> {
+    let Launch {
+        loaded,
+        sidecar,
+        admin_listen,
+    } = launch;
+    let Loaded {
+        settings,
+        up,
+        down,
+        verb,
+        ..
+    } = loaded;
+    let script_settings = settings.clone();
+    let server = Server::bind(settings).await?;
+    let dev = server.tun_name().to_owned();
+    let admin = AdminServer::bind(&admin_listen)?;
+    let server_part = server.admin_state();
+    let sidecar = match sidecar {
+        Some(config) => {
+            let bound = Sidecar::bind(config, Some(Arc::new(server.client_routes())))
+                .await?
+                .also_report(Arc::clone(&server_part));
+            Some(tokio::spawn(bound.run(shutdown.clone())))
+        }
+        None => None,
+    };
+    let admin = tokio::spawn(admin.serve(vec![server_part], shutdown.clone()));
+    if let Some(up) = up {
+        up.run(&script_settings, &dev, verb)
+            .await
+            .map_err(LaunchError::Up)?;
+    }
+    info!("Initialization Sequence Completed");
+    server.run(shutdown).await?;
+    if let Some(task) = sidecar {
+        let _ = task.await;
+    }
+    let _ = admin.await;
+    if let Some(down) = down {
+        if let Err(e) = down.run(&script_settings, &dev, verb).await {
+            warn!("{}", chain(&e));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the CONNECT sidecar alone until `shutdown`.
+pub async fn run_sidecar(
+    config: SidecarConfig,
+    shutdown: CancellationToken,
+) -> Result<(), LaunchError> {
+    Sidecar::bind(config, None).await?.run(shutdown).await;
+    Ok(())
+}

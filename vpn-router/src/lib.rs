@@ -51,7 +51,7 @@
 //! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
-//! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP `GET /metrics` (series: router/metrics.rs)
+//! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP `GET /metrics` (series: src/metrics.rs)
 //!
 //! [timeouts]                  # optional, milliseconds
 //! proxy_header_ms = 5000      # PROXY header complete after accept
@@ -84,7 +84,7 @@
 //! allow = ["203.0.113.0/24"]
 //! ```
 //!
-//! Unknown keys are errors. `vpn-server/examples/router.toml` is a complete example.
+//! Unknown keys are errors. `vpn-router/examples/router.toml` is a complete example.
 
 mod config;
 mod metrics;

@@ -1,4 +1,4 @@
-//! `vpn-router`: the seed's ingress router (see `vpn_server::router`).
+//! `vpn-router`: the seed's ingress router (see the `vpn_router` library).
 //!
 //! `vpn-router --config FILE` routes HTTP CONNECT requests by header to the seed's VPN servers
 //! and kube-apiservers; SIGHUP reloads the routes and allow-lists, SIGTERM or SIGINT ends it.
@@ -17,9 +17,9 @@ netio::libm_pow!();
 #[command(name = "vpn-router", version, about)]
 struct Cli {
     #[command(flatten)]
-    args: vpn_server::router::RouterArgs,
+    args: vpn_router::RouterArgs,
 }
 
 fn main() -> ExitCode {
-    vpn_server::router::main(Cli::parse().args)
+    vpn_router::main(Cli::parse().args)
 }

@@ -20,17 +20,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use super::config::{ConfigError, ListenerConfig, RouterConfig};
-use super::metrics::Counters;
-use super::policy::{Policy, Refusal};
+use crate::config::{ConfigError, ListenerConfig, RouterConfig};
+use crate::metrics::Counters;
+use crate::policy::{Policy, Refusal};
 
 /// The command line of `vpn-router`, the ingress router.
 #[derive(Debug, clap::Args)]
 pub struct RouterArgs {
-    /// The router's TOML config file (see the `router` module docs).
+    /// The router's TOML config file (see the crate docs).
     #[arg(long, env = "VPN_ROUTER_CONFIG")]
     pub config: PathBuf,
-    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_server=debug`).
+    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_router=debug`).
     #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
     pub log: String,
 }
@@ -194,7 +194,7 @@ impl Router {
         let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
         if let Some(listener) = self.metrics {
             let counters = Arc::clone(&self.shared.counters);
-            tracker.spawn(crate::sidecar::metrics::serve_metrics(
+            tracker.spawn(vpn_server::sidecar::metrics::serve_metrics(
                 listener,
                 move || counters.render(),
                 shutdown.clone(),

@@ -1,5 +1,5 @@
 //! The router's counters and their Prometheus rendering (`GET /metrics` on the optional
-//! `metrics_listen` address, served by [`crate::sidecar::metrics::serve_metrics`]).
+//! `metrics_listen` address, served by `vpn_server::sidecar::metrics::serve_metrics`).
 //!
 //! | series | type | meaning |
 //! | --- | --- | --- |
@@ -17,7 +17,7 @@ use protocol::http::connect::Status;
 const CODES: [u16; 10] = [200, 400, 403, 405, 408, 414, 431, 502, 503, 504];
 
 /// What the router has done so far (for `/metrics`, tests and the demo); the series are
-/// listed in the docs of this file (`vpn-server/src/router/metrics.rs`).
+/// listed in the docs of this file (`vpn-router/src/metrics.rs`).
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Requests answered 200 (tunnels opened).

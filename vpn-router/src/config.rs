@@ -1,5 +1,5 @@
 //! The router's TOML config file, parsed and checked into [`RouterConfig`]. The format is in
-//! the [module docs](super).
+//! the [crate docs](crate).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,7 +11,7 @@ use netio::ingress::{Deadlines, ProxyMode};
 use protocol::http::route::{RouteError, RouteValue};
 use serde::Deserialize;
 
-use super::policy::{Policy, Target, ROUTING_HEADERS};
+use crate::policy::{Policy, Target, ROUTING_HEADERS};
 
 /// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn example_file_parses() {
-        let text = include_str!("../../examples/router.toml");
+        let text = include_str!("../examples/router.toml");
         let config = RouterConfig::parse(text).unwrap();
         assert_eq!(config.listeners.len(), 2);
         assert_eq!(config.policy.routes.len(), 3);

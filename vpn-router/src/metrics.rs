@@ -1,5 +1,6 @@
-//! The router's counters and their Prometheus rendering (`GET /metrics` on the optional
-//! `metrics_listen` address, served by `vpn_server::sidecar::metrics::serve_metrics`).
+//! The router's counters and their Prometheus series, served with `/healthz` and `/readyz` on
+//! the optional `metrics_listen` address (`netio::admin::AdminServer`; [`Counters`] is the
+//! router's [`AdminState`]: ready while the router serves, not once shutdown began).
 //!
 //! | series | type | meaning |
 //! | --- | --- | --- |
@@ -8,9 +9,9 @@
 //! | `vpn_router_tunnels_active` | gauge | tunnels open now |
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use netio::admin::{AdminState, Exposition, Kind};
 use protocol::http::connect::Status;
 
 /// The status codes the router answers with, in the order of [`Counters::by_code`].
@@ -31,6 +32,8 @@ pub struct Counters {
     /// Bytes relayed upstream → client by tunnels that ended.
     pub to_client: AtomicU64,
     by_code: [AtomicU64; CODES.len()],
+    /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
+    serving: AtomicBool,
 }
 
 impl Counters {
@@ -58,38 +61,52 @@ impl Counters {
         self.to_client.fetch_add(to_client, Ordering::Relaxed);
     }
 
-    /// The Prometheus text exposition of every series.
+    /// The router started serving (`true`) or began to shut down (`false`).
+    pub(crate) fn set_serving(&self, serving: bool) {
+        self.serving.store(serving, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition of the router's series alone (what its `/metrics`
+    /// serves).
     pub fn render(&self) -> String {
+        let mut out = Exposition::new();
+        self.metrics(&mut out);
+        out.into_string()
+    }
+}
+
+impl AdminState for Counters {
+    fn metrics(&self, out: &mut Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let mut out = String::with_capacity(1024);
-        out.push_str("# HELP vpn_router_requests_total Requests answered, by status code.\n");
-        out.push_str("# TYPE vpn_router_requests_total counter\n");
+        let name = "vpn_router_requests_total";
+        out.family(name, Kind::Counter, "Requests answered, by status code.");
         for (code, n) in CODES.iter().zip(&self.by_code) {
-            let _ = writeln!(
-                out,
-                "vpn_router_requests_total{{code=\"{code}\"}} {}",
-                get(n)
-            );
+            out.sample(name, &[("code", &code.to_string())], get(n));
         }
-        out.push_str("# HELP vpn_router_tunnels_total Tunnels opened.\n");
-        out.push_str("# TYPE vpn_router_tunnels_total counter\n");
-        let _ = writeln!(out, "vpn_router_tunnels_total {}", get(&self.tunnels));
-        out.push_str("# HELP vpn_router_tunnels_active Tunnels open now.\n");
-        out.push_str("# TYPE vpn_router_tunnels_active gauge\n");
-        let _ = writeln!(out, "vpn_router_tunnels_active {}", get(&self.active));
-        out.push_str("# HELP vpn_router_tunnel_bytes_total Bytes relayed by ended tunnels.\n");
-        out.push_str("# TYPE vpn_router_tunnel_bytes_total counter\n");
+        out.single(
+            "vpn_router_tunnels_total",
+            Kind::Counter,
+            "Tunnels opened.",
+            get(&self.tunnels),
+        )
+        .single(
+            "vpn_router_tunnels_active",
+            Kind::Gauge,
+            "Tunnels open now.",
+            get(&self.active),
+        );
+        let name = "vpn_router_tunnel_bytes_total";
+        out.family(name, Kind::Counter, "Bytes relayed by ended tunnels.");
         for (direction, n) in [
             ("to_upstream", &self.to_upstream),
             ("to_client", &self.to_client),
         ] {
-            let _ = writeln!(
-                out,
-                "vpn_router_tunnel_bytes_total{{direction=\"{direction}\"}} {}",
-                get(n)
-            );
+            out.sample(name, &[("direction", direction)], get(n));
         }
-        out
+    }
+
+    fn ready(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
     }
 }
 

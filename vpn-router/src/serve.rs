@@ -3,14 +3,13 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use netio::admin::{AdminBindError, AdminServer, AdminState};
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
 use netio::report::chain;
-use netio::signals::cancel_on_signals;
 use netio::tcp::connect_first;
 use protocol::http::connect::Status;
 use tokio::io::AsyncWriteExt;
@@ -23,45 +22,6 @@ use tracing::{debug, info, warn};
 use crate::config::{ConfigError, ListenerConfig, RouterConfig};
 use crate::metrics::Counters;
 use crate::policy::{Policy, Refusal};
-
-/// The command line of `vpn-router`, the ingress router.
-#[derive(Debug, clap::Args)]
-pub struct RouterArgs {
-    /// The router's TOML config file (see the crate docs).
-    #[arg(long, env = "VPN_ROUTER_CONFIG")]
-    pub config: PathBuf,
-    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_router=debug`).
-    #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
-    pub log: String,
-}
-
-/// Runs `vpn-router`: loads the config, binds, serves until SIGTERM or SIGINT, reloads
-/// the policy on SIGHUP.
-pub fn main(args: RouterArgs) -> ExitCode {
-    if let Err(e) = netio::logging::init(&args.log) {
-        eprintln!("vpn-router: error: --log {:?}: {e}", args.log);
-        return ExitCode::FAILURE;
-    }
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(RouterError::Io)
-        .and_then(|rt| {
-            rt.block_on(async {
-                let router = Router::bind(&args.config).await?;
-                let token = CancellationToken::new();
-                tokio::spawn(cancel_on_signals(token.clone()).map_err(RouterError::Io)?);
-                router.run_with_sighup(token).await
-            })
-        });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vpn-router: error: {}", chain(&e));
-            ExitCode::FAILURE
-        }
-    }
-}
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -82,7 +42,7 @@ pub async fn relay(
 #[derive(Debug)]
 pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
-    metrics: Option<TcpListener>,
+    admin: Option<AdminServer>,
     shared: Arc<Shared>,
 }
 
@@ -101,7 +61,14 @@ impl Router {
         Self::bind_config(config, Some(path.to_owned())).await
     }
 
-    /// Binds the listeners of `config`; `path` is what [`Reloader::reload`] re-reads.
+    /// Binds the listeners of `config` and its `metrics_listen`; `path` is what
+    /// [`Reloader::reload`] re-reads. Must run inside a tokio runtime.
+    ///
+    /// A CONNECT listener on an IPv6 address also takes IPv4 clients, as IPv4-mapped
+    /// addresses, whatever `net.ipv6.bindv6only` says (`netio::listen::bind_dual_stack`):
+    /// one `[::]` listener serves both families, and the allow-lists match a mapped peer by
+    /// its IPv4 address. The admin listener is IPv6-only on an IPv6 address
+    /// (`netio::admin`).
     pub async fn bind_config(
         config: RouterConfig,
         path: Option<PathBuf>,
@@ -109,27 +76,21 @@ impl Router {
         let mut listeners = Vec::new();
         for l in &config.listeners {
             let listener =
-                TcpListener::bind(l.address)
-                    .await
-                    .map_err(|source| RouterError::Bind {
-                        address: l.address,
-                        source,
-                    })?;
+                netio::listen::bind_dual_stack(l.address).map_err(|source| RouterError::Bind {
+                    address: l.address,
+                    source,
+                })?;
             info!(address = %l.address, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }
-        let metrics = match config.metrics_listen {
+        let admin = match config.metrics_listen {
             None => None,
-            Some(address) => Some(
-                TcpListener::bind(address)
-                    .await
-                    .map_err(|source| RouterError::Bind { address, source })?,
-            ),
+            Some(address) => Some(AdminServer::bind(&[address])?),
         };
         let policy = RwLock::new(Arc::new(config.policy.clone()));
         Ok(Self {
             listeners,
-            metrics,
+            admin,
             shared: Arc::new(Shared {
                 path,
                 config,
@@ -147,9 +108,12 @@ impl Router {
             .collect()
     }
 
-    /// The bound `GET /metrics` address, if the config has one.
+    /// The bound admin address (`GET /metrics`, `/healthz`, `/readyz`), if the config has
+    /// a `metrics_listen`.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics.as_ref().and_then(|l| l.local_addr().ok())
+        self.admin
+            .as_ref()
+            .and_then(|a| a.local_addrs().first().copied())
     }
 
     /// The router's counters (shared; they keep counting while it runs).
@@ -167,7 +131,7 @@ impl Router {
     /// Serves until `shutdown`, reloading the policy on every SIGHUP.
     pub async fn run_with_sighup(self, shutdown: CancellationToken) -> Result<(), RouterError> {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).map_err(RouterError::Io)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(RouterError::Signal)?;
         let reloader = self.reloader();
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -188,17 +152,16 @@ impl Router {
         Ok(())
     }
 
-    /// Serves until `shutdown`; open tunnels are cut then.
+    /// Serves until `shutdown`; open tunnels are cut then. Ready (`/readyz`) from the start
+    /// until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
-        if let Some(listener) = self.metrics {
-            let counters = Arc::clone(&self.shared.counters);
-            tracker.spawn(vpn_server::sidecar::metrics::serve_metrics(
-                listener,
-                move || counters.render(),
-                shutdown.clone(),
-            ));
+        let counters = Arc::clone(&self.shared.counters);
+        counters.set_serving(true);
+        if let Some(admin) = self.admin {
+            let part: Arc<dyn AdminState> = Arc::clone(&counters) as _;
+            tracker.spawn(admin.serve(vec![part], shutdown.clone()));
         }
         for (listener, config) in self.listeners {
             let slots = Arc::clone(&slots);
@@ -206,19 +169,7 @@ impl Router {
             let shutdown = shutdown.clone();
             let conns = tracker.clone();
             tracker.spawn(async move {
-                loop {
-                    let accepted = tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        a = listener.accept() => a,
-                    };
-                    let (stream, peer) = match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            warn!("accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
+                while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                         shared.counters.responded(Status::SERVICE_UNAVAILABLE);
                         warn!(%peer, "connection limit reached, answering 503");
@@ -238,6 +189,8 @@ impl Router {
                 }
             });
         }
+        shutdown.cancelled().await;
+        counters.set_serving(false);
         tracker.close();
         tracker.wait().await;
     }
@@ -420,7 +373,10 @@ pub enum RouterError {
     /// Reload asked of a router built without a file.
     #[error("router has no config file to reload")]
     NoFile,
-    /// Runtime or signal set-up failed.
-    #[error("router runtime")]
-    Io(#[source] io::Error),
+    /// The `metrics_listen` address cannot be bound.
+    #[error(transparent)]
+    Admin(#[from] AdminBindError),
+    /// The SIGHUP handler cannot be installed.
+    #[error("cannot install the SIGHUP handler")]
+    Signal(#[source] io::Error),
 }

@@ -367,7 +367,7 @@ const METRICS_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves `GET /metrics` on `listener` until `shutdown`, the body from `render` (Prometheus
 /// text format); anything else gets 404 (405 for a method other than GET). One short task per
-/// connection, one request per connection. The sidecar's and the router's admin listener.
+/// connection, one request per connection. The sidecar's admin listener.
 pub async fn serve_metrics<R>(listener: TcpListener, render: R, shutdown: CancellationToken)
 where
     R: Fn() -> String + Send + Sync + 'static,

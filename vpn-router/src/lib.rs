@@ -21,6 +21,10 @@
 //! Bytes after a refused head are never parsed or forwarded: they are read and discarded
 //! (bounded) only so the client sees the answer rather than a reset.
 //!
+//! A connection's log lines carry its `router_conn` span: `peer` (the TCP peer) and
+//! `listener` from the accept, `client` once the PROXY header (if any) is read, `route` once
+//! decided.
+//!
 //! SIGHUP re-reads the config file: on success the routes, allow-lists and always-allowed
 //! networks are replaced in one atomic swap (a request in flight keeps the snapshot it
 //! started deciding with); a bad file is logged and the old policy stays. Listeners and

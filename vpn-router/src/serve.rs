@@ -1,7 +1,7 @@
 //! The router's runtime: listeners, one task per connection, the policy swap on SIGHUP.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -17,11 +17,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::field::{display, Empty};
+use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
 use crate::config::{ConfigError, ListenerConfig, RouterConfig};
 use crate::metrics::Counters;
-use crate::policy::{Policy, Refusal};
+use crate::policy::Policy;
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -170,22 +171,32 @@ impl Router {
             let conns = tracker.clone();
             tracker.spawn(async move {
                 while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
+                    // Every line about this connection carries its peer and listener, and
+                    // the client address and route once `handle` knows them.
+                    let span = info_span!(
+                        "router_conn",
+                        %peer,
+                        listener = %config.address,
+                        client = Empty,
+                        route = Empty,
+                    );
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                         shared.counters.responded(Status::SERVICE_UNAVAILABLE);
-                        warn!(%peer, "connection limit reached, answering 503");
-                        conns.spawn(over_limit(stream));
+                        span.in_scope(|| warn!("connection limit reached, answering 503"));
+                        conns.spawn(over_limit(stream).instrument(span));
                         continue;
                     };
                     let shared = Arc::clone(&shared);
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
-                    conns.spawn(async move {
+                    let conn = async move {
                         let _slot = slot;
                         tokio::select! {
                             () = shutdown.cancelled() => {}
                             () = handle(stream, peer, &config, &shared) => {}
                         }
-                    });
+                    };
+                    conns.spawn(conn.instrument(span));
                 }
             });
         }
@@ -220,7 +231,7 @@ impl Reloader {
         let new = match RouterConfig::load(path) {
             Ok(new) => new,
             Err(e) => {
-                warn!(path = %path.display(), "router policy reload failed, keeping the old policy: {e}");
+                warn!(path = %path.display(), "router policy reload failed, keeping the old policy: {}", chain(&e));
                 return Err(e.into());
             }
         };
@@ -254,7 +265,8 @@ impl Shared {
     }
 }
 
-/// Serves one connection to the end; logs one line for a refusal.
+/// Serves one connection to the end; logs one line for a refusal. Runs inside the
+/// connection's `router_conn` span and records `client` and `route` in it.
 async fn handle(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -269,10 +281,10 @@ async fn handle(
             let status = e.status();
             match &e {
                 IngressError::Closed { .. } | IngressError::Io { .. } => {
-                    debug!(%peer, "connection ended before a request: {e}")
+                    debug!("connection ended before a request: {}", chain(&e))
                 }
                 _ => {
-                    info!(%peer, listener = %listener.address, status = status.map(|s| s.code), "refused: {}", chain(&e))
+                    info!(status = status.map(|s| s.code), "refused: {}", chain(&e))
                 }
             }
             if let Some(status) = status {
@@ -288,18 +300,20 @@ async fn handle(
         early,
         ..
     } = accepted;
+    Span::current().record("client", display(client));
     // One snapshot decides this request, whatever a reload does meanwhile.
     let policy = shared.snapshot();
     let decision = match policy.decide(&head, &listener.headers, client) {
         Ok(d) => d,
         Err(refusal) => {
-            log_refusal(peer, client, listener, &refusal);
-            shared.counters.responded(refusal.status());
-            refuse(&mut stream, Some(refusal.status())).await;
+            let status = refusal.status();
+            info!(status = status.code, "refused: {}", chain(&refusal));
+            shared.counters.responded(status);
+            refuse(&mut stream, Some(status)).await;
             return;
         }
     };
-    let route = decision.route.to_string();
+    Span::current().record("route", display(decision.route));
     let upstream_name = decision.target.upstream.clone();
     drop(policy);
     let connect =
@@ -307,13 +321,13 @@ async fn handle(
     let mut upstream = match connect {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            info!(%peer, %client, %route, upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
+            info!(upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
             shared.counters.responded(Status::SERVICE_UNAVAILABLE);
             refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
             return;
         }
         Err(_) => {
-            info!(%peer, %client, %route, upstream = %upstream_name, status = 504, "upstream connect timed out");
+            info!(upstream = %upstream_name, status = 504, "upstream connect timed out");
             shared.counters.responded(Status::GATEWAY_TIMEOUT);
             refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
             return;
@@ -326,29 +340,18 @@ async fn handle(
     }
     shared.counters.responded(Status::ESTABLISHED);
     let _active = shared.counters.tunnel_opened();
-    debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
+    debug!(upstream = %upstream_name, "tunnel open");
     let early = early.len() as u64;
     match relay(&mut stream, &mut upstream, &shared.config).await {
         Ok(stats) => {
             shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
-            debug!(%peer, %route, to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
+            debug!(to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
         }
         Err(e) => {
             shared.counters.relayed(e.a_to_b + early, e.b_to_a);
-            debug!(%peer, %route, "tunnel ended: {e}")
+            debug!("tunnel ended: {}", chain(&e))
         }
     }
-}
-
-fn log_refusal(peer: SocketAddr, client: IpAddr, listener: &ListenerConfig, refusal: &Refusal) {
-    info!(
-        %peer,
-        %client,
-        listener = %listener.address,
-        status = refusal.status().code,
-        "refused: {}",
-        chain(refusal)
-    );
 }
 
 async fn connect(upstream: &str) -> io::Result<TcpStream> {

@@ -11,7 +11,7 @@
 //!                                                            100.96.0.1/24 ──veth── 100.96.0.10/24
 //! ```
 //!
-//! SHOOT has no route to SEED: the client dials the ingress router (`vpn_server::router`) in
+//! SHOOT has no route to SEED: the client dials the ingress router (`vpn_router`) in
 //! INGRESS with `CONNECT 10.250.0.1:1194` and the header
 //! `Reversed-VPN: outbound|1194||vpn-seed-server.shoot--demo--lab.svc.cluster.local`; the
 //! router routes by that header (the request target is ignored) to 10.250.0.1:1194, and only
@@ -125,7 +125,7 @@ pub enum DemoError {
     Tls(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The ingress router could not start.
     #[error("ingress router failed")]
-    Router(#[source] vpn_server::router::RouterError),
+    Router(#[source] vpn_router::RouterError),
     /// The server could not start or stopped with an error.
     #[error("vpn-server failed")]
     Server(#[source] vpn_server::ServerError),
@@ -600,8 +600,8 @@ impl Lab {
              allow = [\"{SHOOT_ADDR}/32\"]\n",
             REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
         );
-        let config = vpn_server::router::RouterConfig::parse(&text)
-            .map_err(|e| DemoError::Router(e.into()))?;
+        let config =
+            vpn_router::RouterConfig::parse(&text).map_err(|e| DemoError::Router(e.into()))?;
         let token = CancellationToken::new();
         let (rt, counters) = self.ingress.run_in(|| {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -610,7 +610,7 @@ impl Lab {
                 .build()
                 .map_err(DemoError::Runtime)?;
             let router = rt
-                .block_on(vpn_server::router::Router::bind_config(config, None))
+                .block_on(vpn_router::Router::bind_config(config, None))
                 .map_err(DemoError::Router)?;
             let counters = router.counters();
             rt.spawn(router.run(token.clone()));
@@ -623,7 +623,7 @@ impl Lab {
                 counters,
             },
             format!(
-                "vpn_server::router in INGRESS on {PROXY_ADDR}:{PROXY_PORT}: {} {} -> {SEED_ADDR}:{VPN_PORT}, allowed for {SHOOT_ADDR}",
+                "vpn_router in INGRESS on {PROXY_ADDR}:{PROXY_PORT}: {} {} -> {SEED_ADDR}:{VPN_PORT}, allowed for {SHOOT_ADDR}",
                 REVERSED_VPN_HEADER.0, REVERSED_VPN_HEADER.1
             ),
         ))
@@ -895,7 +895,7 @@ fn client_settings(m: &Material) -> Result<vpn_client::Settings, DemoError> {
 struct IngressRouter {
     rt: Option<tokio::runtime::Runtime>,
     token: CancellationToken,
-    counters: Arc<vpn_server::router::Counters>,
+    counters: Arc<vpn_router::Counters>,
 }
 
 impl Drop for IngressRouter {
@@ -1077,7 +1077,7 @@ fn wait_tunnel(
     lab: &Lab,
     client: &std::thread::ScopedJoinHandle<'_, Result<Stopped, DemoError>>,
     started: Instant,
-    counters: &vpn_server::router::Counters,
+    counters: &vpn_router::Counters,
     summary: &mut Summary,
 ) -> Result<((), String), DemoError> {
     let deadline = started + WAIT;

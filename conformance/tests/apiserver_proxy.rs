@@ -1,7 +1,7 @@
 //! The GEP-30 apiserver-proxy (`vpn_client::apiserver_proxy`) in a shoot namespace, tunnelling
 //! in-cluster API traffic to a test "kube-apiserver" (an HTTPS server) in the seed namespace
 //! through an HTTP CONNECT ingress that routes only requests carrying the right header: our
-//! ingress router (`vpn_server::router`, the issue's Done-when), and the minimal
+//! ingress router (`vpn_router`, the issue's Done-when), and the minimal
 //! `conformance::connect_acceptor::ConnectAcceptor`.
 //!
 //! ```text
@@ -33,7 +33,7 @@ use conformance::sidecar_lab::{connector, ns_runtime, Pki, SERVER_NAME, WAIT};
 use openssl::ssl::SslAcceptor;
 use vpn_client::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
 use vpn_client::CancellationToken;
-use vpn_server::router::{Router, RouterConfig};
+use vpn_router::{Router, RouterConfig};
 
 const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
 const SHOOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);

@@ -1,4 +1,4 @@
-//! The ingress router (`vpn_server::router`) against real sockets in lab namespaces: routing
+//! The ingress router (`vpn_router`) against real sockets in lab namespaces: routing
 //! by each header name, malformed and conflicting routing headers, allow-lists (exact
 //! targets, IPv4-mapped peers), PROXY protocol v1/v2 and HTTP strictness. Every refusal
 //! asserts that no upstream saw a connection.

@@ -1,4 +1,4 @@
-//! The router's tunnel relay (`netio::relay` behind `vpn_server::router::relay`): a
+//! The router's tunnel relay (`netio::relay` behind `vpn_router::relay`): a
 //! half-close is passed on in each direction while the other keeps flowing, and a tunnel
 //! with no bytes either way is closed on both sides at the idle deadline (`idle_ms`). Its
 //! `GET /metrics` counts requests by status, tunnels (total and active) and relayed bytes.

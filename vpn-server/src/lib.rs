@@ -1,5 +1,6 @@
-//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]), the
-//! CONNECT sidecar that replaces Envoy ([`sidecar`]) and the ingress router ([`router`]).
+//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]) and the
+//! CONNECT sidecar that replaces Envoy ([`sidecar`]). The ingress router is its own crate,
+//! `vpn-router`.
 //!
 //! | module | what it is |
 //! |---|---|
@@ -10,7 +11,6 @@
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
-//! | [`router`] | the ingress router (the `vpn-router` binary): header routing, allow-lists, PROXY protocol |
 //! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
 //! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
@@ -22,7 +22,6 @@ pub mod launch;
 pub mod metrics;
 pub mod pool;
 pub mod registry;
-pub mod router;
 pub mod routing;
 pub mod script;
 pub mod server;

@@ -101,7 +101,7 @@ impl BenchLab {
     }
 
     /// Starts the CONNECT proxy of `kind` on the seed; returns its port and PID. `ours` is the
-    /// directory holding our `vpn-server` binary (its `router` subcommand).
+    /// directory holding our release binaries (`vpn-router` for [`ProxyKind::Router`]).
     pub fn start_proxy(&self, kind: ProxyKind, ours: &Path) -> Result<(u16, u32), BenchError> {
         match kind {
             ProxyKind::Tinyproxy => {

@@ -166,7 +166,6 @@ fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `cargo build --release -p vpn-server -p vpn-client` with the cargo that runs us.
 /// A flag set on the first SIGINT or SIGTERM, so the bench ends after the current case and
 /// tears its lab down (namespaces, processes) instead of dying with it in place. A second
 /// signal ends the bench at once.
@@ -204,16 +203,27 @@ fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     Ok(stop)
 }
 
+/// `cargo build --release -p vpn-server -p vpn-client -p vpn-router` with the cargo that runs
+/// us (the three binaries the bench starts).
 fn build_ours() -> anyhow::Result<()> {
     let Some(cargo) = std::env::var_os("CARGO") else {
         return Ok(());
     };
     let status = std::process::Command::new(cargo)
-        .args(["build", "--release", "-p", "vpn-server", "-p", "vpn-client"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "vpn-server",
+            "-p",
+            "vpn-client",
+            "-p",
+            "vpn-router",
+        ])
         .status()
         .context("running cargo build")?;
     if !status.success() {
-        bail!("cargo build of vpn-server (with vpn-router) and vpn-client failed");
+        bail!("cargo build of vpn-server, vpn-client and vpn-router failed");
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 //!  fd79::2/64, fd79::3/64                         fd79::1/64
 //! ```
 //!
-//! The router runs in-process (`vpn_server::router::Router`) on a runtime whose threads live
+//! The router runs in-process (`vpn_router::Router`) on a runtime whose threads live
 //! in SEED; each [`Upstream`] is a TCP listener in SEED that counts the connections it
 //! accepts, greets each with its name and a newline, then echoes.
 
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use conformance::netns::Netns;
 use conformance::require_lab;
 use tokio_util::sync::CancellationToken;
-use vpn_server::router::Router;
+use vpn_router::Router;
 
 pub const SEED: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 1);
 pub const SHOOT_A: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 2);

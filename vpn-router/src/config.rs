@@ -1,7 +1,8 @@
 //! The router's TOML config file, parsed and checked into [`RouterConfig`]. The format is in
-//! the [module docs](super).
+//! the [crate docs](crate).
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use netio::ingress::{Deadlines, ProxyMode};
 use protocol::http::route::{RouteError, RouteValue};
 use serde::Deserialize;
 
-use super::policy::{Policy, Target, ROUTING_HEADERS};
+use crate::policy::{Policy, Target, ROUTING_HEADERS};
 
 /// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -67,16 +68,29 @@ impl RouterConfig {
             path: path.to_owned(),
             source,
         })?;
-        Self::parse(&text)
+        Self::parse_from(&text, Some(path))
     }
 
     /// Parses and checks the text of a config file.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Toml {
-            message: e.to_string(),
+        Self::parse_from(text, None)
+    }
+
+    /// Parses and checks `text`, read from `path` if it came from a file.
+    fn parse_from(text: &str, path: Option<&Path>) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Toml {
+            path: path.map(Path::to_owned),
+            line: source.span().map(|span| line_of(text, span.start)),
+            source: Box::new(source),
         })?;
         raw.check()
     }
+}
+
+/// The 1-based line of byte offset `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    let before = text.get(..at).unwrap_or(text);
+    before.bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,10 +285,16 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// Not valid TOML, or a field is unknown or of the wrong type.
-    #[error("router config: {message}")]
+    #[error("router config{}: not valid TOML for the router", location(.path, .line))]
     Toml {
-        /// The parser's message (with line and column).
-        message: String,
+        /// The file, when the text came from one ([`RouterConfig::load`]).
+        path: Option<PathBuf>,
+        /// The line the parser points at (1-based), when it points at one.
+        line: Option<usize>,
+        /// What the parser says (with line, column and the line's text); boxed, as it is
+        /// several times the size of the other variants.
+        #[source]
+        source: Box<toml::de::Error>,
     },
     /// `[relay] buffer_size` outside one page ..= `netio::relay::MAX_PIPE_SIZE`.
     #[error("router config: [relay] buffer_size {size} is outside 4096..=1048576")]
@@ -333,13 +353,25 @@ pub enum ConfigError {
     },
 }
 
+/// ` PATH, line N` (the parts known) for [`ConfigError::Toml`].
+fn location(path: &Option<PathBuf>, line: &Option<usize>) -> String {
+    let mut out = String::new();
+    if let Some(path) = path {
+        let _ = write!(out, " {}", path.display());
+    }
+    if let Some(line) = line {
+        let _ = write!(out, ", line {line}");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn example_file_parses() {
-        let text = include_str!("../../examples/router.toml");
+        let text = include_str!("../examples/router.toml");
         let config = RouterConfig::parse(text).unwrap();
         assert_eq!(config.listeners.len(), 2);
         assert_eq!(config.policy.routes.len(), 3);
@@ -362,6 +394,42 @@ mod tests {
                 Err(ConfigError::RelayBufferSize { size }) if size == bad
             ));
         }
+    }
+
+    #[test]
+    fn toml_errors_name_the_file_and_line_and_keep_the_parser_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.toml");
+        std::fs::write(&path, "[[listener]]\naddress = 7\n").unwrap();
+        let err = RouterConfig::load(&path).unwrap_err();
+        let ConfigError::Toml {
+            path: Some(at),
+            line: Some(2),
+            source,
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(at, &path);
+        let top = err.to_string();
+        assert!(
+            top.contains(&format!("{}, line 2", path.display())),
+            "{top}"
+        );
+        // The parser's message is the cause, not part of the top line.
+        assert!(!top.contains(source.message()), "{top}");
+        let line = netio::report::chain(&err);
+        assert_eq!(line.matches(source.message()).count(), 1, "{line}");
+
+        let err = RouterConfig::parse("[[listener]]\naddress = 7\n").unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Toml {
+                path: None,
+                line: Some(2),
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -1,16 +1,15 @@
 //! The router's runtime: listeners, one task per connection, the policy swap on SIGHUP.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use netio::admin::{AdminBindError, AdminServer, AdminState};
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
 use netio::report::chain;
-use netio::signals::cancel_on_signals;
 use netio::tcp::connect_first;
 use protocol::http::connect::Status;
 use tokio::io::AsyncWriteExt;
@@ -18,50 +17,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::field::{display, Empty};
+use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
-use super::config::{ConfigError, ListenerConfig, RouterConfig};
-use super::metrics::Counters;
-use super::policy::{Policy, Refusal};
-
-/// The command line of `vpn-router`, the ingress router.
-#[derive(Debug, clap::Args)]
-pub struct RouterArgs {
-    /// The router's TOML config file (see the `router` module docs).
-    #[arg(long, env = "VPN_ROUTER_CONFIG")]
-    pub config: PathBuf,
-    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_server=debug`).
-    #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
-    pub log: String,
-}
-
-/// Runs `vpn-router`: loads the config, binds, serves until SIGTERM or SIGINT, reloads
-/// the policy on SIGHUP.
-pub fn main(args: RouterArgs) -> ExitCode {
-    if let Err(e) = netio::logging::init(&args.log) {
-        eprintln!("vpn-router: error: --log {:?}: {e}", args.log);
-        return ExitCode::FAILURE;
-    }
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(RouterError::Io)
-        .and_then(|rt| {
-            rt.block_on(async {
-                let router = Router::bind(&args.config).await?;
-                let token = CancellationToken::new();
-                tokio::spawn(cancel_on_signals(token.clone()).map_err(RouterError::Io)?);
-                router.run_with_sighup(token).await
-            })
-        });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vpn-router: error: {}", chain(&e));
-            ExitCode::FAILURE
-        }
-    }
-}
+use crate::config::{ConfigError, ListenerConfig, RouterConfig};
+use crate::metrics::Counters;
+use crate::policy::Policy;
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -82,7 +43,7 @@ pub async fn relay(
 #[derive(Debug)]
 pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
-    metrics: Option<netio::admin::AdminServer>,
+    admin: Option<AdminServer>,
     shared: Arc<Shared>,
 }
 
@@ -101,7 +62,14 @@ impl Router {
         Self::bind_config(config, Some(path.to_owned())).await
     }
 
-    /// Binds the listeners of `config`; `path` is what [`Reloader::reload`] re-reads.
+    /// Binds the listeners of `config` and its `metrics_listen`; `path` is what
+    /// [`Reloader::reload`] re-reads. Must run inside a tokio runtime.
+    ///
+    /// A CONNECT listener on an IPv6 address also takes IPv4 clients, as IPv4-mapped
+    /// addresses, whatever `net.ipv6.bindv6only` says (`netio::listen::bind_dual_stack`):
+    /// one `[::]` listener serves both families, and the allow-lists match a mapped peer by
+    /// its IPv4 address. The admin listener is IPv6-only on an IPv6 address
+    /// (`netio::admin`).
     pub async fn bind_config(
         config: RouterConfig,
         path: Option<PathBuf>,
@@ -109,28 +77,21 @@ impl Router {
         let mut listeners = Vec::new();
         for l in &config.listeners {
             let listener =
-                TcpListener::bind(l.address)
-                    .await
-                    .map_err(|source| RouterError::Bind {
-                        address: l.address,
-                        source,
-                    })?;
+                netio::listen::bind_dual_stack(l.address).map_err(|source| RouterError::Bind {
+                    address: l.address,
+                    source,
+                })?;
             info!(address = %l.address, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }
-        let metrics = match config.metrics_listen {
+        let admin = match config.metrics_listen {
             None => None,
-            Some(address) => Some(netio::admin::AdminServer::bind(&[address]).map_err(|e| {
-                RouterError::Bind {
-                    address,
-                    source: e.source,
-                }
-            })?),
+            Some(address) => Some(AdminServer::bind(&[address])?),
         };
         let policy = RwLock::new(Arc::new(config.policy.clone()));
         Ok(Self {
             listeners,
-            metrics,
+            admin,
             shared: Arc::new(Shared {
                 path,
                 config,
@@ -148,9 +109,10 @@ impl Router {
             .collect()
     }
 
-    /// The bound `GET /metrics` address, if the config has one.
+    /// The bound admin address (`GET /metrics`, `/healthz`, `/readyz`), if the config has
+    /// a `metrics_listen`.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics
+        self.admin
             .as_ref()
             .and_then(|a| a.local_addrs().first().copied())
     }
@@ -170,7 +132,7 @@ impl Router {
     /// Serves until `shutdown`, reloading the policy on every SIGHUP.
     pub async fn run_with_sighup(self, shutdown: CancellationToken) -> Result<(), RouterError> {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).map_err(RouterError::Io)?;
+        let mut hup = signal(SignalKind::hangup()).map_err(RouterError::Signal)?;
         let reloader = self.reloader();
         let stop = shutdown.clone();
         tokio::spawn(async move {
@@ -191,13 +153,16 @@ impl Router {
         Ok(())
     }
 
-    /// Serves until `shutdown`; open tunnels are cut then.
+    /// Serves until `shutdown`; open tunnels are cut then. Ready (`/readyz`) from the start
+    /// until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.shared.config.max_connections));
-        if let Some(admin) = self.metrics {
-            let counters: Arc<dyn netio::admin::AdminState> = self.shared.counters.clone();
-            tracker.spawn(admin.serve(vec![counters], shutdown.clone()));
+        let counters = Arc::clone(&self.shared.counters);
+        counters.set_serving(true);
+        if let Some(admin) = self.admin {
+            let part: Arc<dyn AdminState> = Arc::clone(&counters) as _;
+            tracker.spawn(admin.serve(vec![part], shutdown.clone()));
         }
         for (listener, config) in self.listeners {
             let slots = Arc::clone(&slots);
@@ -205,38 +170,38 @@ impl Router {
             let shutdown = shutdown.clone();
             let conns = tracker.clone();
             tracker.spawn(async move {
-                loop {
-                    let accepted = tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        a = listener.accept() => a,
-                    };
-                    let (stream, peer) = match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            warn!("accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    };
+                while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
+                    // Every line about this connection carries its peer and listener, and
+                    // the client address and route once `handle` knows them.
+                    let span = info_span!(
+                        "router_conn",
+                        %peer,
+                        listener = %config.address,
+                        client = Empty,
+                        route = Empty,
+                    );
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                         shared.counters.responded(Status::SERVICE_UNAVAILABLE);
-                        warn!(%peer, "connection limit reached, answering 503");
-                        conns.spawn(over_limit(stream));
+                        span.in_scope(|| warn!("connection limit reached, answering 503"));
+                        conns.spawn(over_limit(stream).instrument(span));
                         continue;
                     };
                     let shared = Arc::clone(&shared);
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
-                    conns.spawn(async move {
+                    let conn = async move {
                         let _slot = slot;
                         tokio::select! {
                             () = shutdown.cancelled() => {}
                             () = handle(stream, peer, &config, &shared) => {}
                         }
-                    });
+                    };
+                    conns.spawn(conn.instrument(span));
                 }
             });
         }
+        shutdown.cancelled().await;
+        counters.set_serving(false);
         tracker.close();
         tracker.wait().await;
     }
@@ -266,7 +231,7 @@ impl Reloader {
         let new = match RouterConfig::load(path) {
             Ok(new) => new,
             Err(e) => {
-                warn!(path = %path.display(), "router policy reload failed, keeping the old policy: {e}");
+                warn!(path = %path.display(), "router policy reload failed, keeping the old policy: {}", chain(&e));
                 return Err(e.into());
             }
         };
@@ -300,7 +265,8 @@ impl Shared {
     }
 }
 
-/// Serves one connection to the end; logs one line for a refusal.
+/// Serves one connection to the end; logs one line for a refusal. Runs inside the
+/// connection's `router_conn` span and records `client` and `route` in it.
 async fn handle(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -315,10 +281,10 @@ async fn handle(
             let status = e.status();
             match &e {
                 IngressError::Closed { .. } | IngressError::Io { .. } => {
-                    debug!(%peer, "connection ended before a request: {e}")
+                    debug!("connection ended before a request: {}", chain(&e))
                 }
                 _ => {
-                    info!(%peer, listener = %listener.address, status = status.map(|s| s.code), "refused: {}", chain(&e))
+                    info!(status = status.map(|s| s.code), "refused: {}", chain(&e))
                 }
             }
             if let Some(status) = status {
@@ -334,18 +300,20 @@ async fn handle(
         early,
         ..
     } = accepted;
+    Span::current().record("client", display(client));
     // One snapshot decides this request, whatever a reload does meanwhile.
     let policy = shared.snapshot();
     let decision = match policy.decide(&head, &listener.headers, client) {
         Ok(d) => d,
         Err(refusal) => {
-            log_refusal(peer, client, listener, &refusal);
-            shared.counters.responded(refusal.status());
-            refuse(&mut stream, Some(refusal.status())).await;
+            let status = refusal.status();
+            info!(status = status.code, "refused: {}", chain(&refusal));
+            shared.counters.responded(status);
+            refuse(&mut stream, Some(status)).await;
             return;
         }
     };
-    let route = decision.route.to_string();
+    Span::current().record("route", display(decision.route));
     let upstream_name = decision.target.upstream.clone();
     drop(policy);
     let connect =
@@ -353,13 +321,13 @@ async fn handle(
     let mut upstream = match connect {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            info!(%peer, %client, %route, upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
+            info!(upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
             shared.counters.responded(Status::SERVICE_UNAVAILABLE);
             refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
             return;
         }
         Err(_) => {
-            info!(%peer, %client, %route, upstream = %upstream_name, status = 504, "upstream connect timed out");
+            info!(upstream = %upstream_name, status = 504, "upstream connect timed out");
             shared.counters.responded(Status::GATEWAY_TIMEOUT);
             refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
             return;
@@ -372,29 +340,18 @@ async fn handle(
     }
     shared.counters.responded(Status::ESTABLISHED);
     let _active = shared.counters.tunnel_opened();
-    debug!(%peer, %client, %route, upstream = %upstream_name, "tunnel open");
+    debug!(upstream = %upstream_name, "tunnel open");
     let early = early.len() as u64;
     match relay(&mut stream, &mut upstream, &shared.config).await {
         Ok(stats) => {
             shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
-            debug!(%peer, %route, to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
+            debug!(to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
         }
         Err(e) => {
             shared.counters.relayed(e.a_to_b + early, e.b_to_a);
-            debug!(%peer, %route, "tunnel ended: {e}")
+            debug!("tunnel ended: {}", chain(&e))
         }
     }
-}
-
-fn log_refusal(peer: SocketAddr, client: IpAddr, listener: &ListenerConfig, refusal: &Refusal) {
-    info!(
-        %peer,
-        %client,
-        listener = %listener.address,
-        status = refusal.status().code,
-        "refused: {}",
-        chain(refusal)
-    );
 }
 
 async fn connect(upstream: &str) -> io::Result<TcpStream> {
@@ -419,7 +376,10 @@ pub enum RouterError {
     /// Reload asked of a router built without a file.
     #[error("router has no config file to reload")]
     NoFile,
-    /// Runtime or signal set-up failed.
-    #[error("router runtime")]
-    Io(#[source] io::Error),
+    /// The `metrics_listen` address cannot be bound.
+    #[error(transparent)]
+    Admin(#[from] AdminBindError),
+    /// The SIGHUP handler cannot be installed.
+    #[error("cannot install the SIGHUP handler")]
+    Signal(#[source] io::Error),
 }

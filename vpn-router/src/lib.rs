@@ -21,6 +21,10 @@
 //! Bytes after a refused head are never parsed or forwarded: they are read and discarded
 //! (bounded) only so the client sees the answer rather than a reset.
 //!
+//! A connection's log lines carry its `router_conn` span: `peer` (the TCP peer) and
+//! `listener` from the accept, `client` once the PROXY header (if any) is read, `route` once
+//! decided.
+//!
 //! SIGHUP re-reads the config file: on success the routes, allow-lists and always-allowed
 //! networks are replaced in one atomic swap (a request in flight keeps the snapshot it
 //! started deciding with); a bad file is logged and the old policy stays. Listeners and
@@ -51,7 +55,8 @@
 //! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
-//! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP `GET /metrics` (series: router/metrics.rs)
+//! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP /metrics (series: src/metrics.rs),
+//!                             # /healthz, /readyz (`netio::admin`)
 //!
 //! [timeouts]                  # optional, milliseconds
 //! proxy_header_ms = 5000      # PROXY header complete after accept
@@ -84,7 +89,9 @@
 //! allow = ["203.0.113.0/24"]
 //! ```
 //!
-//! Unknown keys are errors. `vpn-server/examples/router.toml` is a complete example.
+//! Unknown keys are errors. A `[[listener]]` on an IPv6 address also takes IPv4 clients (as
+//! IPv4-mapped addresses; allow-lists match them by their IPv4 address).
+//! `vpn-router/examples/router.toml` is a complete example.
 
 mod config;
 mod metrics;
@@ -97,4 +104,4 @@ pub use config::{
 };
 pub use metrics::{ActiveTunnel, Counters};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
-pub use serve::{main, relay, Reloader, Router, RouterArgs, RouterError};
+pub use serve::{relay, Reloader, Router, RouterError};

@@ -1,5 +1,6 @@
-//! The router's counters and their Prometheus rendering (`GET /metrics` on the optional
-//! `metrics_listen` address, served by [`crate::sidecar::metrics::serve_metrics`]).
+//! The router's counters and their Prometheus series, served with `/healthz` and `/readyz` on
+//! the optional `metrics_listen` address (`netio::admin::AdminServer`; [`Counters`] is the
+//! router's [`AdminState`]: ready while the router serves, not once shutdown began).
 //!
 //! | series | type | meaning |
 //! | --- | --- | --- |
@@ -8,16 +9,16 @@
 //! | `vpn_router_tunnels_active` | gauge | tunnels open now |
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use netio::admin::{Exposition, Kind};
+use netio::admin::{AdminState, Exposition, Kind};
 use protocol::http::connect::Status;
 
 /// The status codes the router answers with, in the order of [`Counters::by_code`].
 const CODES: [u16; 10] = [200, 400, 403, 405, 408, 414, 431, 502, 503, 504];
 
 /// What the router has done so far (for `/metrics`, tests and the demo); the series are
-/// listed in the docs of this file (`vpn-server/src/router/metrics.rs`).
+/// listed in the docs of this file (`vpn-router/src/metrics.rs`).
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Requests answered 200 (tunnels opened).
@@ -31,6 +32,8 @@ pub struct Counters {
     /// Bytes relayed upstream → client by tunnels that ended.
     pub to_client: AtomicU64,
     by_code: [AtomicU64; CODES.len()],
+    /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
+    serving: AtomicBool,
 }
 
 impl Counters {
@@ -58,15 +61,21 @@ impl Counters {
         self.to_client.fetch_add(to_client, Ordering::Relaxed);
     }
 
-    /// The Prometheus text exposition of every series.
+    /// The router started serving (`true`) or began to shut down (`false`).
+    pub(crate) fn set_serving(&self, serving: bool) {
+        self.serving.store(serving, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition of the router's series alone (what its `/metrics`
+    /// serves).
     pub fn render(&self) -> String {
         let mut out = Exposition::new();
-        netio::admin::AdminState::metrics(self, &mut out);
+        self.metrics(&mut out);
         out.into_string()
     }
 }
 
-impl netio::admin::AdminState for Counters {
+impl AdminState for Counters {
     fn metrics(&self, out: &mut Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let name = "vpn_router_requests_total";
@@ -94,6 +103,10 @@ impl netio::admin::AdminState for Counters {
         ] {
             out.sample(name, &[("direction", direction)], get(n));
         }
+    }
+
+    fn ready(&self) -> bool {
+        self.serving.load(Ordering::Relaxed)
     }
 }
 

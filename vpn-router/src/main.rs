@@ -1,0 +1,59 @@
+//! `vpn-router`: the seed's ingress router (see the `vpn_router` library).
+//!
+//! `vpn-router --config FILE` routes HTTP CONNECT requests by header to the seed's VPN servers
+//! and kube-apiservers; SIGHUP reloads the routes and allow-lists, SIGTERM or SIGINT ends it.
+//! A binary of its own, not a subcommand of `vpn-server`: it runs in the ingress deployment,
+//! not beside each VPN server, and leaving it (and its TOML parser) out of `vpn-server` keeps
+//! that binary's text, and so every VPN server's resident memory, smaller. Errors are one line
+//! on stderr and a failure status.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use netio::report::chain;
+use netio::signals::cancel_on_signals;
+use tokio_util::sync::CancellationToken;
+use vpn_router::Router;
+
+netio::libm_pow!();
+
+/// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
+#[derive(Debug, Parser)]
+#[command(name = "vpn-router", version, about)]
+struct RouterArgs {
+    /// The router's TOML config file (format: the `vpn_router` crate docs).
+    #[arg(long, env = "VPN_ROUTER_CONFIG")]
+    config: PathBuf,
+    /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_router=debug`).
+    #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
+    log: String,
+}
+
+fn main() -> ExitCode {
+    match run(RouterArgs::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vpn-router: error: {}", chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Loads the config, binds, serves until SIGTERM or SIGINT; SIGHUP reloads the policy.
+fn run(args: RouterArgs) -> anyhow::Result<()> {
+    netio::logging::init(&args.log).with_context(|| format!("--log {:?}", args.log))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    runtime.block_on(async {
+        // Signal handlers first, so a SIGTERM during start-up also ends in a clean exit.
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signals(shutdown.clone()).context("signal handlers")?);
+        let router = Router::bind(&args.config).await?;
+        router.run_with_sighup(shutdown).await?;
+        Ok(())
+    })
+}

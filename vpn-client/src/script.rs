@@ -45,13 +45,7 @@ pub struct TunInfo {
 impl TunInfo {
     /// The parameters of a device named `dev` with `tun_mtu` after the push `accepted`.
     pub fn from_push(dev: &str, tun_mtu: u16, accepted: &[PushedOption]) -> TunInfo {
-        let topology = accepted
-            .iter()
-            .find_map(|o| match o {
-                PushedOption::Topology(t) => Some(*t),
-                _ => None,
-            })
-            .unwrap_or(Topology::Net30);
+        let topology = Topology::of_push(accepted);
         let mut info = TunInfo {
             dev: dev.to_owned(),
             tun_mtu,

@@ -38,13 +38,7 @@ impl Plan {
     pub fn from_push(accepted: &[PushedOption]) -> Plan {
         let mut plan = Plan::default();
         // Upstream's default topology when the server pushes none.
-        let topology = accepted
-            .iter()
-            .find_map(|o| match o {
-                PushedOption::Topology(t) => Some(*t),
-                _ => None,
-            })
-            .unwrap_or(Topology::Net30);
+        let topology = Topology::of_push(accepted);
         let default_metric = accepted.iter().find_map(|o| match o {
             PushedOption::RouteMetric(m) => Some(*m),
             _ => None,

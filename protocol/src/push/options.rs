@@ -473,6 +473,19 @@ pub enum Topology {
     Subnet,
 }
 
+impl Topology {
+    /// The topology a push sets: its `topology` option, else upstream's default `net30`.
+    pub fn of_push(accepted: &[PushedOption]) -> Topology {
+        accepted
+            .iter()
+            .find_map(|o| match o {
+                PushedOption::Topology(t) => Some(*t),
+                _ => None,
+            })
+            .unwrap_or(Topology::Net30)
+    }
+}
+
 /// The flags of `redirect-gateway` / `redirect-private`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedirectFlags {
@@ -1105,6 +1118,16 @@ mod tests {
             parse("route-ipv6 fd00::/129"),
             Err(OptionError::BadAddress { .. })
         ));
+    }
+
+    #[test]
+    fn the_topology_of_a_push_defaults_to_net30() {
+        assert_eq!(Topology::of_push(&[]), Topology::Net30);
+        let pushed = [
+            parse("route 10.0.0.0 255.0.0.0").unwrap(),
+            parse("topology subnet").unwrap(),
+        ];
+        assert_eq!(Topology::of_push(&pushed), Topology::Subnet);
     }
 
     #[test]

@@ -1,4 +1,12 @@
-//! The tokio I/O shared by `vpn-server` and `vpn-client`.
+//! The tokio I/O shared by `vpn-server`, `vpn-client` and `vpn-router`: everything between the
+//! sans-IO `protocol` crate and the kernel, written once for every role.
+//!
+//! A packet's way through here: the socket's bytes become packets in [`framed::FrameReader`],
+//! the session decrypts them in place, and [`tun::TunWriter`] writes them into the device; the
+//! other way, [`tun::Tun::recv_many`] reads packets into pooled buffers with headroom, the
+//! session encrypts them in place, and [`framed::FrameWriter`] writes them to the socket in
+//! one vectored write. Which driver file calls each step: the crate docs of `vpn-server` and
+//! `vpn-client`.
 //!
 //! * [`tun`] - a layer-3 tun device under tokio with the kernel's TCP offloads: super-packets
 //!   read are cut into MTU-sized packets in caller buffers with headroom for in-place
@@ -12,8 +20,7 @@
 //! * [`tcp`] - connects with `TCP_NODELAY`, the first-address-that-answers connect, a read of
 //!   what has arrived that never waits.
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
-//! * [`http_connect`] - the CONNECT dialer (client through a proxy) and a small CONNECT
-//!   acceptor (proxy side, for tests and the demo).
+//! * [`http_connect`] - the CONNECT dialer (client through a proxy).
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
 //!   balancers only), strict CONNECT head under a deadline, the client address to judge.
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle

@@ -31,7 +31,8 @@
 //! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
 //!
 //! The drivers (`vpn-server`, `vpn-client`) use [`session`]: its module docs hold the one
-//! driving contract (`handle_*` in, commands, `poll_*` out, time as arguments).
+//! driving contract (`handle_*` in, commands, `poll_*` out, time as arguments). The I/O around
+//! it, the same for both roles, is the `netio` crate (read its crate docs next).
 //!
 //! Every multi-byte integer on the wire is big-endian. Constants carry the name of the
 //! OpenVPN symbol they mirror so behaviour can be looked up upstream.

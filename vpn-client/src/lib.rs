@@ -35,7 +35,7 @@
 //! next remote and doubles the pause (from `connect-retry`, capped at its maximum); a tunnel
 //! that was up and then dropped reconnects to the same remote after the initial pause (a
 //! `RESTART` with the `N` flag moves on). The tun device is kept across reconnects; see
-//! [`tunnel`](crate::tunnel) for how addresses and routes are reconciled.
+//! [`tunnel`] for how addresses and routes are reconciled.
 
 use std::io;
 use std::time::Duration;

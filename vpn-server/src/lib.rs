@@ -2,17 +2,49 @@
 //! CONNECT sidecar that replaces Envoy ([`sidecar`]). The ingress router is its own crate,
 //! `vpn-router`.
 //!
+//! # A packet's way, file by file
+//!
+//! Shoot → seed (a client's packet into the seed):
+//!
+//! | step | where |
+//! |---|---|
+//! | accept, `max-clients` slot, the connection's task and span | [`server`] (accept loop), [`connection`] (`serve`) |
+//! | socket → framed packets (length limit from the MTU) | [`netio::framed::FrameReader`], read in [`connection`] |
+//! | packet → decrypted payload (in place), or control traffic | `protocol::session::ServerSession::handle_packet` |
+//! | admission on `ClientIdentified`: CCD, addresses, iroutes | [`registry::Registry::admit`] |
+//! | source check (anti-spoofing) | [`spoof::SourceFilter`], called in [`connection`] |
+//! | payload → tun device (writer thread, lone-packet shortcut) or, with `client-to-client`, another client's queue | [`netio::tun::TunWriter`]; [`registry::Registry::forward`] |
+//!
+//! Seed → shoot (a packet from the tun device to a client):
+//!
+//! | step | where |
+//! |---|---|
+//! | tun → packets (batches, offloads cut to the MTU) | [`netio::tun::Tun::recv_many`] in [`device`] (`read_loop`) |
+//! | destination → the client owning the longest prefix (address or iroute) | [`registry::Registry::route`] ([`routing`]) |
+//! | no client: ICMP unreachable to the sender | [`unreachable`](mod@unreachable) |
+//! | the client's queue → encrypted framed packet (in place) | [`connection`] (`send_queued`), `ServerSession::send_tun_packet` |
+//! | framed packets → socket (one vectored write) | [`netio::framed::FrameWriter`] |
+//!
+//! Around them: [`config`] and [`settings`] (what to run), [`launch`] (the process: server,
+//! in-process sidecar, admin endpoint, `up`/`down` [`script`]s), [`device`] (the tun set-up),
+//! [`status`] (the status file), [`metrics`] (counters and series, `docs/metrics.md`).
+//!
 //! | module | what it is |
 //! |---|---|
 //! | [`settings`] | [`Settings`]: typed runtime settings (the config parser maps onto them) |
 //! | [`config`] | config file / vpn2 environment → [`Settings`]; the only place files are read |
+//! | [`launch`] | what the binary runs: server, in-process sidecar, admin endpoint, `up` / `down` |
+//! | [`server`] | the runtime: listeners, one task per connection, the tun reader, status writer, shutdown |
+//! | [`connection`] | one client's session loop inside its span |
+//! | [`registry`] | pool, routing table and clients; `max-clients` and admission (pure) |
+//! | [`device`] | the tun device's set-up and reader |
+//! | [`metrics`] | the server's counters and their Prometheus series |
 //! | [`script`] | `up` / `down` commands with upstream's arguments and environment |
 //! | [`pool`] | the unified IPv4/IPv6 client address pool (`server`, `server-ipv6`) |
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`status`] | the `status-version 2` status file |
 //! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
-//! | [`server`] | the tokio runtime: listener, connections, tun device, status, shutdown |
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 
 pub mod config;

@@ -100,7 +100,10 @@ impl<'scope> ClientThread<'scope> {
         self.token.cancel();
         let thread = self.thread.take().expect("joined only here");
         match thread.join() {
-            Ok(Ok(Some(result))) => result.map_err(LabError::OurClient),
+            Ok(Ok(Some(result))) => result.map_err(|source| LabError::Ours {
+                what: "vpn-client",
+                source: Box::new(source),
+            }),
             Ok(Ok(None)) => Err(LabError::Timeout {
                 what: "our vpn-client to stop".into(),
                 waited: STOP,

@@ -71,7 +71,10 @@ impl<'scope> ServerThread<'scope> {
             Err(_) => {
                 token.cancel();
                 match thread.join() {
-                    Ok(Ok(Err(source))) => Err(LabError::OurServer(source)),
+                    Ok(Ok(Err(source))) => Err(LabError::Ours {
+                        what: "vpn-server",
+                        source: Box::new(source),
+                    }),
                     Ok(Err(lab)) => Err(lab),
                     Ok(Ok(Ok(()))) => Err(LabError::Timeout {
                         what: "our vpn-server to bind".into(),

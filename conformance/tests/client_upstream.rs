@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
 use conformance::our_client::ClientThread;
+use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_server_config, ControlWrap, UpstreamOpenvpn};

@@ -21,6 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use conformance::our_client::ClientThread;
+use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::upstream::{tcp_client_config, tcp_server_config, ControlWrap, UpstreamOpenvpn};
 use netio::http::CustomHeader;

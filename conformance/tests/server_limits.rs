@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use conformance::netns::Netns;
 use conformance::our_server::ServerThread;
+use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};

@@ -10,8 +10,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use conformance::netns::Netns;
-use conformance::require_lab;
+use lab::netns::Netns;
+use lab::require_lab;
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-router");
 const ROUTER_PORT: u16 = 18443;

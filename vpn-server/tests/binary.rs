@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use conformance::netns::Netns;
-use conformance::pki_fixture::TestPki;
-use conformance::require_lab;
-use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
+use lab::netns::Netns;
+use lab::pki_fixture::TestPki;
+use lab::require_lab;
+use lab::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../protocol/tests/data/config");

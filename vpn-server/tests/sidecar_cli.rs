@@ -46,7 +46,7 @@ fn missing_certificate_is_one_line_naming_the_file() {
 
 #[test]
 fn bad_shoot_network_variable_is_named() {
-    let pki = conformance::sidecar_lab::Pki::generate();
+    let pki = lab::sidecar_client::Pki::generate();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("vpn-server")).unwrap();
     pki.write(&dir.path().join("vpn-server"));

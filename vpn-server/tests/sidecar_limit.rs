@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use conformance::netns::Netns;
-use conformance::require_lab;
-use conformance::sidecar_lab::{connect_status, connector, metric, scrape, tls, Pki};
+use lab::netns::Netns;
+use lab::require_lab;
+use lab::sidecar_client::{connect_status, connector, metric, scrape, tls, Pki};
 use vpn_server::sidecar::DEFAULT_MAX_CONNECTIONS;
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");

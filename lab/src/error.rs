@@ -86,12 +86,16 @@ pub enum LabError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// Our vpn-server, run as a library, failed to start.
-    #[error("our vpn-server failed")]
-    OurServer(#[source] vpn_server::ServerError),
-    /// Our vpn-client, run as a library, failed.
-    #[error("our vpn-client failed")]
-    OurClient(#[source] vpn_client::RunError),
+    /// One of our programs, run as a library by a test (`conformance` runs our server and
+    /// client this way), failed.
+    #[error("our {what} failed")]
+    Ours {
+        /// Which program (`vpn-server`, `vpn-client`).
+        what: &'static str,
+        /// Its error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Our vpn-client, run as a library, ended on its own before what the lab waited for.
     #[error("our vpn-client ended before {what}")]
     OurClientEnded {
@@ -121,7 +125,8 @@ pub enum LabError {
 }
 
 impl LabError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// The [`LabError::Io`] for `source` on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {
             path: path.into(),
             source,

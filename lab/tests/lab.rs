@@ -7,10 +7,10 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use conformance::netns::Netns;
-use conformance::pki_fixture::TestPki;
-use conformance::require_lab;
-use conformance::upstream::{
+use lab::netns::Netns;
+use lab::pki_fixture::TestPki;
+use lab::require_lab;
+use lab::upstream::{
     tcp_client_config, tcp_server_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER,
 };
 

@@ -9,20 +9,14 @@
 //! | `server.crt` | ECDSA P-256 | KU digitalSignature, keyEncipherment; EKU serverAuth |
 //! | `client.crt` | ECDSA P-256 | KU digitalSignature; EKU clientAuth |
 //! | `ta.key` | `openvpn --genkey secret` | 2048-bit OpenVPN static key |
+//!
+//! Our server's and client's settings for this PKI are built in `conformance`
+//! (`conformance::our_settings::OurSettings`): this crate does not depend on them.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
-use pki::tls::{control_channel_server, PeerPolicy};
-use pki::{CaBundle, Identity};
-use protocol::digest::Digest;
-use protocol::key::KeyDirection;
-use protocol::session::ControlProtection;
-use protocol::static_key;
 use tempfile::TempDir;
-use vpn_client::{Remote, TlsMaterial};
 
 use crate::LabError;
 
@@ -144,66 +138,6 @@ impl TestPki {
     pub fn ta_key_text(&self) -> Result<String, LabError> {
         let path = self.ta_key();
         std::fs::read_to_string(&path).map_err(|source| LabError::io(&path, source))
-    }
-
-    /// Our server's settings with this PKI, matching the upstream configs of
-    /// [`crate::upstream`]: tls-auth with HMAC-SHA256 (key direction 0), `auth SHA256`,
-    /// listening on `[::]:port`; everything else at its default.
-    pub fn our_server_settings(&self, port: u16) -> Result<vpn_server::Settings, LabError> {
-        let trust = CaBundle::from_pem(&self.read(self.ca_cert())?).map_err(refused("CA"))?;
-        let id = Identity::from_pem(
-            &self.read(self.server_cert())?,
-            &self.read(self.server_key())?,
-        )
-        .map_err(refused("server certificate"))?;
-        let policy = PeerPolicy::client_peer();
-        let ctx =
-            control_channel_server(&id, &trust, &policy).map_err(refused("server TLS context"))?;
-        let mut s =
-            vpn_server::Settings::new(ctx, Arc::new(policy), self.tls_auth(KeyDirection::Normal)?);
-        s.listen = vec![SocketAddr::from(([0u16; 8], port))];
-        s.auth = Digest::Sha256;
-        Ok(s)
-    }
-
-    /// Our client's settings with this PKI for one `remote`, matching
-    /// [`Self::our_server_settings`] (key direction 1); everything else at its default.
-    pub fn our_client_settings(&self, remote: Remote) -> Result<vpn_client::Settings, LabError> {
-        let mut s = vpn_client::Settings::new(
-            vec![remote],
-            TlsMaterial::Pem {
-                ca: self.read(self.ca_cert())?,
-                cert: self.read(self.client_cert())?,
-                key: self.read(self.client_key())?,
-                peer: PeerPolicy::server_peer(),
-            },
-            self.tls_auth(KeyDirection::Inverse)?,
-        );
-        s.auth = Digest::Sha256;
-        Ok(s)
-    }
-
-    fn read(&self, path: PathBuf) -> Result<Vec<u8>, LabError> {
-        std::fs::read(&path).map_err(|source| LabError::io(&path, source))
-    }
-
-    fn tls_auth(&self, direction: KeyDirection) -> Result<ControlProtection, LabError> {
-        let key = static_key::parse(&self.ta_key_text()?).map_err(refused("ta.key"))?;
-        Ok(ControlProtection::TlsAuth {
-            key,
-            direction,
-            digest: Digest::Sha256,
-        })
-    }
-}
-
-/// Maps our crates' refusal of `what` into the lab's error.
-fn refused<E: std::error::Error + Send + Sync + 'static>(
-    what: &'static str,
-) -> impl FnOnce(E) -> LabError {
-    move |e| LabError::Material {
-        what: what.to_owned(),
-        source: Box::new(e),
     }
 }
 

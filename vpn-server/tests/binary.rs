@@ -1,6 +1,7 @@
 //! The `vpn-server` binary: one-line start-up errors naming file, line and directive (or the
 //! path), and, in a lab namespace, the rendered vpn2 server template (file paths aside) serving
-//! an upstream OpenVPN 2.6 client until SIGTERM, which makes it exit 0.
+//! an upstream OpenVPN 2.6 client until SIGTERM, which makes it exit 0; its admin endpoint
+//! (`--admin-listen`) answers `/healthz`, `/readyz` and `/metrics` meanwhile.
 //!
 //! ```text
 //!   SHOOT  vc1 10.200.1.2/30 ───── vs1 10.200.1.1/30  SEED  vpn-server --config server.conf
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use lab::netns::Netns;
 use lab::pki_fixture::TestPki;
 use lab::require_lab;
+use lab::sidecar_client::{metric, scrape};
 use lab::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
@@ -130,6 +132,24 @@ fn vpn2_environment_mode_reads_the_secrets_directory() {
 }
 
 /// Waits until `path` contains `needle`.
+/// `GET path` on the admin endpoint, from inside `ns`: the status code and the body.
+fn admin_get(ns: &Netns, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    ns.run_in(move || {
+        let mut s = std::net::TcpStream::connect(ADMIN).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let code = text[9..12].parse().unwrap();
+        (code, text.split_once("\r\n\r\n").unwrap().1.to_owned())
+    })
+    .unwrap()
+}
+
+/// Where the server's admin endpoint listens in the seed namespace.
+const ADMIN: &str = "127.0.0.1:18080";
+
 fn wait_for(path: &Path, needle: &str, timeout: Duration) -> String {
     let start = Instant::now();
     loop {
@@ -185,12 +205,15 @@ fn vpn2_template_serves_an_upstream_client_and_sigterm_exits_0() {
     let mut cmd = seed.command(BIN);
     cmd.arg("--config")
         .arg(&conf)
+        .args(["--admin-listen", ADMIN])
         .env_remove("VPN_SERVER_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap());
     let pid = seed.spawn(&mut cmd).expect("start vpn-server");
     wait_for(&log, "Initialization Sequence Completed", TIMEOUT);
+    assert_eq!(admin_get(&seed, "/healthz"), (200, "ok\n".into()));
+    assert_eq!(admin_get(&seed, "/readyz"), (200, "ready\n".into()));
     let hooks = dir.path().join("hooks.log");
     let up_line = wait_for(&hooks, "up|", TIMEOUT);
     assert!(
@@ -223,6 +246,19 @@ fn vpn2_template_serves_an_upstream_client_and_sigterm_exits_0() {
     assert!(
         status.contains("ROUTING_TABLE,242.0.0.0/8,client"),
         "{status}"
+    );
+    // The admin endpoint counts the client and the tunnel.
+    let admin: std::net::SocketAddr = ADMIN.parse().unwrap();
+    let text = seed.run_in(move || scrape(admin)).unwrap();
+    assert_eq!(metric(&text, "vpn_server_clients"), 1, "{text}");
+    assert_eq!(
+        metric(&text, "vpn_server_tunnels_established_total"),
+        1,
+        "{text}"
+    );
+    assert!(
+        metric(&text, "vpn_server_packets_total{direction=\"to_tun\"}") >= 2,
+        "{text}"
     );
 
     // SIGTERM: exit 0 within a few seconds, the down hook run.

@@ -23,6 +23,8 @@
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy).
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
 //!   balancers only), strict CONNECT head under a deadline, the client address to judge.
+//! * [`firewall`] - firewall and NAT rules in nf_tables over netlink: one table of ours,
+//!   replaced atomically, optionally owned by the process (gone when it ends).
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
 //!   timeout, byte counts, fixed buffers; `relay_tcp` does the same for two TCP sockets with
 //!   `splice(2)` (zero-copy) on Linux.
@@ -45,6 +47,7 @@
 pub use protocol::http;
 pub mod admin;
 pub mod clock;
+pub mod firewall;
 pub mod framed;
 pub mod http_connect;
 pub mod ingress;

@@ -25,7 +25,7 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-mod wire;
+pub(crate) mod wire;
 pub use wire::Malformed;
 use wire::{Request, RtMsg};
 

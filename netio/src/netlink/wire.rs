@@ -33,6 +33,8 @@ pub const RTMSG_LEN: usize = 12;
 const RTA_HDRLEN: usize = 4;
 /// The bits of `rta_type` that are flags (`NLA_F_NESTED`, `NLA_F_NET_BYTEORDER`).
 const NLA_TYPE_MASK: u16 = 0x3fff;
+/// `NLA_F_NESTED`: the attribute holds attributes.
+const NLA_F_NESTED: u16 = 0x8000;
 
 /// `RT_TABLE_MAIN`.
 pub const RT_TABLE_MAIN: u8 = 254;
@@ -79,6 +81,23 @@ impl Request {
         self.buf.extend_from_slice(payload);
         self.pad();
         self
+    }
+
+    /// Appends a nested attribute (`NLA_F_NESTED` set) holding what `inner` appends.
+    pub fn nested(mut self, kind: u16, inner: impl FnOnce(Request) -> Request) -> Request {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&[0, 0]);
+        self.buf
+            .extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
+        let mut this = inner(self);
+        let len = u16::try_from(this.buf.len() - start).unwrap_or(u16::MAX);
+        this.buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+        this
+    }
+
+    /// Appends a big-endian `u32` attribute (nf_tables' integers).
+    pub fn attr_be32(self, kind: u16, value: u32) -> Request {
+        self.attr(kind, &value.to_be_bytes())
     }
 
     /// Appends a `u32` attribute.
@@ -278,6 +297,27 @@ fn ne_u16(b: &[u8]) -> u16 {
 
 fn ne_u32(b: &[u8]) -> u32 {
     u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[cfg(test)]
+mod nested_tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_attribute_measures_what_it_holds() {
+        let msg = Request::new(1, 0)
+            .nested(4, |r| r.attr_be32(1, 0x0102_0304).attr(2, b"ab"))
+            .finish(7);
+        // Header, then the nest: length 4 + 8 + 8 = 20, type 4 | NLA_F_NESTED.
+        assert_eq!(&msg[16..18], &20u16.to_ne_bytes());
+        assert_eq!(&msg[18..20], &(4u16 | 0x8000).to_ne_bytes());
+        assert_eq!(&msg[24..28], &[1, 2, 3, 4]);
+        assert_eq!(&msg[30..32], &2u16.to_ne_bytes());
+        assert_eq!(msg.len(), 36);
+        let attrs = attributes(&msg[NLMSG_HDRLEN..], 0).expect("parses");
+        assert_eq!(attrs.len(), 1);
+        assert_eq!(attrs[0].0, 4);
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,1018 @@
+//! Firewall and NAT rules in the kernel's nf_tables, over netlink: the rules vpn2 installs
+//! with iptables (reference `gardener-pods.md` §2.1, §2.4, §3.3), in one table of our own.
+//!
+//! A [`Table`] is the whole rule set of one program: its chains (each hooked into the
+//! kernel's netfilter at a priority) and their rules. [`Firewall::apply`] replaces the table
+//! in one transaction (create, delete, create again with everything in it), so applying twice
+//! is applying once and another program's rules (kube-proxy's, iptables') are never touched;
+//! [`Firewall::remove`] deletes it. An *owned* table (`NFT_TABLE_F_OWNER`) is bound to the
+//! netlink socket that made it: the kernel deletes it when the process ends, also by `kill
+//! -9`, so a restart never finds stale rules.
+//!
+//! Only the rule shapes vpn2 needs exist ([`Rule`]): interface, conntrack state, socket group
+//! and address prefix matches; accept, drop, prefix NAT in both directions (`NETMAP`),
+//! masquerade and TCP MSS clamping to the path MTU. Each is encoded as `nft` would encode it, so
+//! `nft list table` prints our rules in its own syntax (what the tests compare).
+//!
+//! No Rust crate covers these expressions with a permissive licence (`rt` and `exthdr`, needed
+//! for the MSS clamp, and NAT's netmap flag are missing from the maintained ones; `rustables`
+//! is GPL-3), so the messages are built here on [`crate::netlink`]'s attribute encoder.
+//!
+//! ```text
+//!  batch: BATCH_BEGIN | NEWTABLE t | DELTABLE t | NEWTABLE t [owner] | NEWCHAIN … | NEWRULE … | BATCH_END
+//!  rule:  NFTA_RULE_EXPRESSIONS = [ {name "meta", data {dreg, key}}, {name "cmp", …}, … ]
+//! ```
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use rustix::net::netlink::SocketAddrNetlink;
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
+use crate::netlink::wire::{self, Request};
+use crate::netlink::Malformed;
+
+/// The group id vpn2's NAT rules single out (Gardener runs the Envoy sidecar with it).
+pub const VPN2_PROXY_GID: u32 = 31415;
+
+/// Netfilter hook priorities as `nft` names them.
+pub mod priority {
+    /// `dstnat`.
+    pub const DSTNAT: i32 = -100;
+    /// `mangle`.
+    pub const MANGLE: i32 = -150;
+    /// `filter`.
+    pub const FILTER: i32 = 0;
+    /// `srcnat`.
+    pub const SRCNAT: i32 = 100;
+}
+
+/// Where in the kernel's packet path a chain runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// Before routing (`NF_INET_PRE_ROUTING`).
+    Prerouting,
+    /// Packets for this host (`NF_INET_LOCAL_IN`).
+    Input,
+    /// Packets routed through (`NF_INET_FORWARD`).
+    Forward,
+    /// Packets this host sends (`NF_INET_LOCAL_OUT`).
+    Output,
+    /// After routing (`NF_INET_POST_ROUTING`).
+    Postrouting,
+}
+
+impl Hook {
+    fn number(self) -> u32 {
+        match self {
+            Hook::Prerouting => 0,
+            Hook::Input => 1,
+            Hook::Forward => 2,
+            Hook::Output => 3,
+            Hook::Postrouting => 4,
+        }
+    }
+}
+
+/// A base chain's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainType {
+    /// `filter`: accept, drop, mangle.
+    Filter,
+    /// `nat`: address translation (only the first packet of a connection passes it).
+    Nat,
+}
+
+/// One program's rules: an `inet` table (IPv4 and IPv6) of base chains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    name: String,
+    chains: Vec<Chain>,
+}
+
+/// A base chain: hook, priority, policy accept, rules in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    name: String,
+    kind: ChainType,
+    hook: Hook,
+    priority: i32,
+    rules: Vec<Rule>,
+}
+
+/// One rule: matches (all must hold), then what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Rule {
+    matches: Vec<Match>,
+    action: Option<Action>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Match {
+    InIface(String),
+    OutIface(String),
+    EstablishedOrRelated,
+    SocketGid(u32),
+    Source(IpNet),
+    Destination(IpNet),
+    TcpSyn,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Accept,
+    Drop,
+    Dnat(IpNet),
+    Snat(IpNet),
+    Masquerade,
+    ClampMssToPmtu,
+}
+
+impl Table {
+    /// An empty table named `name` (at most 255 bytes, no NUL).
+    pub fn new(name: impl Into<String>) -> Table {
+        Table {
+            name: name.into(),
+            chains: Vec::new(),
+        }
+    }
+
+    /// Adds `chain`.
+    pub fn chain(mut self, chain: Chain) -> Table {
+        self.chains.push(chain);
+        self
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Chain {
+    /// A filter chain at `hook` with `priority`.
+    pub fn filter(name: impl Into<String>, hook: Hook, priority: i32) -> Chain {
+        Chain::new(name.into(), ChainType::Filter, hook, priority)
+    }
+
+    /// A NAT chain at `hook` with `priority`.
+    pub fn nat(name: impl Into<String>, hook: Hook, priority: i32) -> Chain {
+        Chain::new(name.into(), ChainType::Nat, hook, priority)
+    }
+
+    fn new(name: String, kind: ChainType, hook: Hook, priority: i32) -> Chain {
+        Chain {
+            name,
+            kind,
+            hook,
+            priority,
+            rules: Vec::new(),
+        }
+    }
+
+    /// Appends `rule`.
+    pub fn rule(mut self, rule: Rule) -> Chain {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Appends every rule of `rules`.
+    pub fn rules(mut self, rules: impl IntoIterator<Item = Rule>) -> Chain {
+        self.rules.extend(rules);
+        self
+    }
+}
+
+impl Rule {
+    /// A rule that matches every packet (until matches are added).
+    pub fn new() -> Rule {
+        Rule::default()
+    }
+
+    /// `iifname NAME`.
+    pub fn iifname(self, name: &str) -> Rule {
+        self.with(Match::InIface(name.to_owned()))
+    }
+
+    /// `oifname NAME`.
+    pub fn oifname(self, name: &str) -> Rule {
+        self.with(Match::OutIface(name.to_owned()))
+    }
+
+    /// `ct state established,related`.
+    pub fn established_or_related(self) -> Rule {
+        self.with(Match::EstablishedOrRelated)
+    }
+
+    /// `meta skgid GID`: packets of sockets owned by this group.
+    pub fn skgid(self, gid: u32) -> Rule {
+        self.with(Match::SocketGid(gid))
+    }
+
+    /// `ip saddr NET` / `ip6 saddr NET` (the packet's family follows the network's).
+    pub fn saddr(self, net: IpNet) -> Rule {
+        self.with(Match::Source(net.trunc()))
+    }
+
+    /// `ip daddr NET` / `ip6 daddr NET`.
+    pub fn daddr(self, net: IpNet) -> Rule {
+        self.with(Match::Destination(net.trunc()))
+    }
+
+    /// `tcp flags & (syn|rst) == syn`: the first packet of each direction of a handshake.
+    pub fn tcp_syn(self) -> Rule {
+        self.with(Match::TcpSyn)
+    }
+
+    /// `accept`.
+    pub fn accept(self) -> Rule {
+        self.then(Action::Accept)
+    }
+
+    /// `drop`.
+    pub fn drop(self) -> Rule {
+        self.then(Action::Drop)
+    }
+
+    /// `dnat ip prefix to NET`: the destination's network bits become `NET`'s, its host bits
+    /// stay (iptables' `NETMAP` in PREROUTING / OUTPUT).
+    pub fn dnat_prefix(self, net: IpNet) -> Rule {
+        self.then(Action::Dnat(net.trunc()))
+    }
+
+    /// `snat ip prefix to NET`: the same for the source (`NETMAP` in POSTROUTING).
+    pub fn snat_prefix(self, net: IpNet) -> Rule {
+        self.then(Action::Snat(net.trunc()))
+    }
+
+    /// `masquerade`: the source becomes the outgoing interface's address.
+    pub fn masquerade(self) -> Rule {
+        self.then(Action::Masquerade)
+    }
+
+    /// `tcp option maxseg size set rt mtu` (with [`Rule::tcp_syn`]: iptables' `TCPMSS
+    /// --clamp-mss-to-pmtu`).
+    pub fn clamp_mss_to_pmtu(self) -> Rule {
+        self.then(Action::ClampMssToPmtu)
+    }
+
+    fn with(mut self, m: Match) -> Rule {
+        self.matches.push(m);
+        self
+    }
+
+    fn then(mut self, a: Action) -> Rule {
+        self.action = Some(a);
+        self
+    }
+}
+
+/// Why the rules could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum FirewallError {
+    /// The netfilter netlink socket could not be opened.
+    #[error("cannot open a netfilter netlink socket")]
+    Open(#[source] io::Error),
+    /// The kernel refused the transaction (`what` is the message it refused).
+    #[error("the kernel refused {what}")]
+    Refused {
+        /// The message: e.g. `rule 2 of chain input`.
+        what: String,
+        /// The kernel's errno.
+        #[source]
+        source: io::Error,
+    },
+    /// Sending or receiving failed.
+    #[error("netfilter netlink I/O failed")]
+    Io(#[source] io::Error),
+    /// The kernel's answer did not parse.
+    #[error("malformed answer from the kernel")]
+    Malformed(#[from] Malformed),
+    /// A rule mixes address families (an IPv4 match with an IPv6 NAT target, ...).
+    #[error("rule {index} of chain {chain} mixes IPv4 and IPv6")]
+    MixedFamilies {
+        /// The chain.
+        chain: String,
+        /// The rule's position (from 0).
+        index: usize,
+    },
+}
+
+/// A netfilter netlink socket in the calling thread's network namespace.
+#[derive(Debug)]
+pub struct Firewall {
+    socket: OwnedFd,
+    seq: u32,
+}
+
+/// How long a transaction may take to be answered.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Firewall {
+    /// Opens the socket (blocking, in the calling thread's network namespace). Keep it for as
+    /// long as an owned table must live.
+    pub fn open() -> Result<Firewall, FirewallError> {
+        let open = || -> io::Result<OwnedFd> {
+            let fd = rustix::net::socket_with(
+                AddressFamily::NETLINK,
+                SocketType::RAW,
+                SocketFlags::CLOEXEC,
+                Some(rustix::net::netlink::NETFILTER),
+            )?;
+            rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
+            rustix::net::sockopt::set_socket_timeout(
+                &fd,
+                rustix::net::sockopt::Timeout::Recv,
+                Some(ANSWER_TIMEOUT),
+            )?;
+            Ok(fd)
+        };
+        Ok(Firewall {
+            socket: open().map_err(FirewallError::Open)?,
+            seq: 0,
+        })
+    }
+
+    /// Replaces our table `table.name()` by `table`, in one transaction. With `owned`, the
+    /// kernel deletes the table when this socket closes (the process ends).
+    pub fn apply(&mut self, table: &Table, owned: bool) -> Result<(), FirewallError> {
+        let flags = if owned { NFT_TABLE_F_OWNER } else { 0 };
+        match self.send(replace(table, flags)?) {
+            // The table exists with the other ownership, which a table cannot change: remove
+            // it first (a table owned by another live process stays refused: EPERM).
+            Err(FirewallError::Refused { what, ref source })
+                if what == EXISTING && source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+            {
+                self.send(removal(&table.name, flags ^ NFT_TABLE_F_OWNER))?;
+                self.send(replace(table, flags)?)
+            }
+            other => other,
+        }
+    }
+
+    /// Deletes our table `name` (and everything in it); nothing to delete is no error.
+    pub fn remove(&mut self, name: &str) -> Result<(), FirewallError> {
+        match self.send(removal(name, 0)) {
+            Err(FirewallError::Refused { what, ref source })
+                if what == EXISTING && source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+            {
+                self.send(removal(name, NFT_TABLE_F_OWNER))
+            }
+            other => other,
+        }
+    }
+
+    /// Sends `batch` as one transaction and waits for every acknowledgement.
+    fn send(&mut self, batch: Batch) -> Result<(), FirewallError> {
+        let first = self.seq.wrapping_add(1);
+        let mut bytes = begin_end(NFNL_MSG_BATCH_BEGIN).finish(first);
+        let mut seq = first;
+        let mut pending = Vec::new();
+        for (what, req) in batch.messages {
+            seq = seq.wrapping_add(1);
+            bytes.extend_from_slice(&req.finish(seq));
+            pending.push((seq, what));
+        }
+        seq = seq.wrapping_add(1);
+        bytes.extend_from_slice(&begin_end(NFNL_MSG_BATCH_END).finish(seq));
+        self.seq = seq;
+        rustix::net::sendto(
+            &self.socket,
+            &bytes,
+            SendFlags::empty(),
+            &SocketAddrNetlink::new(0, 0),
+        )
+        .map_err(|e| FirewallError::Io(e.into()))?;
+        let mut buf = vec![0u8; 64 * 1024];
+        while !pending.is_empty() {
+            let (n, _) = rustix::net::recv(&self.socket, &mut buf[..], RecvFlags::empty())
+                .map_err(|e| FirewallError::Io(e.into()))?;
+            for msg in wire::messages(&buf[..n])? {
+                if i32::from(msg.kind) != libc::NLMSG_ERROR {
+                    continue;
+                }
+                let Some(at) = pending.iter().position(|(s, _)| *s == msg.seq) else {
+                    continue;
+                };
+                let (_, what) = pending.remove(at);
+                match wire::error_code(msg.payload)? {
+                    0 => {}
+                    code => {
+                        return Err(FirewallError::Refused {
+                            what,
+                            source: io::Error::from_raw_os_error(-code),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+// The nf_tables netlink protocol (linux/netfilter/nf_tables.h, nfnetlink.h): message types,
+// attribute numbers and values, named as the kernel names them.
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFNL_MSG_BATCH_BEGIN: u16 = 16;
+const NFNL_MSG_BATCH_END: u16 = 17;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_DELTABLE: u16 = 2;
+const NFT_MSG_NEWCHAIN: u16 = 3;
+const NFT_MSG_NEWRULE: u16 = 6;
+const NFPROTO_INET: u8 = 1;
+const NFPROTO_IPV4: u8 = 2;
+const NFPROTO_IPV6: u8 = 10;
+const NFT_TABLE_F_OWNER: u32 = 2;
+const NFTA_TABLE_NAME: u16 = 1;
+const NFTA_TABLE_FLAGS: u16 = 2;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NFTA_CHAIN_HOOK: u16 = 4;
+const NFTA_CHAIN_POLICY: u16 = 5;
+const NFTA_CHAIN_TYPE: u16 = 7;
+const NFTA_HOOK_HOOKNUM: u16 = 1;
+const NFTA_HOOK_PRIORITY: u16 = 2;
+const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_RULE_EXPRESSIONS: u16 = 4;
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_EXPR_DATA: u16 = 2;
+const NFTA_DATA_VALUE: u16 = 1;
+const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_VERDICT_CODE: u16 = 1;
+const NF_DROP: u32 = 0;
+const NF_ACCEPT: u32 = 1;
+const NFT_REG_VERDICT: u32 = 0;
+const NFT_REG_1: u32 = 1;
+const NFT_REG_2: u32 = 2;
+// meta
+const NFTA_META_DREG: u16 = 1;
+const NFTA_META_KEY: u16 = 2;
+const NFT_META_IIFNAME: u32 = 6;
+const NFT_META_OIFNAME: u32 = 7;
+const NFT_META_SKGID: u32 = 11;
+const NFT_META_NFPROTO: u32 = 15;
+const NFT_META_L4PROTO: u32 = 16;
+// cmp
+const NFTA_CMP_SREG: u16 = 1;
+const NFTA_CMP_OP: u16 = 2;
+const NFTA_CMP_DATA: u16 = 3;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
+// payload
+const NFTA_PAYLOAD_DREG: u16 = 1;
+const NFTA_PAYLOAD_BASE: u16 = 2;
+const NFTA_PAYLOAD_OFFSET: u16 = 3;
+const NFTA_PAYLOAD_LEN: u16 = 4;
+const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
+// bitwise
+const NFTA_BITWISE_SREG: u16 = 1;
+const NFTA_BITWISE_DREG: u16 = 2;
+const NFTA_BITWISE_LEN: u16 = 3;
+const NFTA_BITWISE_MASK: u16 = 4;
+const NFTA_BITWISE_XOR: u16 = 5;
+// immediate
+const NFTA_IMMEDIATE_DREG: u16 = 1;
+const NFTA_IMMEDIATE_DATA: u16 = 2;
+// ct
+const NFTA_CT_DREG: u16 = 1;
+const NFTA_CT_KEY: u16 = 2;
+const NFT_CT_STATE: u32 = 0;
+/// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
+const CT_STATE_ESTABLISHED_RELATED: u32 = 2 | 4;
+// nat
+const NFTA_NAT_TYPE: u16 = 1;
+const NFTA_NAT_FAMILY: u16 = 2;
+const NFTA_NAT_REG_ADDR_MIN: u16 = 3;
+const NFTA_NAT_REG_ADDR_MAX: u16 = 4;
+const NFTA_NAT_FLAGS: u16 = 7;
+const NFT_NAT_SNAT: u32 = 0;
+const NFT_NAT_DNAT: u32 = 1;
+const NF_NAT_RANGE_NETMAP: u32 = 1 << 6;
+// rt, byteorder, exthdr
+const NFTA_RT_DREG: u16 = 1;
+const NFTA_RT_KEY: u16 = 2;
+const NFT_RT_TCPMSS: u32 = 3;
+const NFTA_BYTEORDER_SREG: u16 = 1;
+const NFTA_BYTEORDER_DREG: u16 = 2;
+const NFTA_BYTEORDER_OP: u16 = 3;
+const NFTA_BYTEORDER_LEN: u16 = 4;
+const NFTA_BYTEORDER_SIZE: u16 = 5;
+const NFT_BYTEORDER_HTON: u32 = 1;
+const NFTA_EXTHDR_TYPE: u16 = 2;
+const NFTA_EXTHDR_OFFSET: u16 = 3;
+const NFTA_EXTHDR_LEN: u16 = 4;
+const NFTA_EXTHDR_OP: u16 = 6;
+const NFTA_EXTHDR_SREG: u16 = 7;
+const NFT_EXTHDR_OP_TCPOPT: u32 = 1;
+/// TCP option kind of the maximum segment size.
+const TCPOPT_MAXSEG: u8 = 2;
+/// Interface names compare as `IFNAMSIZ` bytes, NUL-padded.
+const IFNAMSIZ: usize = 16;
+const IPPROTO_TCP: u8 = 6;
+
+const REQUEST: u16 = libc::NLM_F_REQUEST as u16;
+const ACK: u16 = libc::NLM_F_ACK as u16;
+const CREATE: u16 = libc::NLM_F_CREATE as u16;
+const APPEND: u16 = libc::NLM_F_APPEND as u16;
+
+/// The transaction that replaces our table by `table`: create it as it may already be (with
+/// `flags`), delete it with everything in it, create it anew, then its chains and rules.
+fn replace(table: &Table, flags: u32) -> Result<Batch, FirewallError> {
+    let mut batch = removal(&table.name, flags);
+    batch.push("the table", new_table(&table.name, flags));
+    for chain in &table.chains {
+        batch.push(
+            format!("chain {}", chain.name),
+            new_chain(&table.name, chain),
+        );
+        for (index, rule) in chain.rules.iter().enumerate() {
+            let exprs = encode_rule(rule).ok_or_else(|| FirewallError::MixedFamilies {
+                chain: chain.name.clone(),
+                index,
+            })?;
+            batch.push(
+                format!("rule {index} of chain {}", chain.name),
+                new_rule(&table.name, &chain.name, &exprs),
+            );
+        }
+    }
+    Ok(batch)
+}
+
+/// What the first message of a replacement or removal is called in a refusal.
+const EXISTING: &str = "the existing table";
+
+/// Deletes table `name`, whether it exists or not: create it (no-op if it exists with these
+/// `flags`), then delete it.
+fn removal(name: &str, flags: u32) -> Batch {
+    let mut batch = Batch::default();
+    batch.push(EXISTING, new_table(name, flags));
+    batch.push("the existing table's removal", del_table(name));
+    batch
+}
+
+/// The messages of one transaction, each with what it is for error messages.
+#[derive(Default)]
+struct Batch {
+    messages: Vec<(String, Request)>,
+}
+
+impl Batch {
+    fn push(&mut self, what: impl Into<String>, req: Request) {
+        self.messages.push((what.into(), req));
+    }
+}
+
+/// `nfgenmsg`: family, version 0, resource id (big-endian).
+fn nfgenmsg(family: u8, res_id: u16) -> [u8; 4] {
+    let id = res_id.to_be_bytes();
+    [family, 0, id[0], id[1]]
+}
+
+fn begin_end(kind: u16) -> Request {
+    Request::new(kind, REQUEST).header(&nfgenmsg(0, NFNL_SUBSYS_NFTABLES))
+}
+
+fn message(kind: u16, flags: u16) -> Request {
+    Request::new((NFNL_SUBSYS_NFTABLES << 8) | kind, REQUEST | ACK | flags)
+        .header(&nfgenmsg(NFPROTO_INET, 0))
+}
+
+fn cstr(s: &str) -> Vec<u8> {
+    let mut b = s.as_bytes().to_vec();
+    b.push(0);
+    b
+}
+
+fn new_table(name: &str, flags: u32) -> Request {
+    message(NFT_MSG_NEWTABLE, CREATE)
+        .attr(NFTA_TABLE_NAME, &cstr(name))
+        .attr_be32(NFTA_TABLE_FLAGS, flags)
+}
+
+fn del_table(name: &str) -> Request {
+    message(NFT_MSG_DELTABLE, 0).attr(NFTA_TABLE_NAME, &cstr(name))
+}
+
+fn new_chain(table: &str, chain: &Chain) -> Request {
+    let kind = match chain.kind {
+        ChainType::Filter => "filter",
+        ChainType::Nat => "nat",
+    };
+    message(NFT_MSG_NEWCHAIN, CREATE)
+        .attr(NFTA_CHAIN_TABLE, &cstr(table))
+        .attr(NFTA_CHAIN_NAME, &cstr(&chain.name))
+        .nested(NFTA_CHAIN_HOOK, |r| {
+            r.attr_be32(NFTA_HOOK_HOOKNUM, chain.hook.number())
+                // A signed priority, two's complement on the wire.
+                .attr_be32(NFTA_HOOK_PRIORITY, chain.priority as u32)
+        })
+        .attr_be32(NFTA_CHAIN_POLICY, NF_ACCEPT)
+        .attr(NFTA_CHAIN_TYPE, &cstr(kind))
+}
+
+fn new_rule(table: &str, chain: &str, exprs: &[Expr]) -> Request {
+    message(NFT_MSG_NEWRULE, CREATE | APPEND)
+        .attr(NFTA_RULE_TABLE, &cstr(table))
+        .attr(NFTA_RULE_CHAIN, &cstr(chain))
+        .nested(NFTA_RULE_EXPRESSIONS, |mut r| {
+            for e in exprs {
+                r = r.nested(NFTA_LIST_ELEM, |r| e.encode(r));
+            }
+            r
+        })
+}
+
+/// One nf_tables expression, as `nft --debug=netlink` shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expr {
+    Meta { key: u32 },
+    Cmp { op: u32, data: Vec<u8> },
+    Payload { base: u32, offset: u32, len: u32 },
+    Bitwise { len: u32, mask: Vec<u8> },
+    Ct { key: u32 },
+    Immediate { reg: u32, data: Vec<u8> },
+    Verdict { code: u32 },
+    Nat { kind: u32, family: u8 },
+    Masq,
+    Rt { key: u32 },
+    Hton { len: u32, size: u32 },
+    ExthdrWrite { kind: u8, offset: u32, len: u32 },
+}
+
+impl Expr {
+    fn name(&self) -> &'static str {
+        match self {
+            Expr::Meta { .. } => "meta",
+            Expr::Cmp { .. } => "cmp",
+            Expr::Payload { .. } => "payload",
+            Expr::Bitwise { .. } => "bitwise",
+            Expr::Ct { .. } => "ct",
+            Expr::Immediate { .. } | Expr::Verdict { .. } => "immediate",
+            Expr::Nat { .. } => "nat",
+            Expr::Masq => "masq",
+            Expr::Rt { .. } => "rt",
+            Expr::Hton { .. } => "byteorder",
+            Expr::ExthdrWrite { .. } => "exthdr",
+        }
+    }
+
+    /// `{NFTA_EXPR_NAME, NFTA_EXPR_DATA {…}}`; every load goes to register 1, as nft's.
+    fn encode(&self, r: Request) -> Request {
+        let r = r.attr(NFTA_EXPR_NAME, &cstr(self.name()));
+        if *self == Expr::Masq {
+            return r;
+        }
+        r.nested(NFTA_EXPR_DATA, |r| match self {
+            Expr::Meta { key } => r
+                .attr_be32(NFTA_META_KEY, *key)
+                .attr_be32(NFTA_META_DREG, NFT_REG_1),
+            Expr::Cmp { op, data } => r
+                .attr_be32(NFTA_CMP_SREG, NFT_REG_1)
+                .attr_be32(NFTA_CMP_OP, *op)
+                .nested(NFTA_CMP_DATA, |r| r.attr(NFTA_DATA_VALUE, data)),
+            Expr::Payload { base, offset, len } => r
+                .attr_be32(NFTA_PAYLOAD_DREG, NFT_REG_1)
+                .attr_be32(NFTA_PAYLOAD_BASE, *base)
+                .attr_be32(NFTA_PAYLOAD_OFFSET, *offset)
+                .attr_be32(NFTA_PAYLOAD_LEN, *len),
+            Expr::Bitwise { len, mask } => r
+                .attr_be32(NFTA_BITWISE_SREG, NFT_REG_1)
+                .attr_be32(NFTA_BITWISE_DREG, NFT_REG_1)
+                .attr_be32(NFTA_BITWISE_LEN, *len)
+                .nested(NFTA_BITWISE_MASK, |r| r.attr(NFTA_DATA_VALUE, mask))
+                .nested(NFTA_BITWISE_XOR, |r| {
+                    r.attr(NFTA_DATA_VALUE, &vec![0u8; mask.len()])
+                }),
+            Expr::Ct { key } => r
+                .attr_be32(NFTA_CT_KEY, *key)
+                .attr_be32(NFTA_CT_DREG, NFT_REG_1),
+            Expr::Immediate { reg, data } => r
+                .attr_be32(NFTA_IMMEDIATE_DREG, *reg)
+                .nested(NFTA_IMMEDIATE_DATA, |r| r.attr(NFTA_DATA_VALUE, data)),
+            Expr::Verdict { code } => r
+                .attr_be32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT)
+                .nested(NFTA_IMMEDIATE_DATA, |r| {
+                    r.nested(NFTA_DATA_VERDICT, |r| r.attr_be32(NFTA_VERDICT_CODE, *code))
+                }),
+            Expr::Nat { kind, family } => r
+                .attr_be32(NFTA_NAT_TYPE, *kind)
+                .attr_be32(NFTA_NAT_FAMILY, u32::from(*family))
+                .attr_be32(NFTA_NAT_REG_ADDR_MIN, NFT_REG_1)
+                .attr_be32(NFTA_NAT_REG_ADDR_MAX, NFT_REG_2)
+                .attr_be32(NFTA_NAT_FLAGS, NF_NAT_RANGE_NETMAP),
+            Expr::Masq => r,
+            Expr::Rt { key } => r
+                .attr_be32(NFTA_RT_KEY, *key)
+                .attr_be32(NFTA_RT_DREG, NFT_REG_1),
+            Expr::Hton { len, size } => r
+                .attr_be32(NFTA_BYTEORDER_SREG, NFT_REG_1)
+                .attr_be32(NFTA_BYTEORDER_DREG, NFT_REG_1)
+                .attr_be32(NFTA_BYTEORDER_OP, NFT_BYTEORDER_HTON)
+                .attr_be32(NFTA_BYTEORDER_LEN, *len)
+                .attr_be32(NFTA_BYTEORDER_SIZE, *size),
+            Expr::ExthdrWrite { kind, offset, len } => r
+                .attr_be32(NFTA_EXTHDR_SREG, NFT_REG_1)
+                .attr(NFTA_EXTHDR_TYPE, &[*kind])
+                .attr_be32(NFTA_EXTHDR_OFFSET, *offset)
+                .attr_be32(NFTA_EXTHDR_LEN, *len)
+                .attr_be32(NFTA_EXTHDR_OP, NFT_EXTHDR_OP_TCPOPT),
+        })
+    }
+}
+
+/// The expressions of `rule` in nft's encoding; `None` if it mixes address families.
+fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
+    let mut family: Option<u8> = None;
+    let mut same_family = |f: u8| match family {
+        None => {
+            family = Some(f);
+            true
+        }
+        Some(g) => g == f,
+    };
+    let mut out = Vec::new();
+    for m in &rule.matches {
+        match m {
+            Match::InIface(name) => iface(&mut out, NFT_META_IIFNAME, name),
+            Match::OutIface(name) => iface(&mut out, NFT_META_OIFNAME, name),
+            Match::EstablishedOrRelated => {
+                out.push(Expr::Ct { key: NFT_CT_STATE });
+                out.push(Expr::Bitwise {
+                    len: 4,
+                    mask: CT_STATE_ESTABLISHED_RELATED.to_ne_bytes().to_vec(),
+                });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_NEQ,
+                    data: vec![0; 4],
+                });
+            }
+            Match::SocketGid(gid) => {
+                out.push(Expr::Meta {
+                    key: NFT_META_SKGID,
+                });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: gid.to_ne_bytes().to_vec(),
+                });
+            }
+            Match::Source(net) | Match::Destination(net) => {
+                if !same_family(nfproto(net)) {
+                    return None;
+                }
+                let source = matches!(m, Match::Source(_));
+                address(&mut out, *net, source);
+            }
+            Match::TcpSyn => {
+                out.push(Expr::Meta {
+                    key: NFT_META_L4PROTO,
+                });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: vec![IPPROTO_TCP],
+                });
+                // The flags byte: SYN (0x02) set and RST (0x04) clear.
+                out.push(Expr::Payload {
+                    base: NFT_PAYLOAD_TRANSPORT_HEADER,
+                    offset: 13,
+                    len: 1,
+                });
+                out.push(Expr::Bitwise {
+                    len: 1,
+                    mask: vec![0x06],
+                });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: vec![0x02],
+                });
+            }
+        }
+    }
+    match rule.action {
+        None => {}
+        Some(Action::Accept) => out.push(Expr::Verdict { code: NF_ACCEPT }),
+        Some(Action::Drop) => out.push(Expr::Verdict { code: NF_DROP }),
+        Some(Action::Dnat(net) | Action::Snat(net)) => {
+            let f = nfproto(&net);
+            if !same_family(f) {
+                return None;
+            }
+            let kind = match rule.action {
+                Some(Action::Dnat(_)) => NFT_NAT_DNAT,
+                _ => NFT_NAT_SNAT,
+            };
+            out.push(Expr::Immediate {
+                reg: NFT_REG_1,
+                data: ip_bytes(net.network()),
+            });
+            out.push(Expr::Immediate {
+                reg: NFT_REG_2,
+                data: ip_bytes(net.broadcast()),
+            });
+            out.push(Expr::Nat { kind, family: f });
+        }
+        Some(Action::Masquerade) => out.push(Expr::Masq),
+        Some(Action::ClampMssToPmtu) => {
+            out.push(Expr::Rt { key: NFT_RT_TCPMSS });
+            out.push(Expr::Hton { len: 2, size: 2 });
+            // The option's size field: 2 bytes after its kind and length bytes.
+            out.push(Expr::ExthdrWrite {
+                kind: TCPOPT_MAXSEG,
+                offset: 2,
+                len: 2,
+            });
+        }
+    }
+    Some(out)
+}
+
+fn iface(out: &mut Vec<Expr>, key: u32, name: &str) {
+    let mut data = vec![0u8; IFNAMSIZ];
+    let n = name.len().min(IFNAMSIZ - 1);
+    data[..n].copy_from_slice(&name.as_bytes()[..n]);
+    out.push(Expr::Meta { key });
+    out.push(Expr::Cmp {
+        op: NFT_CMP_EQ,
+        data,
+    });
+}
+
+fn nfproto(net: &IpNet) -> u8 {
+    match net {
+        IpNet::V4(_) => NFPROTO_IPV4,
+        IpNet::V6(_) => NFPROTO_IPV6,
+    }
+}
+
+fn ip_bytes(addr: IpAddr) -> Vec<u8> {
+    match addr {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// `meta nfproto ipv4|ipv6`, then the address compared under its prefix as nft does: a
+/// byte-aligned prefix loads just its bytes, another the whole address and masks it.
+fn address(out: &mut Vec<Expr>, net: IpNet, source: bool) {
+    let (offset, width) = match (net, source) {
+        (IpNet::V4(_), true) => (12, 4),
+        (IpNet::V4(_), false) => (16, 4),
+        (IpNet::V6(_), true) => (8, 16),
+        (IpNet::V6(_), false) => (24, 16),
+    };
+    out.push(Expr::Meta {
+        key: NFT_META_NFPROTO,
+    });
+    out.push(Expr::Cmp {
+        op: NFT_CMP_EQ,
+        data: vec![nfproto(&net)],
+    });
+    let bits = u32::from(net.prefix_len());
+    if bits == 0 {
+        return;
+    }
+    let addr = ip_bytes(net.network());
+    let len = if bits % 8 == 0 { bits / 8 } else { width };
+    out.push(Expr::Payload {
+        base: NFT_PAYLOAD_NETWORK_HEADER,
+        offset,
+        len,
+    });
+    if bits % 8 != 0 {
+        out.push(Expr::Bitwise {
+            len,
+            mask: ip_bytes(net.netmask()),
+        });
+    }
+    out.push(Expr::Cmp {
+        op: NFT_CMP_EQ,
+        data: addr[..len as usize].to_vec(),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn prefixes_load_as_nft_loads_them() {
+        // /8: one byte, no mask (nft: "payload load 1b @ network header + 16").
+        let e = encode_rule(&Rule::new().daddr(net("241.0.0.0/8")).accept()).unwrap();
+        assert_eq!(
+            e[2],
+            Expr::Payload {
+                base: NFT_PAYLOAD_NETWORK_HEADER,
+                offset: 16,
+                len: 1
+            }
+        );
+        assert_eq!(
+            e[3],
+            Expr::Cmp {
+                op: NFT_CMP_EQ,
+                data: vec![241]
+            }
+        );
+        // /11: the whole address, masked.
+        let e = encode_rule(&Rule::new().saddr(net("100.96.0.0/11"))).unwrap();
+        assert_eq!(
+            e[2..],
+            [
+                Expr::Payload {
+                    base: NFT_PAYLOAD_NETWORK_HEADER,
+                    offset: 12,
+                    len: 4
+                },
+                Expr::Bitwise {
+                    len: 4,
+                    mask: vec![255, 224, 0, 0]
+                },
+                Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: vec![100, 96, 0, 0]
+                }
+            ]
+        );
+        // Host bits of the configured network do not leak into the comparison.
+        let e = encode_rule(&Rule::new().daddr(net("10.1.2.3/16"))).unwrap();
+        assert_eq!(
+            e[3],
+            Expr::Cmp {
+                op: NFT_CMP_EQ,
+                data: vec![10, 1]
+            }
+        );
+    }
+
+    #[test]
+    fn netmap_targets_are_the_network_and_its_last_address() {
+        let e = encode_rule(
+            &Rule::new()
+                .skgid(VPN2_PROXY_GID)
+                .daddr(net("100.96.0.0/11"))
+                .dnat_prefix(net("244.0.0.0/11")),
+        )
+        .unwrap();
+        let n = e.len();
+        assert_eq!(
+            e[n - 3..],
+            [
+                Expr::Immediate {
+                    reg: NFT_REG_1,
+                    data: vec![244, 0, 0, 0]
+                },
+                Expr::Immediate {
+                    reg: NFT_REG_2,
+                    data: vec![244, 31, 255, 255]
+                },
+                Expr::Nat {
+                    kind: NFT_NAT_DNAT,
+                    family: NFPROTO_IPV4
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn mixed_families_are_refused() {
+        assert!(encode_rule(
+            &Rule::new()
+                .daddr(net("10.0.0.0/8"))
+                .snat_prefix(net("fd00::/64"))
+        )
+        .is_none());
+        assert!(
+            encode_rule(&Rule::new().saddr(net("fd00::/64")).daddr(net("10.0.0.0/8"))).is_none()
+        );
+    }
+
+    #[test]
+    fn interface_names_are_nul_padded_to_ifnamsiz() {
+        let e = encode_rule(&Rule::new().iifname("tun0").drop()).unwrap();
+        let mut want = b"tun0".to_vec();
+        want.resize(16, 0);
+        assert_eq!(
+            e,
+            [
+                Expr::Meta {
+                    key: NFT_META_IIFNAME
+                },
+                Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: want
+                },
+                Expr::Verdict { code: NF_DROP }
+            ]
+        );
+    }
+}

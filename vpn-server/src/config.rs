@@ -40,6 +40,7 @@ use protocol::static_key::{self, StaticKeyError};
 
 use crate::script::{Script, ScriptParseError};
 use crate::settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};
+use protocol::config::netmap::{MAPPED_NODE_NETWORK, MAPPED_POD_NETWORK, MAPPED_SERVICE_NETWORK};
 
 /// The name of the client-config-dir file that applies to every CN without its own file.
 pub const CCD_DEFAULT: &str = "DEFAULT";
@@ -436,17 +437,15 @@ pub fn vpn2_config_text(env: &Vpn2ServerEnv, secrets: &Path) -> String {
 /// network its mapped /8 (nodes 242/8, services 243/8, pods 244/8), per IPv6 one the network
 /// itself; duplicates removed (reference gardener-vpn2.md 1.3, 1.9).
 pub fn vpn2_shoot_iroutes(env: &Vpn2ServerEnv) -> Vec<IpNet> {
-    let mapped =
-        |first: u8| IpNet::V4(Ipv4Net::new(Ipv4Addr::new(first, 0, 0, 0), 8).unwrap_or_default());
     let mut out: Vec<IpNet> = Vec::new();
-    for (nets, first) in [
-        (&env.shoot_node_networks, 242),
-        (&env.shoot_service_networks, 243),
-        (&env.shoot_pod_networks, 244),
+    for (nets, mapped) in [
+        (&env.shoot_node_networks, MAPPED_NODE_NETWORK),
+        (&env.shoot_service_networks, MAPPED_SERVICE_NETWORK),
+        (&env.shoot_pod_networks, MAPPED_POD_NETWORK),
     ] {
         for net in nets {
             let n = match net {
-                IpNet::V4(_) => mapped(first),
+                IpNet::V4(_) => IpNet::V4(mapped),
                 IpNet::V6(n) => IpNet::V6(n.trunc()),
             };
             if !out.contains(&n) {

@@ -24,6 +24,7 @@ mod ccd;
 pub mod env;
 pub mod lex;
 mod model;
+pub mod netmap;
 mod parse;
 
 use std::fmt;

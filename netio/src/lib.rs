@@ -41,6 +41,7 @@
 //! * [`clock`] - the wall-clock seconds the sessions take as an argument.
 //! * [`rng`] - a session's CSPRNG, seeded from the OS once.
 //! * [`report`] - an error and its causes on one line.
+//! * [`sysctl`] - kernel parameters by name (the init containers' settings).
 //! * [`logging`] - the log subscriber of the binaries.
 //! * [`libm_pow`] - `pow(3)` defined in a binary, so it does not load `libm.so.6`.
 
@@ -61,5 +62,6 @@ pub mod report;
 pub mod rng;
 pub mod script;
 pub mod signals;
+pub mod sysctl;
 pub mod tcp;
 pub mod tun;

@@ -100,6 +100,16 @@ impl IpPrefix {
     }
 }
 
+impl From<ipnet::IpNet> for IpPrefix {
+    /// The same prefix (an `IpNet`'s length is always valid for its family).
+    fn from(net: ipnet::IpNet) -> Self {
+        Self {
+            addr: net.addr(),
+            len: net.prefix_len(),
+        }
+    }
+}
+
 impl fmt::Display for IpPrefix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.len)
@@ -234,6 +244,23 @@ impl Netlink {
             })
         };
         open().map_err(|source| NetlinkError::Open { source })
+    }
+
+    /// The MTU of the link the IPv4 default route (else the IPv6 one) leaves through; `None`
+    /// without a default route.
+    pub async fn default_route_mtu(&self) -> Result<Option<u32>, NetlinkError> {
+        for family in [Family::V4, Family::V6] {
+            let default = self
+                .routes(family)
+                .await?
+                .into_iter()
+                .filter(|r| r.dst.prefix_len() == 0 && r.table == u32::from(wire::RT_TABLE_MAIN))
+                .find_map(|r| r.dev);
+            if let Some(dev) = default {
+                return Ok(self.link(&dev).await?.mtu);
+            }
+        }
+        Ok(None)
     }
 
     /// Index of link `name`.

@@ -458,8 +458,9 @@ pub fn vpn2_shoot_iroutes(env: &Vpn2ServerEnv) -> Vec<IpNet> {
 
 /// vpn2 environment mode: the config of [`vpn2_config_text`] mapped as a file would be, plus
 /// the client-config-dir entry of `vpn-shoot-client` ([`vpn2_shoot_iroutes`]) and kernel
-/// routes into the tun for those iroutes and the real shoot networks (what vpn2's `firewall
-/// up` hook adds). HA (tap) is refused as tap is.
+/// routes into the tun for those iroutes (what vpn2's `firewall up` hook adds: the mapped
+/// IPv4 ranges and the IPv6 shoot networks, never the real IPv4 ones, which may overlap the
+/// seed's). HA (tap) is refused as tap is. The firewall rules are `crate::vpn2::seed_table`'s.
 pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadError> {
     if env.is_ha {
         return Err(unsupported(
@@ -473,10 +474,11 @@ pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, Load
     let mut loaded = from_options(VPN2_ENV_CONFIG_NAME, &parsed.config)?;
     let iroutes = vpn2_shoot_iroutes(env);
     let s = &mut loaded.settings;
-    for net in iroutes.iter().chain(env.shoot_networks().iter()) {
-        let net = net.trunc();
-        if !s.routes.contains(&net) {
-            s.routes.push(net);
+    // Only the mapped ranges (and IPv6 shoot networks) go into the tunnel, as vpn2 routes
+    // them: the real IPv4 shoot networks may overlap the seed's own.
+    for net in &iroutes {
+        if !s.routes.contains(net) {
+            s.routes.push(*net);
         }
     }
     s.clients.insert(
@@ -1019,12 +1021,15 @@ mod tests {
             net("244.0.0.0/8"),
         ];
         assert_eq!(s.clients["vpn-shoot-client"].iroutes, iroutes);
-        for n in iroutes.iter().chain(&[
+        // The mapped ranges and IPv6 networks are routed into the tunnel, as vpn2 routes them;
+        // the real IPv4 networks are not (they may overlap the seed's own).
+        assert_eq!(s.routes, iroutes);
+        for n in [
             net("100.64.0.0/13"),
             net("100.96.0.0/11"),
             net("10.250.0.0/16"),
-        ]) {
-            assert!(s.routes.contains(n), "{n} in {:?}", s.routes);
+        ] {
+            assert!(!s.routes.contains(&n), "{n} in {:?}", s.routes);
         }
         assert!(l.up.is_none() && l.down.is_none());
         // A missing secret names its path under the secrets directory.

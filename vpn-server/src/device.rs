@@ -54,23 +54,19 @@ pub(crate) async fn setup(
         .flatten()
         .collect();
     for net in own {
-        nl.add_address(dev, prefix(net)?)
+        nl.add_address(dev, IpPrefix::from(net))
             .await
             .map_err(fail(TunStep::AddAddress(net)))?;
     }
     nl.set_link_up(dev).await.map_err(fail(TunStep::LinkUp))?;
     for net in &settings.routes {
-        let route = Route::via_dev(prefix(net.trunc())?, dev);
+        let route = Route::via_dev(IpPrefix::from(net.trunc()), dev);
         nl.add_route(&route)
             .await
             .map_err(fail(TunStep::AddRoute(*net)))?;
     }
     info!(dev, routes = settings.routes.len(), "tun device configured");
     Ok(())
-}
-
-fn prefix(net: IpNet) -> Result<IpPrefix, ServerError> {
-    IpPrefix::new(net.addr(), net.prefix_len()).map_err(|_| ServerError::Prefix { net })
 }
 
 /// The tun reader: reads packets in batches (into slices of one pooled buffer, with the

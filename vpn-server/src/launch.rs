@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use netio::admin::{AdminBindError, AdminServer};
+use netio::firewall::{Firewall, FirewallError, Table};
 use netio::report::chain;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -25,6 +26,9 @@ pub struct Launch {
     pub sidecar: Option<SidecarConfig>,
     /// Admin endpoint addresses for the server's series (may be empty).
     pub admin_listen: Vec<SocketAddr>,
+    /// Firewall and NAT rules to hold while serving (vpn2 environment mode): applied once the
+    /// tun device is up, owned by this process, removed when it stops.
+    pub firewall: Option<Table>,
 }
 
 /// Why the process could not serve.
@@ -42,6 +46,9 @@ pub enum LaunchError {
     /// The `up` command failed (the server does not start, as upstream).
     #[error(transparent)]
     Up(ScriptError),
+    /// The firewall rules were refused.
+    #[error("firewall rules")]
+    Firewall(#[from] FirewallError),
 }
 
 /// Binds everything in `launch`, runs `up`, serves until `shutdown`, drains, runs `down`.
@@ -50,6 +57,7 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         loaded,
         sidecar,
         admin_listen,
+        firewall,
     } = launch;
     let Loaded {
         settings,
@@ -61,6 +69,15 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     let script_settings = settings.clone();
     let server = Server::bind(settings).await?;
     let dev = server.tun_name().to_owned();
+    let rules = match &firewall {
+        Some(table) => {
+            let mut fw = Firewall::open()?;
+            fw.apply(table, true)?;
+            info!(table = table.name(), "firewall rules installed");
+            Some(fw)
+        }
+        None => None,
+    };
     let admin = AdminServer::bind(&admin_listen)?;
     let server_part = server.admin_state();
     let sidecar = match sidecar {
@@ -84,6 +101,12 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         let _ = task.await;
     }
     let _ = admin.await;
+    if let (Some(mut fw), Some(table)) = (rules, &firewall) {
+        match fw.remove(table.name()) {
+            Ok(()) => info!(table = table.name(), "firewall rules removed"),
+            Err(e) => warn!("{}", chain(&e)),
+        }
+    }
     if let Some(down) = down {
         if let Err(e) = down.run(&script_settings, &dev, verb).await {
             warn!("{}", chain(&e));

@@ -46,6 +46,7 @@
 //! | [`status`] | the `status-version 2` status file |
 //! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
+//! | [`vpn2`] | vpn2's drop-in verbs and rules: `setup`, `firewall`, the env-mode firewall table |
 
 pub mod config;
 pub mod connection;
@@ -62,6 +63,7 @@ pub mod sidecar;
 pub mod spoof;
 pub mod status;
 pub mod unreachable;
+pub mod vpn2;
 
 pub use config::{from_options, from_vpn2_env, load_file, LoadError, Loaded};
 pub use metrics::ServerMetrics;

@@ -16,11 +16,13 @@ use clap::Parser;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ServerEnv;
+use protocol::config::netmap::Netmap;
 use tokio_util::sync::CancellationToken;
 use vpn_server::config::VPN2_SECRETS_DIR;
 use vpn_server::launch::{self, Launch};
 use vpn_server::sidecar::cli::ShootNetworks;
 use vpn_server::sidecar::SidecarArgs;
+use vpn_server::vpn2;
 use vpn_server::{from_vpn2_env, load_file};
 
 netio::libm_pow!();
@@ -60,6 +62,11 @@ struct Cli {
 enum Command {
     /// Run only the CONNECT sidecar (the mTLS HTTP CONNECT proxy that replaces Envoy).
     Sidecar(SidecarArgs),
+    /// vpn2's init step: switch IPv6 on in the pod if it is off (needs privileges).
+    Setup,
+    /// vpn2's OpenVPN hook: the VPN device's firewall rules and routes (`up`), or their removal
+    /// (`down`).
+    Firewall(vpn2::FirewallArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,10 +80,23 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
-    if let Some(Command::Sidecar(args)) = &cli.command {
-        let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-        init_logging(cli.log.as_deref().unwrap_or("info"))?;
-        return serve(|shutdown| launch::run_sidecar(config, shutdown));
+    match &cli.command {
+        Some(Command::Sidecar(args)) => {
+            let config =
+                args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
+            init_logging(cli.log.as_deref().unwrap_or("info"))?;
+            return serve(|shutdown| launch::run_sidecar(config, shutdown));
+        }
+        Some(Command::Setup) => {
+            init_logging(cli.log.as_deref().unwrap_or("info"))?;
+            return Ok(vpn2::setup()?);
+        }
+        Some(Command::Firewall(args)) => {
+            init_logging(cli.log.as_deref().unwrap_or("info"))?;
+            let args = args.clone();
+            return serve(|_| async move { vpn2::firewall(&args).await });
+        }
+        None => {}
     }
     let launch = load(cli.config.as_ref(), &cli)?;
     init_logging(
@@ -93,9 +113,19 @@ fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
 /// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's
 /// shoot networks from the same source.
 fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
-    let loaded = match config {
-        Some(path) => load_file(path)?,
-        None => from_vpn2_env(&Vpn2ServerEnv::parse(std::env::vars())?, &cli.secrets_dir)?,
+    let (loaded, firewall) = match config {
+        Some(path) => (load_file(path)?, None),
+        None => {
+            let env = Vpn2ServerEnv::parse(std::env::vars())?;
+            // vpn2's rules, in a table the server owns for as long as it runs.
+            let netmap = Netmap::vpn2(
+                &env.shoot_pod_networks,
+                &env.shoot_service_networks,
+                &env.shoot_node_networks,
+            )?;
+            let table = vpn2::seed_table(env.device(), env.seed_pod_network, &netmap);
+            (from_vpn2_env(&env, &cli.secrets_dir)?, Some(table))
+        }
     };
     let sidecar = match cli.sidecar {
         false => None,
@@ -114,6 +144,7 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
         loaded,
         sidecar,
         admin_listen: cli.admin_listen.clone(),
+        firewall,
     })
 }
 

@@ -71,12 +71,6 @@ pub enum ServerError {
         #[source]
         source: io::Error,
     },
-    /// A route or address is not a valid prefix.
-    #[error("invalid prefix {net}")]
-    Prefix {
-        /// The network.
-        net: IpNet,
-    },
 }
 
 /// A step of the tun device's set-up ([`ServerError::Netlink`]).

@@ -131,7 +131,6 @@ fn vpn2_environment_mode_reads_the_secrets_directory() {
     assert!(!ok && stderr.contains(&want), "{stderr}");
 }
 
-/// Waits until `path` contains `needle`.
 /// `GET path` on the admin endpoint, from inside `ns`: the status code and the body.
 fn admin_get(ns: &Netns, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
@@ -150,6 +149,7 @@ fn admin_get(ns: &Netns, path: &str) -> (u16, String) {
 /// Where the server's admin endpoint listens in the seed namespace.
 const ADMIN: &str = "127.0.0.1:18080";
 
+/// Waits until `path` contains `needle`.
 fn wait_for(path: &Path, needle: &str, timeout: Duration) -> String {
     let start = Instant::now();
     loop {

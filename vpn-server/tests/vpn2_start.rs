@@ -1,0 +1,231 @@
+//! The vpn2 drop-in of the seed server in a lab namespace (the pod's network namespace), with
+//! Debian's `nft` and `ip` as referees:
+//!
+//! * `vpn-server setup` turns `disable_ipv6` from 1 to 0 and is a no-op the second time;
+//! * the environment-mode start (no `--config`) installs vpn2's rules in the table
+//!   `vpn-seed-server` (replies only from `tun0`, the 241/8 mapping of the seed's pods, the
+//!   proxy group's mapping of the shoot networks), routes only the mapped ranges and IPv6 shoot
+//!   networks into `tun0`; a second start after `kill -9` finds no leftovers and makes no
+//!   duplicates; SIGTERM removes the table;
+//! * `vpn-server firewall --mode up|down` (vpn2's OpenVPN hooks) installs and removes the rules
+//!   and routes for a device, and `up` twice is `up` once.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed unwrap is a failed test
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lab::netns::Netns;
+use lab::pki_fixture::TestPki;
+use lab::require_lab;
+
+const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// vpn2's secrets layout under `dir` (`vpn-server/{ca.crt,tls.crt,tls.key}`,
+/// `tlsauth/vpn.tlsauth`), as Gardener mounts them.
+fn secrets(pki: &TestPki, dir: &Path) {
+    std::fs::create_dir_all(dir.join("vpn-server")).unwrap();
+    std::fs::create_dir_all(dir.join("tlsauth")).unwrap();
+    std::fs::copy(pki.ca_cert(), dir.join("vpn-server/ca.crt")).unwrap();
+    std::fs::copy(pki.server_cert(), dir.join("vpn-server/tls.crt")).unwrap();
+    std::fs::copy(pki.server_key(), dir.join("vpn-server/tls.key")).unwrap();
+    std::fs::copy(pki.ta_key(), dir.join("tlsauth/vpn.tlsauth")).unwrap();
+}
+
+fn stdout(ns: &Netns, argv: &[&str]) -> String {
+    String::from_utf8_lossy(&ns.run(argv.iter().copied()).unwrap().stdout).into_owned()
+}
+
+const SEED_TABLE: &str = "table inet vpn-seed-server { # progname vpn-server
+	flags owner
+
+	chain input {
+		type filter hook input priority filter; policy accept;
+		iifname \"tun0\" ct state established,related accept
+		iifname \"tun0\" drop
+	}
+
+	chain prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		iifname \"tun0\" ip daddr 241.0.0.0/8 dnat ip prefix to 10.1.0.0/16
+	}
+
+	chain postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		oifname \"tun0\" ip saddr 10.1.0.0/16 snat ip prefix to 241.0.0.0/8
+	}
+
+	chain output {
+		type nat hook output priority -100; policy accept;
+		meta skgid 31415 ip daddr 100.96.0.0/11 dnat ip prefix to 244.0.0.0/11
+		meta skgid 31415 ip daddr 100.64.0.0/13 dnat ip prefix to 243.0.0.0/13
+		meta skgid 31415 ip daddr 10.250.0.0/16 dnat ip prefix to 242.0.0.0/16
+	}
+}
+";
+
+/// Starts the server in vpn2 environment mode in `ns`; returns its pid once it serves.
+fn start(ns: &Netns, secrets_dir: &Path, log: &Path) -> u32 {
+    let mut cmd = ns.command(BIN);
+    cmd.env_clear()
+        .env("VPN_SERVER_SECRETS_DIR", secrets_dir)
+        .env("OPENVPN_STATUS_PATH", secrets_dir.join("openvpn.status"))
+        .env("SHOOT_POD_NETWORKS", "100.96.0.0/11")
+        .env("SHOOT_SERVICE_NETWORKS", "100.64.0.0/13")
+        .env("SHOOT_NODE_NETWORKS", "10.250.0.0/16,fd00:10::/64")
+        .env("SEED_POD_NETWORK", "10.1.0.0/16")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    let pid = ns.spawn(&mut cmd).unwrap();
+    let started = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains("Initialization Sequence Completed") {
+            return pid;
+        }
+        assert!(started.elapsed() < TIMEOUT, "no start:\n{text}");
+        assert!(ns.try_wait(pid).is_none(), "vpn-server ended:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stop(ns: &Netns, pid: u32, signal: &str) -> std::process::ExitStatus {
+    assert!(Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let sent = Instant::now();
+    loop {
+        if let Some(status) = ns.try_wait(pid) {
+            return status;
+        }
+        assert!(sent.elapsed() < TIMEOUT, "still running after {signal}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn setup_switches_ipv6_on_once() {
+    require_lab(&[]);
+    let ns = Netns::new().unwrap();
+    ns.run(["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+        .unwrap();
+    for _ in 0..2 {
+        let out = ns.run([BIN, "setup"]).unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            stdout(&ns, &["sysctl", "-n", "net.ipv6.conf.all.disable_ipv6"]).trim(),
+            "0"
+        );
+    }
+}
+
+#[test]
+fn the_env_mode_start_holds_vpn2s_rules_and_leaves_none_behind() {
+    require_lab(&["nft", "openssl", "openvpn"]);
+    let pki = TestPki::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    secrets(&pki, dir.path());
+    let ns = Netns::new().unwrap();
+    let log = dir.path().join("server.log");
+
+    let pid = start(&ns, dir.path(), &log);
+    assert_eq!(
+        stdout(&ns, &["nft", "list", "table", "inet", "vpn-seed-server"]),
+        SEED_TABLE
+    );
+    // Only the mapped ranges and the IPv6 shoot network go into the tunnel.
+    let v4 = stdout(&ns, &["ip", "-4", "route", "show", "dev", "tun0"]);
+    for mapped in ["242.0.0.0/8", "243.0.0.0/8", "244.0.0.0/8"] {
+        assert!(v4.contains(mapped), "{mapped} not routed:\n{v4}");
+    }
+    for real in ["100.96.0.0/11", "100.64.0.0/13", "10.250.0.0/16"] {
+        assert!(!v4.contains(real), "{real} routed:\n{v4}");
+    }
+    let v6 = stdout(&ns, &["ip", "-6", "route", "show", "dev", "tun0"]);
+    assert!(v6.contains("fd00:10::/64"), "{v6}");
+    assert!(v6.contains("fd8f:6d53:b97a:1::/96"), "{v6}");
+
+    // kill -9: the kernel drops the owned table with the process.
+    assert!(!stop(&ns, pid, "-KILL").success());
+    let ruleset = stdout(&ns, &["nft", "list", "ruleset"]);
+    assert!(!ruleset.contains("vpn-seed-server"), "{ruleset}");
+
+    // A restart installs the same rules once; SIGTERM removes them and exits 0.
+    let pid = start(&ns, dir.path(), &log);
+    assert_eq!(
+        stdout(&ns, &["nft", "list", "table", "inet", "vpn-seed-server"]),
+        SEED_TABLE
+    );
+    let status = stop(&ns, pid, "-TERM");
+    assert!(
+        status.success(),
+        "{status}: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let ruleset = stdout(&ns, &["nft", "list", "ruleset"]);
+    assert!(!ruleset.contains("vpn-seed-server"), "{ruleset}");
+}
+
+#[test]
+fn the_firewall_hook_installs_and_removes_rules_and_routes() {
+    require_lab(&["nft"]);
+    let ns = Netns::new().unwrap();
+    // A tun device for the hook to work on, as OpenVPN would have opened it.
+    ns.run(["ip", "tuntap", "add", "dev", "tun0", "mode", "tun"])
+        .unwrap();
+    ns.run(["ip", "link", "set", "tun0", "up"]).unwrap();
+    let up = [
+        BIN,
+        "firewall",
+        "--mode",
+        "up",
+        "--device",
+        "tun0",
+        "--shoot-network=242.0.0.0/8,243.0.0.0/8",
+        "--shoot-network=fd00:10::/64",
+        "--seed-pod-network=10.1.0.0/16",
+        // What OpenVPN appends to a hook's command line.
+        "tun0",
+        "1500",
+        "0",
+        "init",
+    ];
+    for _ in 0..2 {
+        let out = ns.run(up).unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let table = stdout(&ns, &["nft", "list", "table", "inet", "vpn-seed-server"]);
+    assert_eq!(table.matches("iifname \"tun0\" drop").count(), 1, "{table}");
+    assert!(table.contains("dnat ip prefix to 10.1.0.0/16"), "{table}");
+    assert!(!table.contains("flags owner"), "{table}");
+    assert!(!table.contains("skgid"), "{table}");
+    let v4 = stdout(&ns, &["ip", "-4", "route", "show", "dev", "tun0"]);
+    assert!(
+        v4.contains("242.0.0.0/8") && v4.contains("243.0.0.0/8"),
+        "{v4}"
+    );
+    let v6 = stdout(&ns, &["ip", "-6", "route", "show", "dev", "tun0"]);
+    assert!(v6.contains("fd00:10::/64"), "{v6}");
+
+    let out = ns
+        .run([BIN, "firewall", "--mode", "down", "--device", "tun0"])
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ruleset = stdout(&ns, &["nft", "list", "ruleset"]);
+    assert!(!ruleset.contains("vpn-seed-server"), "{ruleset}");
+
+    // A device that does not exist is an error, as in vpn2.
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN, "firewall", "--mode", "up"])
+        .args(["--device", "tun9"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("device tun9 not found"), "{stderr}");
+}

@@ -289,6 +289,7 @@ fn settings_from_options(
             None => s.tun.mtu,
         },
         txqueuelen: c.txqueuelen,
+        ..TunSettings::default()
     };
     s.connect_retry = secs(o.connect_retry.initial);
     s.connect_retry_max = secs(o.connect_retry.max);
@@ -559,7 +560,8 @@ pub(crate) mod tests {
             TunSettings {
                 name: "tun0".into(),
                 mtu: 1500,
-                txqueuelen: Some(1000)
+                txqueuelen: Some(1000),
+                ..TunSettings::default()
             }
         );
         assert_eq!(

@@ -40,6 +40,7 @@
 use std::io;
 use std::time::Duration;
 
+use netio::firewall::{Firewall, FirewallError};
 use netio::report::chain;
 use protocol::session::{ClientConfig, ClientSession};
 pub use tokio_util::sync::CancellationToken;
@@ -93,6 +94,9 @@ pub enum RunError {
     /// The `up` command failed.
     #[error("up script")]
     Up(#[source] ScriptError),
+    /// The firewall rules were refused.
+    #[error("firewall rules")]
+    Firewall(#[from] FirewallError),
     /// `connect-retry-max`: every attempt failed.
     #[error("no connection after {attempts} attempts (connect-retry-max)")]
     RetriesExhausted {
@@ -104,8 +108,20 @@ pub enum RunError {
 /// Runs the client until `shutdown` is cancelled or the server sends `HALT`; see the crate
 /// docs. Must run inside a tokio runtime with I/O and time enabled, on a thread in the network
 /// namespace the tun device and routes belong to.
-pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<Stopped, RunError> {
+pub async fn run(mut settings: Settings, shutdown: CancellationToken) -> Result<Stopped, RunError> {
+    if settings.tun.auto_mtu {
+        settings.tun.mtu = tunnel::auto_mtu(settings.tun.mtu).await?;
+    }
     let config = settings.client_config()?;
+    let rules = match &settings.firewall {
+        Some(table) => {
+            let mut fw = Firewall::open()?;
+            fw.apply(table, true)?;
+            tracing::info!(table = table.name(), "firewall rules installed");
+            Some(fw)
+        }
+        None => None,
+    };
     let mut tunnel = Tunnel::new(settings.tun.clone())?;
     let mut client = Client {
         settings: &settings,
@@ -115,6 +131,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<Stop
     };
     let result = client.reconnect_loop(&mut tunnel).await;
     tunnel.teardown().await;
+    if let (Some(mut fw), Some(table)) = (rules, &settings.firewall) {
+        match fw.remove(table.name()) {
+            Ok(()) => tracing::info!(table = table.name(), "firewall rules removed"),
+            Err(e) => tracing::warn!(error = %chain(&e), "cannot remove the firewall rules"),
+        }
+    }
     if let (Some(info), Some(down)) = (&client.up_ran, &settings.scripts.down) {
         if let Err(e) = run_script(ScriptType::Down, down, info).await {
             tracing::error!(error = %chain(&e), "down script failed");

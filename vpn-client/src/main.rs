@@ -40,6 +40,9 @@ struct Cli {
 enum Command {
     /// Tunnel local TCP connections to the ingress with CONNECT and a routing header (GEP-30).
     ApiserverProxy(vpn_client::apiserver_proxy::ApiserverProxyArgs),
+    /// vpn2's init step on the shoot: the kernel settings of the vpn-shoot pod (needs
+    /// privileges).
+    Setup,
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,9 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     netio::logging::init(&cli.log).context("--log")?;
+    if let Some(Command::Setup) = &cli.command {
+        return Ok(vpn2::setup()?);
+    }
     if let Some(Command::ApiserverProxy(args)) = &cli.command {
         let config = args.to_config()?;
         let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;

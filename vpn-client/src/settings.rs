@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ipnet::IpNet;
+use netio::firewall::Table;
 use netio::http::{BasicAuth, ConnectRequest, CustomHeader, HttpVersion};
 use openssl::ssl::SslContext;
 use pki::tls::{control_channel_client, PeerPolicy};
@@ -90,6 +92,9 @@ pub struct Settings {
     pub tls_ekm: bool,
     /// `up` / `down` commands (allowed by `script-security 2`).
     pub scripts: Scripts,
+    /// Firewall and NAT rules held while the client runs (vpn2 mode: the shoot side's
+    /// forwarding, NAT and MSS clamping), owned by the process (gone when it ends).
+    pub firewall: Option<Table>,
 }
 
 impl Settings {
@@ -123,6 +128,7 @@ impl Settings {
             reneg_pkts: None,
             tls_ekm: true,
             scripts: Scripts::default(),
+            firewall: None,
         }
     }
 
@@ -303,6 +309,12 @@ pub struct TunSettings {
     pub mtu: u16,
     /// `txqueuelen` (`None`: the kernel's default).
     pub txqueuelen: Option<u32>,
+    /// Routes into the device besides the pushed ones, installed with them (vpn2 mode: the
+    /// seed's pod network, which vpn2 routed with an `up` hook).
+    pub routes: Vec<IpNet>,
+    /// vpn2's `OPENVPN_AUTO_MTU`: `mtu` is the default route's link MTU less 130 bytes, read
+    /// when the client starts.
+    pub auto_mtu: bool,
 }
 
 impl Default for TunSettings {
@@ -311,6 +323,8 @@ impl Default for TunSettings {
             name: "tun0".to_owned(),
             mtu: DEFAULT_TUN_MTU,
             txqueuelen: None,
+            routes: Vec::new(),
+            auto_mtu: false,
         }
     }
 }

@@ -187,7 +187,7 @@ impl Tunnel {
         }
         nl.set_link_up(&dev).await.map_err(TunnelError::Netlink)?;
 
-        let wanted_routes: Vec<Route> = plan
+        let mut wanted_routes: Vec<Route> = plan
             .routes
             .iter()
             .map(|(dst, metric)| Route {
@@ -195,6 +195,12 @@ impl Tunnel {
                 ..Route::via_dev(*dst, dev.clone())
             })
             .collect();
+        for net in &self.settings.routes {
+            let route = Route::via_dev(IpPrefix::from(net.trunc()), dev.clone());
+            if !wanted_routes.iter().any(|r| r.dst == route.dst) {
+                wanted_routes.push(route);
+            }
+        }
         // Remove what the new push no longer asks for.
         for route in std::mem::take(&mut self.routes) {
             if wanted_routes.contains(&route) {
@@ -275,6 +281,16 @@ impl Tunnel {
         }
         tracing::info!(dev = tun.name(), "tun device closed");
     }
+}
+
+/// vpn2's `OPENVPN_AUTO_MTU`: the MTU of the default route's link less 130 bytes, at least
+/// 1280; `configured` when there is no default route.
+pub async fn auto_mtu(configured: u16) -> Result<u16, TunnelError> {
+    let nl = Netlink::open().map_err(TunnelError::Netlink)?;
+    let link = nl.default_route_mtu().await.map_err(TunnelError::Netlink)?;
+    let mtu = link.map_or(configured, protocol::config::env::vpn2_auto_mtu);
+    tracing::info!(link_mtu = ?link, mtu, "OPENVPN_AUTO_MTU: tun MTU from the default route's link");
+    Ok(mtu)
 }
 
 /// The device could not be set up.

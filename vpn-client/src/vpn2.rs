@@ -11,8 +11,16 @@
 //!   `txqueuelen 1000`, `tcp-nodelay`, `auth-nocache`, `dev tun0`;
 //! - `proto` from `IP_FAMILIES`; `remote ENDPOINT` (port 1194);
 //! - shoot client (`IS_SHOOT_CLIENT=true`): `http-proxy ENDPOINT OPENVPN_PORT` with the
-//!   header `REVERSED_VPN_HEADER_KEY: REVERSED_VPN_HEADER`, and the `up` hook that routes the
-//!   seed pod network (`241.0.0.0/8` unless `SEED_POD_NETWORK` is IPv6) into the tunnel.
+//!   header `REVERSED_VPN_HEADER_KEY: REVERSED_VPN_HEADER`.
+//!
+//! What vpn2's Go half of the entrypoint and its hooks did around OpenVPN is done in-process
+//! (the image has no shell and no `ip`): the seed pod network (`241.0.0.0/8` unless
+//! `SEED_POD_NETWORK` is IPv6) is routed into the tunnel with the pushed routes instead of by
+//! an `up` hook; the shoot side's rules ([`shoot_table`]: forwarding from the tunnel, the
+//! NETMAP of the mapped shoot networks back to the real ones, masquerade out of the pod, MSS
+//! clamping) are held in an owned nf_tables table for as long as the client runs;
+//! `OPENVPN_AUTO_MTU` sets the tun MTU from the default route's link. [`setup`] is the init
+//! container's `vpn-client setup`.
 //!
 //! Left out on purpose: `verb 3` (the log level is `--log`) and `management` (we have no
 //! management interface). HA mode (tap devices, bonding) is refused.
@@ -20,7 +28,10 @@
 use std::path::Path;
 
 use ipnet::IpNet;
+use netio::firewall::{priority, Chain, Hook, Rule, Table};
+use netio::sysctl::{self, SysctlError};
 use protocol::config::env::Vpn2ClientEnv;
+use protocol::config::netmap::{Netmap, NetmapError, MAPPED_SEED_POD_NETWORK};
 
 use crate::config::{load_text, LoadError, Loaded};
 
@@ -49,6 +60,9 @@ pub enum Vpn2Error {
     /// The rendered config could not be loaded (a missing secret file, ...).
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The shoot networks do not fit into vpn2's mapped ranges.
+    #[error("shoot networks")]
+    Netmap(#[from] NetmapError),
 }
 
 /// The client config vpn2 writes for `env`, with the secrets under `secrets`.
@@ -97,18 +111,8 @@ pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Strin
             word("REVERSED_VPN_HEADER", &env.reversed_vpn_header)?,
         ));
     }
-    lines.push("dev tun0".to_owned());
+    lines.push(format!("dev {DEVICE}"));
     lines.push(format!("remote {endpoint}"));
-    if env.is_shoot_client {
-        let seed_pods = match env.seed_pod_network {
-            Some(IpNet::V6(n)) => n.to_string(),
-            _ => "241.0.0.0/8".to_owned(),
-        };
-        lines.push("script-security 2".to_owned());
-        lines.push(format!(
-            "up \"/bin/sh -c '/sbin/ip route replace {seed_pods} dev $1' -- \""
-        ));
-    }
     let mut text = lines.join("\n");
     text.push('\n');
     Ok(text)
@@ -117,7 +121,120 @@ pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Strin
 /// Settings for `env` with the secrets under `secrets` (see the module docs).
 pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error> {
     let text = render_client_config(env, secrets)?;
-    Ok(load_text(VPN2_CONFIG_NAME, &text)?)
+    let mut loaded = load_text(VPN2_CONFIG_NAME, &text)?;
+    let tun = &mut loaded.settings.tun;
+    tun.auto_mtu = env.auto_mtu;
+    if env.is_shoot_client {
+        tun.routes.push(match env.seed_pod_network {
+            Some(v6 @ IpNet::V6(_)) => v6.trunc(),
+            _ => IpNet::V4(MAPPED_SEED_POD_NETWORK),
+        });
+        let netmap = Netmap::vpn2(
+            &env.shoot_pod_networks,
+            &env.shoot_service_networks,
+            &env.shoot_node_networks,
+        )?;
+        loaded.settings.firewall = Some(shoot_table(DEVICE, &netmap));
+    }
+    Ok(loaded)
+}
+
+/// The tun device vpn2's shoot client uses.
+pub const DEVICE: &str = "tun0";
+/// The pod's own interface, out of which forwarded traffic is masqueraded.
+pub const POD_INTERFACE: &str = "eth0";
+/// Our nf_tables table on the shoot side.
+pub const TABLE: &str = "vpn-shoot";
+
+/// vpn2's shoot-side rules (reference gardener-pods.md §2.4) for VPN device `device`:
+/// forward what comes out of the tunnel; map each mapped IPv4 shoot network back to the real
+/// one on the way in and the real one to the mapped one on the way back into the tunnel; the
+/// pod's address as the source of everything leaving through its interface (so the shoot's
+/// network policies see the vpn-shoot pod); TCP SYNs' MSS clamped to the path MTU, both ways.
+pub fn shoot_table(device: &str, netmap: &Netmap) -> Table {
+    let entries = netmap.entries();
+    Table::new(TABLE)
+        .chain(
+            Chain::filter("forward", Hook::Forward, priority::FILTER)
+                .rule(Rule::new().iifname(device).accept()),
+        )
+        .chain(
+            Chain::nat("prerouting", Hook::Prerouting, priority::DSTNAT).rules(entries.iter().map(
+                |(real, mapped)| {
+                    Rule::new()
+                        .iifname(device)
+                        .daddr(IpNet::V4(*mapped))
+                        .dnat_prefix(IpNet::V4(*real))
+                },
+            )),
+        )
+        .chain(
+            Chain::nat("postrouting", Hook::Postrouting, priority::SRCNAT)
+                .rules(entries.iter().map(|(real, mapped)| {
+                    Rule::new()
+                        .oifname(device)
+                        .saddr(IpNet::V4(*real))
+                        .snat_prefix(IpNet::V4(*mapped))
+                }))
+                .rule(Rule::new().oifname(POD_INTERFACE).masquerade()),
+        )
+        .chain(
+            Chain::filter("clamp-mss", Hook::Postrouting, priority::MANGLE)
+                .rule(Rule::new().tcp_syn().clamp_mss_to_pmtu()),
+        )
+}
+
+/// The shoot side's kernel settings (vpn2's `vpn-client setup` for the shoot: reference
+/// gardener-pods.md §2.4): no martian logging or reverse-path filtering (path switches),
+/// vpn2's TCP buffers, port range and TIME-WAIT handling, forwarding on, and conntrack's TCP
+/// timeouts for NAT-heavy churn.
+pub const SHOOT_SYSCTLS: &[(&str, &str)] = &[
+    ("net.ipv4.conf.all.log_martians", "0"),
+    ("net.ipv4.conf.default.log_martians", "0"),
+    ("net.ipv4.conf.all.rp_filter", "0"),
+    ("net.ipv4.conf.default.rp_filter", "0"),
+    ("net.ipv4.tcp_wmem", "65536\t12582912\t16777216"),
+    ("net.ipv4.tcp_rmem", "65536\t12582912\t16777216"),
+    ("net.ipv4.ip_local_port_range", "1024 65535"),
+    ("net.ipv4.tcp_tw_reuse", "1"),
+    ("net.ipv4.tcp_fin_timeout", "30"),
+    ("net.ipv4.ip_forward", "1"),
+    ("net.ipv6.conf.all.forwarding", "1"),
+];
+
+/// Conntrack's TCP timeouts the shoot side sets (seconds); they exist only once the kernel's
+/// connection tracking is loaded (kube-proxy loads it on every node).
+pub const SHOOT_CONNTRACK_SYSCTLS: &[(&str, &str)] = &[
+    ("net.netfilter.nf_conntrack_tcp_timeout_established", "600"),
+    ("net.netfilter.nf_conntrack_tcp_timeout_syn_sent", "30"),
+    ("net.netfilter.nf_conntrack_tcp_timeout_syn_recv", "30"),
+    ("net.netfilter.nf_conntrack_tcp_timeout_fin_wait", "30"),
+    ("net.netfilter.nf_conntrack_tcp_timeout_time_wait", "30"),
+    ("net.netfilter.nf_conntrack_tcp_timeout_close_wait", "30"),
+    (
+        "net.netfilter.nf_conntrack_tcp_timeout_unacknowledged",
+        "60",
+    ),
+    ("net.netfilter.nf_conntrack_tcp_timeout_max_retrans", "120"),
+];
+
+/// `vpn-client setup` (the shoot's init container, privileged): [`SHOOT_SYSCTLS`], then
+/// [`SHOOT_CONNTRACK_SYSCTLS`] where connection tracking is loaded (each one missing is
+/// logged; vpn2 failed there).
+pub fn setup() -> Result<(), SysctlError> {
+    sysctl::write_all(SHOOT_SYSCTLS)?;
+    for (name, value) in SHOOT_CONNTRACK_SYSCTLS {
+        if !sysctl::path(name).exists() {
+            tracing::warn!(name, "connection tracking not loaded: not set");
+            continue;
+        }
+        sysctl::write(name, value)?;
+    }
+    tracing::info!(
+        count = SHOOT_SYSCTLS.len() + SHOOT_CONNTRACK_SYSCTLS.len(),
+        "kernel settings of the shoot side applied"
+    );
+    Ok(())
 }
 
 /// Whether the process environment `vars` asks for vpn2 environment mode: `ENDPOINT` or
@@ -137,6 +254,7 @@ where
 mod tests {
     use super::*;
     use crate::config::tests::secrets;
+    use crate::TunSettings;
     use netio::http::CustomHeader;
     use protocol::config::Family;
 
@@ -151,6 +269,8 @@ mod tests {
             ("IS_SHOOT_CLIENT", "true"),
             ("ENDPOINT", "api.demo.proj.example.com"),
             ("OPENVPN_PORT", "8443"),
+            ("SHOOT_POD_NETWORKS", "100.96.0.0/11"),
+            ("SHOOT_SERVICE_NETWORKS", "100.64.0.0/13"),
             ("REVERSED_VPN_HEADER_KEY", "X-Gardener-Destination"),
             (
                 "REVERSED_VPN_HEADER",
@@ -164,8 +284,21 @@ mod tests {
         let from_file = load_text("f", &fixture).expect("fixture").settings;
         assert_eq!(from_env.remotes, from_file.remotes);
         assert_eq!(from_env.http_proxy, from_file.http_proxy);
-        assert_eq!(from_env.scripts, from_file.scripts);
-        assert_eq!(from_env.tun, from_file.tun);
+        // vpn2's `up` hook routed the seed's pods with `/bin/sh` and `/sbin/ip`; here the
+        // route comes with the pushed ones (the image has neither program).
+        assert!(from_file.scripts.up.is_some() && from_env.scripts.up.is_none());
+        assert_eq!(
+            from_env.tun,
+            TunSettings {
+                routes: vec!["241.0.0.0/8".parse().unwrap()],
+                ..from_file.tun.clone()
+            }
+        );
+        // And the shoot side's rules, with the default networks mapped.
+        let table = format!("{:?}", from_env.firewall.expect("firewall"));
+        for part in ["244.0.0.0/11", "243.0.0.0/13", "\"eth0\"", "ClampMssToPmtu"] {
+            assert!(table.contains(part), "{part} missing: {table}");
+        }
         assert_eq!(from_env.family, Family::V4);
         assert_eq!(from_env.auth, from_file.auth);
         assert_eq!(from_env.data_ciphers, from_file.data_ciphers);
@@ -199,11 +332,12 @@ mod tests {
             }]
         );
         assert_eq!(s.family, Family::Any);
-        assert!(s.scripts.up.expect("up").argv()[2].contains("fd00:10::/64 dev $1"));
+        assert_eq!(s.tun.routes, ["fd00:10::/64".parse::<IpNet>().unwrap()]);
 
         let seed = env(&[("ENDPOINT", "vpn-seed-server-0")]);
         let s = load_env(&seed, dir.path()).expect("seed side").settings;
         assert!(s.http_proxy.is_none() && s.scripts.up.is_none());
+        assert!(s.tun.routes.is_empty() && s.firewall.is_none());
         assert_eq!(s.remotes, [crate::Remote::new("vpn-seed-server-0", 1194)]);
     }
 

@@ -190,6 +190,21 @@ impl Vpn2ServerEnv {
     }
 }
 
+/// What vpn2's `OPENVPN_AUTO_MTU` makes of the MTU of the default route's link: 130 bytes
+/// less (an IPv6 and a TCP header and OpenVPN's framing), never below 1280 (reference
+/// gardener-vpn2.md 1.11).
+pub fn vpn2_auto_mtu(link_mtu: u32) -> u16 {
+    let mtu = link_mtu
+        .saturating_sub(VPN2_AUTO_MTU_OVERHEAD)
+        .max(VPN2_AUTO_MTU_MIN);
+    u16::try_from(mtu).unwrap_or(u16::MAX)
+}
+
+/// The bytes `OPENVPN_AUTO_MTU` takes off the link's MTU.
+pub const VPN2_AUTO_MTU_OVERHEAD: u32 = 130;
+/// The least MTU `OPENVPN_AUTO_MTU` sets (IPv6's minimum).
+pub const VPN2_AUTO_MTU_MIN: u32 = 1280;
+
 /// One entry of `IP_FAMILIES`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpFamily {
@@ -530,4 +545,16 @@ fn go_duration(s: &str) -> Option<Duration> {
         rest = tail;
     }
     Duration::try_from_secs_f64(total).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn auto_mtu_is_the_link_mtu_less_130_never_below_1280() {
+        assert_eq!(super::vpn2_auto_mtu(8930), 8800);
+        assert_eq!(super::vpn2_auto_mtu(1500), 1370);
+        assert_eq!(super::vpn2_auto_mtu(1400), 1280);
+        assert_eq!(super::vpn2_auto_mtu(0), 1280);
+        assert_eq!(super::vpn2_auto_mtu(u32::MAX), u16::MAX);
+    }
 }

@@ -488,12 +488,7 @@ pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, Load
             ..ClientOptions::default()
         },
     );
-    if env.auto_mtu {
-        loaded.warnings.push(format!(
-            "{VPN2_ENV_CONFIG_NAME}: 'OPENVPN_AUTO_MTU': not implemented; tun-mtu stays {}",
-            loaded.settings.tun_mtu
-        ));
-    }
+    loaded.settings.auto_mtu = env.auto_mtu;
     Ok(loaded)
 }
 

@@ -69,6 +69,28 @@ pub(crate) async fn setup(
     Ok(())
 }
 
+/// vpn2's `OPENVPN_AUTO_MTU`: `tun_mtu` from the default route's link (less 130 bytes, at
+/// least 1280), pushed to the clients as `tun-mtu`; unchanged without a default route.
+pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), ServerError> {
+    let nl = Netlink::open().map_err(|source| ServerError::Netlink {
+        step: TunStep::Open,
+        source,
+    })?;
+    let link = nl
+        .default_route_mtu()
+        .await
+        .map_err(|source| ServerError::Netlink {
+            step: TunStep::DefaultRoute,
+            source,
+        })?;
+    if let Some(link) = link {
+        settings.tun_mtu = protocol::config::env::vpn2_auto_mtu(link);
+        settings.push.push(format!("tun-mtu {}", settings.tun_mtu));
+    }
+    info!(link_mtu = ?link, mtu = settings.tun_mtu, "OPENVPN_AUTO_MTU: tun MTU from the default route's link");
+    Ok(())
+}
+
 /// The tun reader: reads packets in batches (into slices of one pooled buffer, with the
 /// headroom and tailroom the connections encrypt in), routes a whole batch under one lock of
 /// the registry, and queues each packet to its connection; a packet no client routes is

@@ -94,6 +94,9 @@ pub enum TunStep {
     /// Adding a `route` into the tunnel.
     #[error("add route {0}")]
     AddRoute(IpNet),
+    /// Reading the default route (`OPENVPN_AUTO_MTU`).
+    #[error("read the default route")]
+    DefaultRoute,
 }
 
 /// What every task of one server shares.
@@ -135,7 +138,10 @@ impl Server {
     /// link up, the kernel `routes`), starts its writer and binds the listeners (an IPv6
     /// address takes IPv4 too, as OpenVPN's `tcp6-server`), in the calling thread's network
     /// namespace. Must run inside a tokio runtime.
-    pub async fn bind(settings: Settings) -> Result<Server, ServerError> {
+    pub async fn bind(mut settings: Settings) -> Result<Server, ServerError> {
+        if settings.auto_mtu {
+            device::apply_auto_mtu(&mut settings).await?;
+        }
         let pool = match (settings.pool_v4, settings.pool_v6) {
             (None, None) => None,
             (v4, v6) => Some(Pool::new(v4, v6)?),

@@ -151,6 +151,9 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// `status FILE N`.
     pub status: Option<StatusFile>,
+    /// vpn2's `OPENVPN_AUTO_MTU`: `tun_mtu` is the default route's link MTU less 130 bytes,
+    /// read when the server binds, and pushed to the clients.
+    pub auto_mtu: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -219,6 +222,7 @@ impl Settings {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             status: None,
+            auto_mtu: false,
         }
     }
 

@@ -68,8 +68,13 @@ const SEED_TABLE: &str = "table inet vpn-seed-server { # progname vpn-server
 
 /// Starts the server in vpn2 environment mode in `ns`; returns its pid once it serves.
 fn start(ns: &Netns, secrets_dir: &Path, log: &Path) -> u32 {
+    start_with(ns, secrets_dir, log, &[])
+}
+
+fn start_with(ns: &Netns, secrets_dir: &Path, log: &Path, extra: &[(&str, &str)]) -> u32 {
     let mut cmd = ns.command(BIN);
     cmd.env_clear()
+        .envs(extra.iter().copied())
         .env("VPN_SERVER_SECRETS_DIR", secrets_dir)
         .env("OPENVPN_STATUS_PATH", secrets_dir.join("openvpn.status"))
         .env("SHOOT_POD_NETWORKS", "100.96.0.0/11")
@@ -228,4 +233,26 @@ fn the_firewall_hook_installs_and_removes_rules_and_routes() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("device tun9 not found"), "{stderr}");
+}
+
+#[test]
+fn auto_mtu_takes_the_default_routes_link_less_130() {
+    require_lab(&["openssl", "openvpn"]);
+    let pki = TestPki::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    secrets(&pki, dir.path());
+    let pod = Netns::new().unwrap();
+    let node = Netns::new().unwrap();
+    Netns::veth_pair(&pod, "eth0", &node, "veth0").unwrap();
+    pod.run(["ip", "link", "set", "eth0", "mtu", "8930"])
+        .unwrap();
+    pod.run(["ip", "addr", "add", "10.1.0.5/24", "dev", "eth0"])
+        .unwrap();
+    pod.run(["ip", "route", "add", "default", "via", "10.1.0.1"])
+        .unwrap();
+    let log = dir.path().join("server.log");
+    let pid = start_with(&pod, dir.path(), &log, &[("OPENVPN_AUTO_MTU", "true")]);
+    let link = stdout(&pod, &["ip", "link", "show", "tun0"]);
+    assert!(link.contains("mtu 8800 "), "{link}");
+    assert!(stop(&pod, pid, "-TERM").success());
 }

@@ -38,6 +38,7 @@ use protocol::config::{
 use protocol::session::{ControlProtection, Keepalive};
 use protocol::static_key::{self, StaticKeyError};
 
+use crate::pool::{Pool, PoolError};
 use crate::script::{Script, ScriptParseError};
 use crate::settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};
 use protocol::config::netmap::{MAPPED_NODE_NETWORK, MAPPED_POD_NETWORK, MAPPED_SERVICE_NETWORK};
@@ -132,6 +133,15 @@ pub enum LoadError {
         directive: &'static str,
         /// Why.
         reason: String,
+    },
+    /// The `ifconfig-pool` range does not fit the `server` network.
+    #[error("{file}: 'ifconfig-pool'")]
+    Pool {
+        /// The config.
+        file: String,
+        /// Why.
+        #[source]
+        source: PoolError,
     },
     /// An `up` / `down` command cannot be split into a program and its arguments.
     #[error("{file}")]
@@ -310,7 +320,7 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     }
 
     // Pools.
-    s.pool_v4 = pool_v4(file, o)?;
+    (s.pool_v4, s.pool_v4_range) = pool_v4(file, o)?;
     s.pool_v6 = o.server_ipv6;
 
     // Kernel routes into the tun device.
@@ -532,9 +542,12 @@ fn listen_addrs(
     })
 }
 
-/// The IPv4 pool: `server NET MASK`, or with `nopool` an `ifconfig-pool` covering exactly
-/// what `server` would hand out (NET+2 .. BCAST-1, the GEP-14 config).
-fn pool_v4(file: &str, o: &ServerOptions) -> Result<Option<Ipv4Net>, LoadError> {
+/// The IPv4 pool: `server NET MASK`, or with `nopool` the `ifconfig-pool START END` range
+/// inside it (upstream accepts any range there; a range under the server's own address, over
+/// the broadcast address or outside the network is refused with the reason).
+type PoolV4 = (Option<Ipv4Net>, Option<(Ipv4Addr, Ipv4Addr)>);
+
+fn pool_v4(file: &str, o: &ServerOptions) -> Result<PoolV4, LoadError> {
     let Some(server) = o.server else {
         if o.ifconfig_pool.is_some() {
             return Err(unsupported(
@@ -543,26 +556,18 @@ fn pool_v4(file: &str, o: &ServerOptions) -> Result<Option<Ipv4Net>, LoadError> 
                 "needs 'server NET MASK nopool' (a pool without 'server' is not supported)".into(),
             ));
         }
-        return Ok(None);
+        return Ok((None, None));
     };
     let net = server.network.trunc();
     match (server.nopool, o.ifconfig_pool) {
-        (false, None) => Ok(Some(net)),
+        (false, None) => Ok((Some(net), None)),
         (_, Some(p)) => {
-            let first = Ipv4Addr::from(u32::from(net.network()) + 2);
-            let last = Ipv4Addr::from(u32::from(net.broadcast()) - 1);
-            if p.start == first && p.end == last {
-                Ok(Some(net))
-            } else {
-                Err(unsupported(
-                    file,
-                    "ifconfig-pool",
-                    format!(
-                        "only the whole 'server' range {first} to {last} is supported, not {} to {}",
-                        p.start, p.end
-                    ),
-                ))
-            }
+            let range = Some((p.start, p.end));
+            Pool::with_range(Some(net), range, None).map_err(|source| LoadError::Pool {
+                file: file.to_owned(),
+                source,
+            })?;
+            Ok((Some(net), range))
         }
         (true, None) => Err(unsupported(
             file,
@@ -918,27 +923,35 @@ mod tests {
             e.ends_with("ccd/shoot:2: unknown directive 'iroutee'"),
             "{e}"
         );
-        // An IPv4 pool range other than the whole network is refused, not narrowed silently.
-        let e = from_options(
-            "x.conf",
-            &ServerOptions::parse(
+        std::fs::remove_file(ccd.join("shoot")).unwrap();
+        // An ifconfig-pool range narrower than the network is taken, as upstream does (low
+        // addresses kept for ifconfig-push); one over the broadcast address is refused.
+        let narrowed = |range: &str| {
+            from_options(
                 "x.conf",
-                &fixture("gep14-server.conf", dir.path()).replace(
-                    "192.168.123.2 192.168.123.254",
-                    "192.168.123.10 192.168.123.20",
-                ),
+                &ServerOptions::parse(
+                    "x.conf",
+                    &fixture("gep14-server.conf", dir.path())
+                        .replace("192.168.123.2 192.168.123.254", range),
+                )
+                .unwrap()
+                .config,
             )
-            .unwrap()
-            .config,
-        )
-        .unwrap_err()
-        .to_string();
+        };
+        let s = narrowed("192.168.123.10 192.168.123.20").unwrap().settings;
+        assert_eq!(
+            s.pool_v4_range,
+            Some((
+                "192.168.123.10".parse().unwrap(),
+                "192.168.123.20".parse().unwrap()
+            ))
+        );
+        let e = chain(&narrowed("192.168.123.10 192.168.123.255").unwrap_err());
         assert!(
-            e.starts_with("x.conf: 'ifconfig-pool': only the whole"),
+            e.starts_with("x.conf: 'ifconfig-pool': IPv4 pool range"),
             "{e}"
         );
         // A garbage tls-auth key names the key file.
-        std::fs::remove_file(ccd.join("shoot")).unwrap();
         std::fs::write(dir.path().join("tlsauth/vpn.tlsauth"), "nonsense\n").unwrap();
         let e = chain(&load_file(&conf).unwrap_err());
         assert!(e.contains("tlsauth/vpn.tlsauth: "), "{e}");

@@ -52,6 +52,17 @@ pub enum PoolError {
         /// The network.
         net: Ipv6Net,
     },
+    /// An `ifconfig-pool` range outside the network, over the server's address or the
+    /// broadcast address, or reversed.
+    #[error("IPv4 pool range {start} to {end} is not inside {net} after the server's address")]
+    BadRange {
+        /// The `server` network.
+        net: Ipv4Net,
+        /// First address of the range.
+        start: Ipv4Addr,
+        /// Last address of the range.
+        end: Ipv4Addr,
+    },
     /// Neither an IPv4 nor an IPv6 network was given.
     #[error("no pool network configured")]
     Empty,
@@ -104,6 +115,17 @@ impl Pool {
     /// The pool of `server v4` and/or `server-ipv6 v6` (topology subnet, `dev tun`). The
     /// networks' host bits are ignored.
     pub fn new(v4: Option<Ipv4Net>, v6: Option<Ipv6Net>) -> Result<Pool, PoolError> {
+        Pool::with_range(v4, None, v6)
+    }
+
+    /// Like [`Pool::new`], the IPv4 entries from `range` (`ifconfig-pool START END`) instead of
+    /// the whole network: it must lie inside the network, after the server's own address
+    /// (NET+1) and before the broadcast address.
+    pub fn with_range(
+        v4: Option<Ipv4Net>,
+        range: Option<(Ipv4Addr, Ipv4Addr)>,
+        v6: Option<Ipv6Net>,
+    ) -> Result<Pool, PoolError> {
         let v4 = v4.map(|n| n.trunc());
         let v6 = v6.map(|n| n.trunc());
         let mut size: Option<u32> = None;
@@ -114,9 +136,19 @@ impl Pool {
             {
                 return Err(PoolError::BadIpv4Network { net });
             }
-            v4_base = u32::from(net.network()) + 2;
-            let last = u32::from(net.broadcast()) - 1;
-            size = Some((last - v4_base + 1).min(IFCONFIG_POOL_MAX));
+            let (first, last) = match range {
+                None => (u32::from(net.network()) + 2, u32::from(net.broadcast()) - 1),
+                Some((start, end)) => {
+                    let (first, last) = (u32::from(start), u32::from(end));
+                    let inside = u32::from(net.network()) + 2..u32::from(net.broadcast());
+                    if first > last || !inside.contains(&first) || !inside.contains(&last) {
+                        return Err(PoolError::BadRange { net, start, end });
+                    }
+                    (first, last)
+                }
+            };
+            v4_base = first;
+            size = Some((last - first + 1).min(IFCONFIG_POOL_MAX));
         }
         let mut v6_base = 0;
         if let Some(net) = v6 {
@@ -350,6 +382,27 @@ mod tests {
             Err(PoolError::BadIpv4Network { .. })
         ));
         assert_eq!(Pool::new(None, None).unwrap_err(), PoolError::Empty);
+        // An ifconfig-pool range inside the network, after the server's address.
+        let range = |a: &str, b: &str| Some((a.parse().unwrap(), b.parse().unwrap()));
+        let net = Some(v4("192.168.123.0/24"));
+        let p = Pool::with_range(net, range("192.168.123.100", "192.168.123.149"), None).unwrap();
+        assert_eq!(p.size(), 50);
+        assert_eq!(p.lease(0).v4, Some("192.168.123.100".parse().unwrap()));
+        assert_eq!(p.lease(49).v4, Some("192.168.123.149".parse().unwrap()));
+        for (a, b) in [
+            ("192.168.123.1", "192.168.123.10"), // the server's own address
+            ("192.168.123.200", "192.168.123.255"), // the broadcast address
+            ("192.168.123.50", "192.168.123.40"), // reversed
+            ("192.168.124.2", "192.168.124.9"),  // another network
+        ] {
+            assert!(
+                matches!(
+                    Pool::with_range(net, range(a, b), None),
+                    Err(PoolError::BadRange { .. })
+                ),
+                "{a}-{b}"
+            );
+        }
         assert_eq!(Pool::new(Some(v4("10.0.0.0/29")), None).unwrap().size(), 5);
     }
 

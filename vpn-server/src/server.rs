@@ -144,7 +144,7 @@ impl Server {
         }
         let pool = match (settings.pool_v4, settings.pool_v6) {
             (None, None) => None,
-            (v4, v6) => Some(Pool::new(v4, v6)?),
+            (v4, v6) => Some(Pool::with_range(v4, settings.pool_v4_range, v6)?),
         };
         let tun = Arc::new(Tun::open(&settings.dev)?);
         device::setup(&settings, tun.name(), pool.as_ref()).await?;

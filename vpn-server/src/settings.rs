@@ -128,6 +128,9 @@ pub struct Settings {
     pub txqueuelen: Option<u32>,
     /// `server NET MASK` (topology subnet); `None` for no IPv4 pool (vpn2 runs IPv6-only).
     pub pool_v4: Option<Ipv4Net>,
+    /// `ifconfig-pool START END` with `server ... nopool`: the IPv4 addresses handed out,
+    /// inside `pool_v4` (`None`: NET+2 to the last address before the broadcast).
+    pub pool_v4_range: Option<(Ipv4Addr, Ipv4Addr)>,
     /// `server-ipv6 P/len`.
     pub pool_v6: Option<Ipv6Net>,
     /// The configuration's `push "..."` lines, in order.
@@ -211,6 +214,7 @@ impl Settings {
             dev: "tun0".into(),
             txqueuelen: None,
             pool_v4: Some(DEFAULT_POOL_V4),
+            pool_v4_range: None,
             pool_v6: None,
             push: Vec::new(),
             clients: HashMap::new(),

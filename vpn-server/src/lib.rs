@@ -53,6 +53,7 @@ pub mod device;
 pub mod launch;
 pub mod metrics;
 pub mod pool;
+pub mod probes;
 pub mod registry;
 pub mod routing;
 pub mod script;

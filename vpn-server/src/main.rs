@@ -6,11 +6,15 @@
 //!
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
 //! `vpn-server sidecar` runs it alone.
+//!
+//! Gardener's other uses of the vpn2 image: `vpn-server readiness` and `vpn-server liveness`
+//! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`).
 
 use std::error::Error;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Parser;
 use netio::report::chain;
@@ -19,6 +23,7 @@ use protocol::config::env::Vpn2ServerEnv;
 use tokio_util::sync::CancellationToken;
 use vpn_server::config::VPN2_SECRETS_DIR;
 use vpn_server::launch::{self, Launch};
+use vpn_server::probes::{self, ProbeError};
 use vpn_server::sidecar::cli::ShootNetworks;
 use vpn_server::sidecar::SidecarArgs;
 use vpn_server::{from_vpn2_env, load_file};
@@ -60,10 +65,23 @@ struct Cli {
 enum Command {
     /// Run only the CONNECT sidecar (the mTLS HTTP CONNECT proxy that replaces Envoy).
     Sidecar(SidecarArgs),
+    /// Exit 0 if the status file shows the clients vpn2's readiness rules ask for.
+    Readiness,
+    /// Exit 0 if the status file parses and was written at most 17 s ago.
+    Liveness,
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Command::Readiness) => return probe(probes::readiness(std::env::vars())),
+        Some(Command::Liveness) => {
+            return probe(probes::liveness(std::env::vars(), SystemTime::now()))
+        }
+        Some(Command::Sidecar(args)) => sidecar(args, &cli),
+        None => server(&cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vpn-server: error: {}", chain(e.as_ref()));
@@ -72,13 +90,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
-    if let Some(Command::Sidecar(args)) = &cli.command {
-        let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-        init_logging(cli.log.as_deref().unwrap_or("info"))?;
-        return serve(|shutdown| launch::run_sidecar(config, shutdown));
+/// A probe's outcome as vpn2 reports it: exit 0, or the reason as one line on stdout and
+/// exit 1.
+#[allow(clippy::print_stdout)] // the probe's output is its stdout
+fn probe(result: Result<(), ProbeError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("{}", chain(&e));
+            ExitCode::FAILURE
+        }
     }
-    let launch = load(cli.config.as_ref(), &cli)?;
+}
+
+fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let launch = load(cli.config.as_ref(), cli)?;
     init_logging(
         cli.log
             .as_deref()
@@ -88,6 +114,12 @@ fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
         tracing::warn!("{w}");
     }
     serve(|shutdown| launch::run(launch, shutdown))
+}
+
+fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
+    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    serve(|shutdown| launch::run_sidecar(config, shutdown))
 }
 
 /// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's

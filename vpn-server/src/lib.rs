@@ -50,6 +50,7 @@
 pub mod config;
 pub mod connection;
 pub mod device;
+pub mod exporter;
 pub mod launch;
 pub mod metrics;
 pub mod pool;

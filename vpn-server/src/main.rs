@@ -8,7 +8,8 @@
 //! `vpn-server sidecar` runs it alone.
 //!
 //! Gardener's other uses of the vpn2 image: `vpn-server readiness` and `vpn-server liveness`
-//! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`).
+//! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`) and
+//! `vpn-server exporter` (the HA `openvpn-exporter` container; `vpn_server::exporter`).
 
 use std::error::Error;
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ServerEnv;
 use tokio_util::sync::CancellationToken;
 use vpn_server::config::VPN2_SECRETS_DIR;
+use vpn_server::exporter::{self, ExporterArgs, ExporterConfig};
 use vpn_server::launch::{self, Launch};
 use vpn_server::probes::{self, ProbeError};
 use vpn_server::sidecar::cli::ShootNetworks;
@@ -69,6 +71,8 @@ enum Command {
     Readiness,
     /// Exit 0 if the status file parses and was written at most 17 s ago.
     Liveness,
+    /// Serve the status file's and netstat series on `/metrics` (vpn2's exporter).
+    Exporter(ExporterArgs),
 }
 
 fn main() -> ExitCode {
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
             return probe(probes::liveness(std::env::vars(), SystemTime::now()))
         }
         Some(Command::Sidecar(args)) => sidecar(args, &cli),
+        Some(Command::Exporter(args)) => exporter(args, &cli),
         None => server(&cli),
     };
     match result {
@@ -120,6 +125,12 @@ fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
     let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
     init_logging(cli.log.as_deref().unwrap_or("info"))?;
     serve(|shutdown| launch::run_sidecar(config, shutdown))
+}
+
+fn exporter(args: &ExporterArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let config = ExporterConfig::from_vpn2_env(std::env::vars(), args)?;
+    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    serve(|shutdown| exporter::run(config, shutdown))
 }
 
 /// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's

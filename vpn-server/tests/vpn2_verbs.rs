@@ -1,13 +1,16 @@
-//! `vpn-server readiness` and `vpn-server liveness` as Gardener runs them: exit codes, the
-//! one line on stdout, the time a probe takes. Status files are temporary files; no root
-//! needed.
+//! `vpn-server readiness`, `vpn-server liveness` and `vpn-server exporter` as Gardener runs
+//! them: exit codes, the one line on stdout, the time a probe takes, and the exporter's
+//! `/metrics` on loopback. Status files are temporary files; no root needed.
 
 #![allow(clippy::unwrap_used)] // test: a failed unwrap is a failed test
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rustix::process::{kill_process, Pid, Signal};
 use vpn_server::status::{self, ClientStatus, StatusSnapshot};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
@@ -188,4 +191,136 @@ fn probe_errors_are_one_line_on_stdout() {
         );
         std::fs::remove_file(&path).unwrap();
     }
+}
+
+/// A running `vpn-server exporter`, stopped with SIGTERM when dropped.
+struct Exporter {
+    child: Child,
+    port: u16,
+}
+
+impl Exporter {
+    fn start(status: &Path) -> Exporter {
+        // A port the kernel just handed out and took back.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(BIN)
+            .args(["exporter", "--listen", &format!("127.0.0.1:{port}")])
+            .env_clear()
+            .env("OPENVPN_STATUS_PATH", status)
+            .env("VPN_SERVER_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exporter = Exporter { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "exporter did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        exporter
+    }
+
+    fn get(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: vpn-seed-server-0:15000\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).unwrap()).unwrap();
+        kill_process(pid, Signal::TERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "exporter ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn exporter_serves_what_gardener_keeps_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openvpn.status");
+    let mut exporter = Exporter::start(&path);
+    // No file yet: up 0.
+    let up = format!("openvpn_up{{status_path=\"{}\"}}", path.display());
+    let metrics = exporter.get("/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+    assert!(metrics.contains(&format!("\n{up} 0\n")), "{metrics}");
+
+    std::fs::write(&path, fixture("ha-2.6.status")).unwrap();
+    let metrics = exporter.get("/metrics");
+    assert!(
+        metrics.contains("Content-Type: text/plain; version=0.0.4"),
+        "{metrics}"
+    );
+    assert!(metrics.contains(&format!("\n{up} 1\n")), "{metrics}");
+    // The series Gardener's `openvpn-server-exporter` job keeps.
+    for name in [
+        "openvpn_server_client_received_bytes_total{",
+        "openvpn_server_client_sent_bytes_total{",
+        "openvpn_server_route_last_reference_time_seconds{",
+        "openvpn_status_update_time_seconds{",
+        "openvpn_up{",
+        "openvpn_netstat_Tcp_OutSegs ",
+        "openvpn_netstat_Tcp_RetransSegs ",
+    ] {
+        assert!(
+            metrics.contains(&format!("\n{name}")),
+            "{name} missing:\n{metrics}"
+        );
+    }
+    assert!(metrics.contains(
+        "openvpn_server_client_sent_bytes_total{common_name=\"vpn-shoot-client-0\",\
+         connection_time=\"1776664679\",real_address=\"10.180.5.3:33870\""
+    ));
+
+    let index = exporter.get("/");
+    assert!(index.starts_with("HTTP/1.1 200 OK\r\n"), "{index}");
+    assert!(index.contains("Content-Type: text/html"), "{index}");
+    assert!(index.contains("href=\"/metrics\""), "{index}");
+
+    let status = exporter.terminate();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn exporter_without_status_path_exits_1() {
+    let out = Command::new(BIN)
+        .args(["exporter", "--listen", "127.0.0.1:0"])
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        "vpn-server: error: OPENVPN_STATUS_PATH is not set"
+    );
 }

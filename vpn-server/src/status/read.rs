@@ -32,7 +32,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// The first CN prefix vpn2 gives shoot-side clients (`vpn-shoot-client`, `vpn-shoot-client-0`).
+/// The CN prefix of shoot-side clients (`vpn-shoot-client`, in HA `vpn-shoot-client-0`, …).
 pub const SHOOT_CLIENT_PREFIX: &str = "vpn-shoot-client";
 /// The CN prefix of the seed-side HA clients (the kube-apiserver's `vpn-client-N` sidecars).
 pub const SEED_CLIENT_PREFIX: &str = "vpn-seed-client";

@@ -6,6 +6,7 @@
 //! | `GET /metrics` | 200, the Prometheus text exposition (format 0.0.4) of every part |
 //! | `GET /healthz` | 200 `ok` while the process serves |
 //! | `GET /readyz` | 200 `ready` when every part is ready, else 503 `not ready` |
+//! | `GET /` | 200, the binary's HTML index page if it set one ([`AdminServer::with_index`]), else 404 |
 //! | `HEAD` of the above | the same status and headers, no body |
 //! | another path | 404 |
 //! | another method | 405 with `Allow: GET, HEAD` |
@@ -57,6 +58,8 @@ pub enum Kind {
     Gauge,
     /// Buckets, sum and count.
     Histogram,
+    /// No type given (what Go's client library writes for its `UntypedValue`).
+    Untyped,
 }
 
 impl Kind {
@@ -65,6 +68,7 @@ impl Kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
+            Kind::Untyped => "untyped",
         }
     }
 }
@@ -152,6 +156,7 @@ pub fn render(parts: &[Arc<dyn AdminState>]) -> String {
 #[derive(Debug)]
 pub struct AdminServer {
     listeners: Vec<TcpListener>,
+    index: Option<&'static str>,
 }
 
 /// An admin listener could not be bound.
@@ -175,7 +180,17 @@ impl AdminServer {
                 crate::listen::bind(addr).map_err(|source| AdminBindError { addr, source })
             })
             .collect::<Result<_, _>>()?;
-        Ok(AdminServer { listeners })
+        Ok(AdminServer {
+            listeners,
+            index: None,
+        })
+    }
+
+    /// Answers `GET /` with `html` (a page linking `/metrics`, as exporters have) instead of
+    /// 404.
+    pub fn with_index(mut self, html: &'static str) -> AdminServer {
+        self.index = Some(html);
+        self
     }
 
     /// The bound addresses (with the port the kernel chose for port 0).
@@ -190,6 +205,7 @@ impl AdminServer {
     /// progress has ended.
     pub async fn serve(self, parts: Vec<Arc<dyn AdminState>>, shutdown: CancellationToken) {
         let parts: Arc<[Arc<dyn AdminState>]> = parts.into();
+        let index = self.index;
         let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
         let tracker = TaskTracker::new();
         for listener in self.listeners {
@@ -206,7 +222,8 @@ impl AdminServer {
                     };
                     let parts = Arc::clone(&parts);
                     requests.spawn(async move {
-                        let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &parts)).await;
+                        let answer = answer(stream, &parts, index);
+                        let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer).await;
                         drop(slot);
                     });
                 }
@@ -219,7 +236,11 @@ impl AdminServer {
 }
 
 /// Reads one request head and answers it.
-async fn answer(mut stream: TcpStream, parts: &[Arc<dyn AdminState>]) -> io::Result<()> {
+async fn answer(
+    mut stream: TcpStream,
+    parts: &[Arc<dyn AdminState>],
+    index: Option<&'static str>,
+) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(1024);
     let head = loop {
         match parse_request_head(&buf) {
@@ -233,7 +254,7 @@ async fn answer(mut stream: TcpStream, parts: &[Arc<dyn AdminState>]) -> io::Res
     };
     let response = match head {
         None => Response::plain(400, "Bad Request", ""),
-        Some(h) => respond(&h.method, &h.target, parts),
+        Some(h) => respond(&h.method, &h.target, parts, index),
     };
     stream.write_all(&response.encode()).await?;
     stream.shutdown().await
@@ -282,7 +303,12 @@ impl Response {
 }
 
 /// The answer to `method target` (the decision, without I/O).
-fn respond(method: &str, target: &str, parts: &[Arc<dyn AdminState>]) -> Response {
+fn respond(
+    method: &str,
+    target: &str,
+    parts: &[Arc<dyn AdminState>],
+    index: Option<&'static str>,
+) -> Response {
     let head_only = match method {
         "GET" => false,
         "HEAD" => true,
@@ -301,6 +327,13 @@ fn respond(method: &str, target: &str, parts: &[Arc<dyn AdminState>]) -> Respons
         "/healthz" => Response::plain(200, "OK", "ok\n"),
         "/readyz" if parts.iter().all(|p| p.ready()) => Response::plain(200, "OK", "ready\n"),
         "/readyz" => Response::plain(503, "Service Unavailable", "not ready\n"),
+        "/" => match index {
+            Some(html) => Response {
+                content_type: "text/html; charset=utf-8",
+                ..Response::plain(200, "OK", html)
+            },
+            None => Response::plain(404, "Not Found", ""),
+        },
         _ => Response::plain(404, "Not Found", ""),
     };
     response.head_only = head_only;
@@ -350,25 +383,55 @@ mod tests {
                 ready: AtomicBool::new(true),
             }),
         ];
-        assert_eq!(respond("GET", "/readyz", &parts).status, 503);
+        assert_eq!(respond("GET", "/readyz", &parts, None).status, 503);
         part.ready.store(true, Ordering::Relaxed);
-        assert_eq!(respond("GET", "/readyz", &parts).status, 200);
-        assert_eq!(respond("GET", "/healthz", &parts).body, "ok\n");
-        let metrics = respond("GET", "/metrics?name[]=x", &parts);
+        assert_eq!(respond("GET", "/readyz", &parts, None).status, 200);
+        assert_eq!(respond("GET", "/healthz", &parts, None).body, "ok\n");
+        let metrics = respond("GET", "/metrics?name[]=x", &parts, None);
         assert_eq!(metrics.status, 200);
         assert!(metrics.body.starts_with("# HELP demo_up"));
         assert!(metrics.content_type.contains("version=0.0.4"));
-        assert_eq!(respond("GET", "/", &parts).status, 404);
-        assert_eq!(respond("GET", "/metricsx", &parts).status, 404);
-        let post = respond("POST", "/metrics", &parts);
+        assert_eq!(respond("GET", "/", &parts, None).status, 404);
+        assert_eq!(respond("GET", "/metricsx", &parts, None).status, 404);
+        let post = respond("POST", "/metrics", &parts, None);
         assert_eq!(post.status, 405);
         assert!(String::from_utf8(post.encode())
             .unwrap()
             .contains("\r\nAllow: GET, HEAD\r\n"));
-        let head = respond("HEAD", "/metrics", &parts).encode();
+        let head = respond("HEAD", "/metrics", &parts, None).encode();
         let head = String::from_utf8(head).unwrap();
         assert!(head.ends_with("\r\n\r\n"), "{head}");
         assert!(!head.contains("demo_up"));
+    }
+
+    #[test]
+    fn index_page_only_when_set() {
+        let parts: Vec<Arc<dyn AdminState>> = vec![Arc::new(Part::default())];
+        let html = "<html><a href=\"/metrics\">metrics</a></html>\n";
+        let index = respond("GET", "/", &parts, Some(html));
+        assert_eq!(index.status, 200);
+        assert_eq!(index.content_type, "text/html; charset=utf-8");
+        assert_eq!(index.body, html);
+        assert_eq!(respond("GET", "/?x=1", &parts, Some(html)).body, html);
+        let head = respond("HEAD", "/", &parts, Some(html)).encode();
+        assert!(String::from_utf8(head).unwrap().ends_with("\r\n\r\n"));
+        // The other paths are unchanged.
+        assert_eq!(
+            respond("GET", "/index.html", &parts, Some(html)).status,
+            404
+        );
+        assert_eq!(respond("GET", "/metrics", &parts, Some(html)).status, 200);
+        assert_eq!(respond("GET", "/", &parts, None).status, 404);
+    }
+
+    #[test]
+    fn untyped_family() {
+        let mut out = Exposition::new();
+        out.single("demo_untyped", Kind::Untyped, "No type.", 3);
+        assert_eq!(
+            out.as_str(),
+            "# HELP demo_untyped No type.\n# TYPE demo_untyped untyped\ndemo_untyped 3\n"
+        );
     }
 
     async fn get(addr: SocketAddr, request: &[u8]) -> String {
@@ -381,7 +444,9 @@ mod tests {
 
     #[tokio::test]
     async fn serves_over_tcp_and_stops_on_shutdown() {
-        let server = AdminServer::bind(&["127.0.0.1:0".parse().unwrap()]).unwrap();
+        let server = AdminServer::bind(&["127.0.0.1:0".parse().unwrap()])
+            .unwrap()
+            .with_index("<html>index</html>");
         let addr = server.local_addrs()[0];
         let shutdown = CancellationToken::new();
         let part: Arc<dyn AdminState> = Arc::new(Part::default());
@@ -389,6 +454,9 @@ mod tests {
         let metrics = get(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
         assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
         assert!(metrics.ends_with("demo_requests_total{path=\"a\\\"b\\\\c\\nd\"} 0.5\n"));
+        let index = get(addr, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(index.starts_with("HTTP/1.1 200 OK\r\n"), "{index}");
+        assert!(index.ends_with("\r\n\r\n<html>index</html>"), "{index}");
         let ready = get(addr, b"GET /readyz HTTP/1.1\r\n\r\n").await;
         assert!(ready.starts_with("HTTP/1.1 503 "), "{ready}");
         let bad = get(addr, b"\x16\x03\x01 not http\r\n\r\n").await;

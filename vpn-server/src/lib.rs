@@ -2,6 +2,14 @@
 //! CONNECT sidecar that replaces Envoy ([`sidecar`]). The ingress router is its own crate,
 //! `vpn-router`.
 //!
+//! The binary also answers Gardener's other calls into the vpn2 `vpn-server` image:
+//!
+//! | verb | what | inputs | exit |
+//! |---|---|---|---|
+//! | `vpn-server readiness` | exec readiness probe of `vpn-seed-server` ([`probes`]) | vpn2 env (`OPENVPN_STATUS_PATH`; `IS_HA`, `POD_NAME`, `HA_VPN_CLIENTS`), the status file | 0 ready; 1 with the reason on stdout |
+//! | `vpn-server liveness` | exec liveness probe: the status file's `TIME` at most 17 s old ([`probes`]) | the same | 0 alive; 1 with the reason on stdout |
+//! | `vpn-server exporter` | the HA `openvpn-exporter` container: `/metrics` on port 15000 ([`exporter`]) | `OPENVPN_STATUS_PATH`, `/proc/net/snmp`, `--listen` | runs until SIGTERM / SIGINT (0); 1 if the environment is invalid or a listener cannot be bound |
+//!
 //! # A packet's way, file by file
 //!
 //! Shoot → seed (a client's packet into the seed):
@@ -43,7 +51,9 @@
 //! | [`pool`] | the unified IPv4/IPv6 client address pool (`server`, `server-ipv6`) |
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
-//! | [`status`] | the `status-version 2` status file |
+//! | [`status`] | the `status-version 2` status file; [`status::read`] reads it as vpn2's probes do |
+//! | [`probes`] | `vpn-server readiness` / `liveness` |
+//! | [`exporter`] | `vpn-server exporter`: kumina's and vpn2's series from the status file |
 //! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 //! | [`vpn2`] | vpn2's drop-in verbs and rules: `setup`, `firewall`, the env-mode firewall table |
@@ -51,9 +61,11 @@
 pub mod config;
 pub mod connection;
 pub mod device;
+pub mod exporter;
 pub mod launch;
 pub mod metrics;
 pub mod pool;
+pub mod probes;
 pub mod registry;
 pub mod routing;
 pub mod script;

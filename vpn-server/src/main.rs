@@ -6,11 +6,16 @@
 //!
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
 //! `vpn-server sidecar` runs it alone.
+//!
+//! Gardener's other uses of the vpn2 image: `vpn-server readiness` and `vpn-server liveness`
+//! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`) and
+//! `vpn-server exporter` (the HA `openvpn-exporter` container; `vpn_server::exporter`).
 
 use std::error::Error;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Parser;
 use netio::report::chain;
@@ -19,7 +24,9 @@ use protocol::config::env::Vpn2ServerEnv;
 use protocol::config::netmap::Netmap;
 use tokio_util::sync::CancellationToken;
 use vpn_server::config::VPN2_SECRETS_DIR;
+use vpn_server::exporter::{self, ExporterArgs, ExporterConfig};
 use vpn_server::launch::{self, Launch};
+use vpn_server::probes::{self, ProbeError};
 use vpn_server::sidecar::cli::ShootNetworks;
 use vpn_server::sidecar::SidecarArgs;
 use vpn_server::vpn2;
@@ -67,10 +74,28 @@ enum Command {
     /// vpn2's OpenVPN hook: the VPN device's firewall rules and routes (`up`), or their removal
     /// (`down`).
     Firewall(vpn2::FirewallArgs),
+    /// Exit 0 if the status file shows the clients vpn2's readiness rules ask for.
+    Readiness,
+    /// Exit 0 if the status file parses and was written at most 17 s ago.
+    Liveness,
+    /// Serve the status file's and netstat series on `/metrics` (vpn2's exporter).
+    Exporter(ExporterArgs),
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Command::Readiness) => return probe(probes::readiness(std::env::vars())),
+        Some(Command::Liveness) => {
+            return probe(probes::liveness(std::env::vars(), SystemTime::now()))
+        }
+        Some(Command::Sidecar(args)) => sidecar(args, &cli),
+        Some(Command::Exporter(args)) => exporter(args, &cli),
+        Some(Command::Setup) => setup(&cli),
+        Some(Command::Firewall(args)) => firewall(args, &cli),
+        None => server(&cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vpn-server: error: {}", chain(e.as_ref()));
@@ -79,26 +104,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
-    match &cli.command {
-        Some(Command::Sidecar(args)) => {
-            let config =
-                args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-            init_logging(cli.log.as_deref().unwrap_or("info"))?;
-            return serve(|shutdown| launch::run_sidecar(config, shutdown));
+/// A probe's outcome as vpn2 reports it: exit 0, or the reason as one line on stdout and
+/// exit 1.
+#[allow(clippy::print_stdout)] // the probe's output is its stdout
+fn probe(result: Result<(), ProbeError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("{}", chain(&e));
+            ExitCode::FAILURE
         }
-        Some(Command::Setup) => {
-            init_logging(cli.log.as_deref().unwrap_or("info"))?;
-            return Ok(vpn2::setup()?);
-        }
-        Some(Command::Firewall(args)) => {
-            init_logging(cli.log.as_deref().unwrap_or("info"))?;
-            let args = args.clone();
-            return serve(|_| async move { vpn2::firewall(&args).await });
-        }
-        None => {}
     }
-    let launch = load(cli.config.as_ref(), &cli)?;
+}
+
+fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let launch = load(cli.config.as_ref(), cli)?;
     init_logging(
         cli.log
             .as_deref()
@@ -108,6 +128,29 @@ fn run(cli: Cli) -> Result<(), Box<dyn Error>> {
         tracing::warn!("{w}");
     }
     serve(|shutdown| launch::run(launch, shutdown))
+}
+
+fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
+    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    serve(|shutdown| launch::run_sidecar(config, shutdown))
+}
+
+fn setup(cli: &Cli) -> Result<(), Box<dyn Error>> {
+    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    Ok(vpn2::setup()?)
+}
+
+fn firewall(args: &vpn2::FirewallArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
+    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    let args = args.clone();
+    serve(|_| async move { vpn2::firewall(&args).await })
+}
+
+fn exporter(args: &ExporterArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
+    let config = ExporterConfig::from_vpn2_env(std::env::vars(), args)?;
+    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    serve(|shutdown| exporter::run(config, shutdown))
 }
 
 /// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's

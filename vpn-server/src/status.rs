@@ -21,6 +21,10 @@
 //! Differences from upstream, on purpose: times are UTC (upstream uses the local zone, which
 //! is UTC in the vpn2 containers), the TITLE names this program, and routing-table rows are in
 //! a stable order (IPv4 before IPv6, longest prefix first) where upstream prints hash order.
+//!
+//! [`read`] reads such a file back the way vpn2's probes do.
+
+pub mod read;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -8,17 +8,21 @@
 //!  SHOOT  a "pod": HTTPS GET /version ──► apiserver-proxy 127.0.0.1:6443 (right header)
 //!                                         apiserver-proxy 127.0.0.1:6444 (wrong value)
 //!         10.250.0.2/30 ──veth── 10.250.0.1/30  SEED
-//!                          ingress :8443 (router listener honouring X-Gardener-API-Route,
-//!                            route outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local
-//!                            → 127.0.0.1:443; or a ConnectAcceptor requiring that header)
+//!                          ingress :8443 (router listener honouring X-Gardener-Destination
+//!                            and X-Gardener-API-Route, routes
+//!                            outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local and
+//!                            shoot--p--a--kube-apiserver-socket → 127.0.0.1:443; or a
+//!                            ConnectAcceptor requiring X-Gardener-Destination and the first)
 //!                          kube-apiserver 127.0.0.1:443 (HTTPS, answers /version)
 //! ```
 //!
 //! * through the proxy with the configured header the pod's TLS session reaches the
 //!   kube-apiserver end to end (the certificate is the apiserver's, the answer its `/version`);
 //! * the same proxy with another header value gets nothing through, and the kube-apiserver
-//!   saw exactly one connection: the header arrives with the configured value and nothing else
-//!   passes the ingress (the router also counts one tunnel and one refusal).
+//!   saw exactly the routed connections: the header arrives with the configured value and
+//!   nothing else passes the ingress (the router also counts its tunnels and one refusal);
+//! * through the router, a proxy sending the other header name with the socket-shaped value
+//!   gets through too (both names and both of Gardener's value shapes).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -103,11 +107,19 @@ fn apiserver_proxy_reaches_the_kube_apiserver_through_a_connect_acceptor() {
     );
 }
 
-/// The router's config: one listener honouring only `X-Gardener-API-Route`, one route.
+/// The socket-shaped routing value (Istio's TLS termination).
+const SOCKET_ROUTE: &str = "shoot--p--a--kube-apiserver-socket";
+/// The header name the GEP first proposed.
+const OTHER_HEADER: &str = "X-Gardener-API-Route";
+
+/// The router's config: one listener honouring both header names, both value shapes routed
+/// to the kube-apiserver.
 fn router_config() -> RouterConfig {
     RouterConfig::parse(&format!(
-        "[[listener]]\naddress = \"{SEED_ADDR}:{INGRESS_PORT}\"\nheaders = [\"{DEFAULT_HEADER_NAME}\"]\n\n\
-         [[route]]\nvalue = \"{ROUTE}\"\nupstream = \"127.0.0.1:443\"\n"
+        "[[listener]]\naddress = \"{SEED_ADDR}:{INGRESS_PORT}\"\n\
+         headers = [\"{DEFAULT_HEADER_NAME}\", \"{OTHER_HEADER}\"]\n\n\
+         [[route]]\nvalue = \"{ROUTE}\"\nupstream = \"127.0.0.1:443\"\n\n\
+         [[route]]\nvalue = \"{SOCKET_ROUTE}\"\nupstream = \"127.0.0.1:443\"\n"
     ))
     .expect("router config")
 }
@@ -194,19 +206,25 @@ fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header(in
     let token = CancellationToken::new();
     let ingress_addr = format!("{SEED_ADDR}:{INGRESS_PORT}");
     let mut proxies = Vec::new();
-    for (port, value) in [
-        (6443, ROUTE),
+    for (port, header, value) in [
+        (6443, None, ROUTE),
         (
             6444,
+            None,
             "outbound|443||kube-apiserver.shoot--p--b.svc.cluster.local",
         ),
+        (6445, Some(OTHER_HEADER), SOCKET_ROUTE),
     ] {
-        let config = ApiserverProxyConfig::new(
+        let mut config = ApiserverProxyConfig::new(
             vec![SocketAddr::from((Ipv4Addr::LOCALHOST, port))],
             ingress_addr.clone(),
             value.into(),
         );
-        assert_eq!(config.header_name, "X-Gardener-API-Route");
+        assert_eq!(config.header_name, "X-Gardener-Destination");
+        assert_eq!(config.target, (SEED_ADDR.to_string(), 443));
+        if let Some(name) = header {
+            config.header_name = name.into();
+        }
         let proxy = shoot_rt
             .block_on(async { shoot_rt.spawn(ApiserverProxy::bind(config)).await })
             .expect("task")
@@ -214,11 +232,12 @@ fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header(in
         proxies.push(shoot_rt.spawn(proxy.run(token.clone())));
     }
 
-    let (good, bad) = shoot
+    let (good, bad, other) = shoot
         .run_in(|| {
             (
                 get_version(&pki, SocketAddr::from((Ipv4Addr::LOCALHOST, 6443))),
                 get_version(&pki, SocketAddr::from((Ipv4Addr::LOCALHOST, 6444))),
+                get_version(&pki, SocketAddr::from((Ipv4Addr::LOCALHOST, 6445))),
             )
         })
         .expect("run in shoot");
@@ -229,15 +248,27 @@ fn apiserver_proxy_reaches_the_kube_apiserver_only_with_the_configured_header(in
         bad.is_err(),
         "a wrong routing header value got through: {bad:?}"
     );
+    // Only the router knows the other header name and the socket shape.
+    let routed = match ingress {
+        Ingress::Router => {
+            let other = other.expect("GET /version with the other header and the socket shape");
+            assert!(other.ends_with(VERSION), "{other}");
+            2
+        }
+        Ingress::ConnectAcceptor => {
+            assert!(other.is_err(), "the acceptor let another header through");
+            1
+        }
+    };
     assert_eq!(
         connections.load(Ordering::Relaxed),
-        1,
-        "the kube-apiserver saw only the correctly routed connection"
+        routed,
+        "the kube-apiserver saw only the correctly routed connections"
     );
     if let Some(counters) = router_counters {
         assert_eq!(
             counters.tunnels.load(Ordering::Relaxed),
-            1,
+            2,
             "router tunnels"
         );
         assert_eq!(

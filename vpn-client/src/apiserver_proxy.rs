@@ -5,11 +5,18 @@
 //!
 //! ```text
 //!  pod ──TCP──► listen (e.g. <kubernetes service address>:443)
-//!                  │ CONNECT <target> HTTP/1.1
-//!                  │ X-Gardener-API-Route: outbound|443||kube-apiserver.<ns>.svc.cluster.local
+//!                  │ CONNECT HOST:443 HTTP/1.1
+//!                  │ X-Gardener-Destination: outbound|443||kube-apiserver.<ns>.svc.cluster.local
 //!                  ▼
 //!              ingress HOST:PORT ──200──► relay (netio::relay), half-close both ways
 //! ```
+//!
+//! The header is Gardener's: `X-Gardener-Destination` by default (`X-Gardener-API-Route`, the
+//! name the GEP first proposed, or any other with `--header-name`), its value one of the two
+//! shapes Gardener renders, `outbound|443||kube-apiserver.<ns>.svc.cluster.local` or
+//! `<ns>--kube-apiserver-socket` under Istio's TLS termination; any other value is refused at
+//! start, as the ingress would refuse every connection. The request target is the ingress
+//! host with port 443, as Gardener's Envoy sends it (the ingress ignores it).
 //!
 //! The ingress name is resolved for every connection (its addresses may change). Defaults
 //! follow Gardener's Envoy apiserver-proxy: upstream connect timeout 5 s, at most 10,000
@@ -21,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use netio::http::route::RouteValue;
+use netio::http::route::{RouteError, RouteValue, Service};
 use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
 use netio::http_connect::{connect_via_proxy, ConnectError};
 use netio::relay::{relay, RelayConfig, DEFAULT_BUFFER_SIZE};
@@ -32,8 +39,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-/// The routing header GEP-30's apiserver-proxy sends by default.
-pub const DEFAULT_HEADER_NAME: &str = "X-Gardener-API-Route";
+/// The routing header Gardener's apiserver-proxy sends.
+pub const DEFAULT_HEADER_NAME: &str = "X-Gardener-Destination";
 /// Gardener's apiserver-proxy upstream connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Gardener's apiserver-proxy connection limit.
@@ -68,9 +75,9 @@ pub struct ApiserverProxyConfig {
 
 impl ApiserverProxyConfig {
     /// Defaults for everything but the addresses and the header value; the request target is
-    /// the FQDN and port of an `outbound|PORT||FQDN` value, else `kubernetes:443`.
+    /// the ingress host with port 443, as Gardener's Envoy sends it.
     pub fn new(listen: Vec<SocketAddr>, ingress: String, header_value: String) -> Self {
-        let target = target_from_route(&header_value).unwrap_or(("kubernetes".into(), 443));
+        let target = (ingress_host(&ingress).to_owned(), 443);
         ApiserverProxyConfig {
             listen,
             ingress,
@@ -95,10 +102,27 @@ impl ApiserverProxyConfig {
     }
 }
 
-/// `outbound|PORT||FQDN` (a valid routing value, `protocol::http::route`) → (FQDN, PORT).
-fn target_from_route(value: &str) -> Option<(String, u16)> {
-    let route = RouteValue::parse(value).ok()?;
-    Some((route.fqdn(), route.port()))
+/// The host of `host:port` (`[v6]:port` without the brackets); the whole text without a port.
+fn ingress_host(ingress: &str) -> &str {
+    let host = match ingress.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => ingress,
+    };
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Checks that `value` is one of the kube-apiserver routing values Gardener renders.
+fn check_route(value: &str) -> Result<RouteValue, ApiserverProxyError> {
+    let route = RouteValue::parse(value).map_err(|source| ApiserverProxyError::Route {
+        value: value.to_owned(),
+        source,
+    })?;
+    match route.service() {
+        Service::KubeApiserver | Service::KubeApiserverSocket => Ok(route),
+        Service::VpnSeedServer { .. } => Err(ApiserverProxyError::NotApiserver {
+            value: value.to_owned(),
+        }),
+    }
 }
 
 /// Why the apiserver-proxy could not start.
@@ -117,6 +141,21 @@ pub enum ApiserverProxyError {
     /// value, ...).
     #[error("invalid CONNECT request settings")]
     Request(#[source] netio::http::HttpError),
+    /// The header value is not a routing value.
+    #[error("header value {value:?} is not a routing value")]
+    Route {
+        /// The value.
+        value: String,
+        /// Why.
+        #[source]
+        source: RouteError,
+    },
+    /// The header value routes to a VPN server, not to a kube-apiserver.
+    #[error("header value {value:?} names a VPN server, not a kube-apiserver")]
+    NotApiserver {
+        /// The value.
+        value: String,
+    },
 }
 
 /// A bound apiserver-proxy; [`ApiserverProxy::run`] serves.
@@ -129,6 +168,7 @@ pub struct ApiserverProxy {
 impl ApiserverProxy {
     /// Checks the request and binds the listeners. Must run inside a tokio runtime.
     pub async fn bind(config: ApiserverProxyConfig) -> Result<Self, ApiserverProxyError> {
+        check_route(&config.header_value)?;
         config
             .request()
             .to_bytes()
@@ -273,10 +313,11 @@ pub struct ApiserverProxyArgs {
     /// Routing header name.
     #[arg(long, env = "APISERVER_PROXY_HEADER_NAME", default_value = DEFAULT_HEADER_NAME)]
     pub header_name: String,
-    /// Routing header value (`outbound|443||kube-apiserver.<ns>.svc.cluster.local`).
+    /// Routing header value: `outbound|443||kube-apiserver.<ns>.svc.cluster.local`, or
+    /// `<ns>--kube-apiserver-socket` behind Istio's TLS termination.
     #[arg(long, env = "APISERVER_PROXY_HEADER_VALUE")]
     pub header_value: String,
-    /// CONNECT request target (`host:port`); default from the header value.
+    /// CONNECT request target (`host:port`); default the ingress host with port 443.
     #[arg(long, env = "APISERVER_PROXY_TARGET")]
     pub target: Option<String>,
     /// Connect timeout in seconds (reaching the ingress and its answer).
@@ -330,27 +371,46 @@ mod tests {
     const ROUTE: &str = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local";
 
     #[test]
-    fn target_comes_from_the_route() {
-        assert_eq!(
-            target_from_route(ROUTE),
-            Some(("kube-apiserver.shoot--p--a.svc.cluster.local".into(), 443))
-        );
-        assert_eq!(
-            target_from_route("shoot--p--a--kube-apiserver-socket"),
-            None
-        );
-        assert_eq!(target_from_route("outbound|443|x|h"), None);
-        let c = ApiserverProxyConfig::new(vec![], "x:1".into(), "opaque".into());
-        assert_eq!(c.target, ("kubernetes".into(), 443));
-        let bytes = c.request().to_bytes().unwrap();
-        let text = String::from_utf8(bytes).unwrap();
+    fn the_request_is_gardeners() {
+        let c = ApiserverProxyConfig::new(vec![], "api.example.org:8443".into(), ROUTE.into());
+        assert_eq!(c.target, ("api.example.org".into(), 443));
+        let text = String::from_utf8(c.request().to_bytes().unwrap()).unwrap();
         assert!(
-            text.starts_with("CONNECT kubernetes:443 HTTP/1.1\r\n"),
+            text.starts_with("CONNECT api.example.org:443 HTTP/1.1\r\n"),
             "{text}"
         );
         assert!(
-            text.contains("\r\nX-Gardener-API-Route: opaque\r\n"),
+            text.contains(&format!("\r\nX-Gardener-Destination: {ROUTE}\r\n")),
             "{text}"
         );
+        let v6 = ApiserverProxyConfig::new(vec![], "[2001:db8::1]:8443".into(), ROUTE.into());
+        assert_eq!(v6.target, ("2001:db8::1".into(), 443));
+    }
+
+    #[test]
+    fn both_value_shapes_are_taken_and_nothing_else() {
+        for ok in [ROUTE, "shoot--p--a--kube-apiserver-socket"] {
+            assert!(check_route(ok).is_ok(), "{ok}");
+        }
+        for (bad, vpn) in [
+            (
+                "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local",
+                true,
+            ),
+            (
+                "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local.",
+                false,
+            ),
+            ("kube-apiserver", false),
+            ("Shoot--p--a--kube-apiserver-socket", false),
+            ("", false),
+        ] {
+            let err = check_route(bad).unwrap_err();
+            assert_eq!(
+                matches!(err, ApiserverProxyError::NotApiserver { .. }),
+                vpn,
+                "{bad}: {err}"
+            );
+        }
     }
 }

@@ -38,7 +38,7 @@
 //! * Routing values are checked strictly (`protocol::http::route`): the namespace is one DNS
 //!   label and the port must be the service's. Istio's expression accepts any text between
 //!   the service name and `.svc.cluster.local`. The `<id>--kube-apiserver-socket` shape
-//!   (Istio TLS termination) is not routed.
+//!   (Istio TLS termination) is a value like the others: routed where a route lists it.
 //! * Routes are listed in the config, not derived from Services: a valid value without a
 //!   route is 400.
 //! * A listener with `proxy_protocol = "required"` accepts connections only from its trusted

@@ -186,10 +186,30 @@ mod tests {
                 },
             );
         }
+        routes.insert(
+            RouteValue::parse("shoot--p--a--kube-apiserver-socket").unwrap(),
+            Target {
+                upstream: "kube-apiserver-socket:443".into(),
+                allow: None,
+            },
+        );
         Policy {
             routes,
             always_allowed: vec!["10.250.0.0/16".parse().unwrap()],
         }
+    }
+
+    #[test]
+    fn the_socket_shape_routes_to_its_own_upstream() {
+        let p = policy();
+        let c: IpAddr = "192.0.2.9".parse().unwrap();
+        let h = |v: &str| head(&format!("X-Gardener-Destination: {v}\r\n"));
+        let routed = p.decide(&h("shoot--p--a--kube-apiserver-socket"), H, c);
+        assert_eq!(routed.unwrap().target.upstream, "kube-apiserver-socket:443");
+        assert!(matches!(
+            p.decide(&h("shoot--p--ab--kube-apiserver-socket"), H, c),
+            Err(Refusal::Unknown { .. })
+        ));
     }
 
     const H: &[&str] = &["X-Gardener-Destination", "Reversed-VPN"];

@@ -6,14 +6,15 @@
 //! outbound|1194||vpn-seed-server-<0..4>.<namespace>.svc.cluster.local      (HA replicas)
 //! outbound|443||kube-apiserver.<namespace>.svc.cluster.local
 //! ^dir     ^port ^subset (always empty) ^FQDN
+//!
+//! <namespace>--kube-apiserver-socket      (the kube-apiserver behind Istio's TLS termination)
 //! ```
 //!
 //! These are the shapes Gardener's ingress regular expression admits (reference section
 //! 2.5), made stricter: the namespace must be one DNS label (RFC 1123: lowercase letters,
 //! digits and `-`, not at either end, at most 63 bytes), the port must be the service's own,
 //! and nothing is normalised: uppercase, a trailing dot, percent-encoding, extra `|` fields, a
-//! non-empty subset, an empty label or an FQDN over [`MAX_FQDN_LEN`] bytes are refused. The
-//! `<technical-id>--kube-apiserver-socket` shape (Istio TLS termination) is not accepted.
+//! non-empty subset, an empty label or an FQDN over [`MAX_FQDN_LEN`] bytes are refused.
 //!
 //! A parsed [`RouteValue`] prints back to exactly the string it was parsed from, so an exact
 //! string is the key of the router's table and allow-lists: no prefix or substring matching
@@ -34,6 +35,8 @@ pub const CLUSTER_SUFFIX: &str = ".svc.cluster.local";
 pub const VPN_SEED_SERVER_PORT: u16 = 1194;
 /// The HTTPS port of `kube-apiserver`.
 pub const KUBE_APISERVER_PORT: u16 = 443;
+/// What follows the namespace in the socket shape.
+pub const SOCKET_SUFFIX: &str = "--kube-apiserver-socket";
 /// Highest HA replica index of `vpn-seed-server-N`.
 pub const MAX_VPN_REPLICA: u8 = 4;
 
@@ -47,6 +50,9 @@ pub enum Service {
     },
     /// `kube-apiserver`.
     KubeApiserver,
+    /// The kube-apiserver's socket behind Istio's TLS termination
+    /// (`<namespace>--kube-apiserver-socket`; no port of its own, 443 is reported).
+    KubeApiserverSocket,
 }
 
 impl Service {
@@ -54,7 +60,7 @@ impl Service {
     pub const fn port(self) -> u16 {
         match self {
             Service::VpnSeedServer { .. } => VPN_SEED_SERVER_PORT,
-            Service::KubeApiserver => KUBE_APISERVER_PORT,
+            Service::KubeApiserver | Service::KubeApiserverSocket => KUBE_APISERVER_PORT,
         }
     }
 
@@ -82,6 +88,7 @@ impl fmt::Display for Service {
             Service::VpnSeedServer { replica: None } => f.write_str("vpn-seed-server"),
             Service::VpnSeedServer { replica: Some(n) } => write!(f, "vpn-seed-server-{n}"),
             Service::KubeApiserver => f.write_str("kube-apiserver"),
+            Service::KubeApiserverSocket => f.write_str("kube-apiserver-socket"),
         }
     }
 }
@@ -101,6 +108,13 @@ impl RouteValue {
         }
         if value.bytes().any(|b| b.is_ascii_uppercase()) {
             return Err(RouteError::Uppercase);
+        }
+        if let Some(namespace) = value.strip_suffix(SOCKET_SUFFIX) {
+            check_label(namespace)?;
+            return Ok(Self {
+                service: Service::KubeApiserverSocket,
+                namespace: namespace.to_owned(),
+            });
         }
         let fields: Vec<&str> = value.split('|').collect();
         let [direction, port, subset, fqdn] = fields[..] else {
@@ -151,10 +165,13 @@ impl RouteValue {
 
     /// A value for `service` in `namespace` (which must be one valid DNS label).
     pub fn new(service: Service, namespace: &str) -> Result<Self, RouteError> {
-        Self::parse(&format!(
-            "{OUTBOUND}|{}||{service}.{namespace}{CLUSTER_SUFFIX}",
-            service.port()
-        ))
+        Self::parse(&match service {
+            Service::KubeApiserverSocket => format!("{namespace}{SOCKET_SUFFIX}"),
+            _ => format!(
+                "{OUTBOUND}|{}||{service}.{namespace}{CLUSTER_SUFFIX}",
+                service.port()
+            ),
+        })
     }
 
     /// The service.
@@ -172,15 +189,23 @@ impl RouteValue {
         self.service.port()
     }
 
-    /// The Service's cluster-local name (`kube-apiserver.<namespace>.svc.cluster.local`).
+    /// The Service's cluster-local name (`kube-apiserver.<namespace>.svc.cluster.local`); the
+    /// socket shape names the kube-apiserver Service too.
     pub fn fqdn(&self) -> String {
-        format!("{}.{}{CLUSTER_SUFFIX}", self.service, self.namespace)
+        let service = match self.service {
+            Service::KubeApiserverSocket => Service::KubeApiserver,
+            other => other,
+        };
+        format!("{service}.{}{CLUSTER_SUFFIX}", self.namespace)
     }
 }
 
 impl fmt::Display for RouteValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{OUTBOUND}|{}||{}", self.port(), self.fqdn())
+        match self.service {
+            Service::KubeApiserverSocket => write!(f, "{}{SOCKET_SUFFIX}", self.namespace),
+            _ => write!(f, "{OUTBOUND}|{}||{}", self.port(), self.fqdn()),
+        }
     }
 }
 
@@ -295,6 +320,10 @@ mod tests {
                 "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local",
                 Service::KubeApiserver,
             ),
+            (
+                "shoot--p--a--kube-apiserver-socket",
+                Service::KubeApiserverSocket,
+            ),
         ] {
             let parsed = RouteValue::parse(value).unwrap();
             assert_eq!(parsed.service(), service);
@@ -308,6 +337,7 @@ mod tests {
     fn refuses_every_malformed_shape() {
         let long_ns = "a".repeat(240);
         let long = format!("outbound|443||kube-apiserver.{long_ns}.svc.cluster.local");
+        let long_socket = format!("{}{SOCKET_SUFFIX}", "a".repeat(MAX_LABEL_LEN + 1));
         let cases: Vec<(&str, RouteError)> = vec![
             (
                 "outbound|443||vpn-seed-server.shoot--p--a.svc.cluster.local",
@@ -378,6 +408,15 @@ mod tests {
             (
                 "outbound|1194||vpn-seed-server.a_b.svc.cluster.local",
                 RouteError::BadLabel,
+            ),
+            ("--kube-apiserver-socket", RouteError::EmptyLabel),
+            ("a.b--kube-apiserver-socket", RouteError::BadLabel),
+            ("shoot---kube-apiserver-socket", RouteError::BadLabel),
+            ("x|y--kube-apiserver-socket", RouteError::BadLabel),
+            (long_socket.as_str(), RouteError::BadLabel),
+            (
+                "shoot--p--a--kube-apiserver-socket.svc",
+                RouteError::FieldCount { found: 1 },
             ),
             (
                 long.as_str(),

@@ -88,12 +88,19 @@ fn shoot_client() -> Table {
                 .rule(Rule::new().tcp_syn().clamp_mss_to_pmtu()),
         )
         .chain(
-            Chain::filter("v6", Hook::Input, priority::FILTER).rule(
-                Rule::new()
-                    .saddr(net("fd8f:6d53:b97a:1::/96"))
-                    .daddr(net("2001:db8:1::/48"))
-                    .accept(),
-            ),
+            Chain::filter("v6", Hook::Input, priority::FILTER)
+                .rule(
+                    Rule::new()
+                        .saddr(net("fd8f:6d53:b97a:1::/96"))
+                        .daddr(net("2001:db8:1::/48"))
+                        .accept(),
+                )
+                .rule(
+                    Rule::new()
+                        .tcp()
+                        .daddr(net("fe80::/10"))
+                        .reject_with_tcp_reset(),
+                ),
         )
 }
 
@@ -147,6 +154,7 @@ const SHOOT_LISTED: &str = "table inet vpnt-shoot {
 	chain v6 {
 		type filter hook input priority filter; policy accept;
 		ip6 saddr fd8f:6d53:b97a:1::/96 ip6 daddr 2001:db8:1::/48 accept
+		meta l4proto tcp ip6 daddr fe80::/10 reject with tcp reset
 	}
 }
 ";

@@ -118,6 +118,7 @@ enum Match {
     SocketGid(u32),
     Source(IpNet),
     Destination(IpNet),
+    Tcp,
     TcpSyn,
 }
 
@@ -125,6 +126,7 @@ enum Match {
 enum Action {
     Accept,
     Drop,
+    RejectTcpReset,
     Dnat(IpNet),
     Snat(IpNet),
     Masquerade,
@@ -222,6 +224,11 @@ impl Rule {
         self.with(Match::Destination(net.trunc()))
     }
 
+    /// `meta l4proto tcp`.
+    pub fn tcp(self) -> Rule {
+        self.with(Match::Tcp)
+    }
+
     /// `tcp flags & (syn|rst) == syn`: the first packet of each direction of a handshake.
     pub fn tcp_syn(self) -> Rule {
         self.with(Match::TcpSyn)
@@ -235,6 +242,12 @@ impl Rule {
     /// `drop`.
     pub fn drop(self) -> Rule {
         self.then(Action::Drop)
+    }
+
+    /// `reject with tcp reset` (with [`Rule::tcp`]): the sender's connect fails at once, where
+    /// a dropped SYN of a local socket would be retried for minutes.
+    pub fn reject_with_tcp_reset(self) -> Rule {
+        self.then(Action::RejectTcpReset)
     }
 
     /// `dnat ip prefix to NET`: the destination's network bits become `NET`'s, its host bits
@@ -494,6 +507,9 @@ const NFTA_NAT_FLAGS: u16 = 7;
 const NFT_NAT_SNAT: u32 = 0;
 const NFT_NAT_DNAT: u32 = 1;
 const NF_NAT_RANGE_NETMAP: u32 = 1 << 6;
+// reject
+const NFTA_REJECT_TYPE: u16 = 1;
+const NFT_REJECT_TCP_RST: u32 = 1;
 // rt, byteorder, exthdr
 const NFTA_RT_DREG: u16 = 1;
 const NFTA_RT_KEY: u16 = 2;
@@ -641,6 +657,7 @@ enum Expr {
     Verdict { code: u32 },
     Nat { kind: u32, family: u8 },
     Masq,
+    Reject { kind: u32 },
     Rt { key: u32 },
     Hton { len: u32, size: u32 },
     ExthdrWrite { kind: u8, offset: u32, len: u32 },
@@ -657,6 +674,7 @@ impl Expr {
             Expr::Immediate { .. } | Expr::Verdict { .. } => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
+            Expr::Reject { .. } => "reject",
             Expr::Rt { .. } => "rt",
             Expr::Hton { .. } => "byteorder",
             Expr::ExthdrWrite { .. } => "exthdr",
@@ -708,6 +726,7 @@ impl Expr {
                 .attr_be32(NFTA_NAT_REG_ADDR_MAX, NFT_REG_2)
                 .attr_be32(NFTA_NAT_FLAGS, NF_NAT_RANGE_NETMAP),
             Expr::Masq => r,
+            Expr::Reject { kind } => r.attr_be32(NFTA_REJECT_TYPE, *kind),
             Expr::Rt { key } => r
                 .attr_be32(NFTA_RT_KEY, *key)
                 .attr_be32(NFTA_RT_DREG, NFT_REG_1),
@@ -769,14 +788,9 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
                 let source = matches!(m, Match::Source(_));
                 address(&mut out, *net, source);
             }
+            Match::Tcp => l4proto_tcp(&mut out),
             Match::TcpSyn => {
-                out.push(Expr::Meta {
-                    key: NFT_META_L4PROTO,
-                });
-                out.push(Expr::Cmp {
-                    op: NFT_CMP_EQ,
-                    data: vec![IPPROTO_TCP],
-                });
+                l4proto_tcp(&mut out);
                 // The flags byte: SYN (0x02) set and RST (0x04) clear.
                 out.push(Expr::Payload {
                     base: NFT_PAYLOAD_TRANSPORT_HEADER,
@@ -798,6 +812,9 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
         None => {}
         Some(Action::Accept) => out.push(Expr::Verdict { code: NF_ACCEPT }),
         Some(Action::Drop) => out.push(Expr::Verdict { code: NF_DROP }),
+        Some(Action::RejectTcpReset) => out.push(Expr::Reject {
+            kind: NFT_REJECT_TCP_RST,
+        }),
         Some(Action::Dnat(net) | Action::Snat(net)) => {
             let f = nfproto(&net);
             if !same_family(f) {
@@ -830,6 +847,16 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
         }
     }
     Some(out)
+}
+
+fn l4proto_tcp(out: &mut Vec<Expr>) {
+    out.push(Expr::Meta {
+        key: NFT_META_L4PROTO,
+    });
+    out.push(Expr::Cmp {
+        op: NFT_CMP_EQ,
+        data: vec![IPPROTO_TCP],
+    });
 }
 
 fn iface(out: &mut Vec<Expr>, key: u32, name: &str) {

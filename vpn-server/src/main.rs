@@ -166,7 +166,7 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
                 &env.shoot_service_networks,
                 &env.shoot_node_networks,
             )?;
-            let table = vpn2::seed_table(env.device(), env.seed_pod_network, &netmap);
+            let table = vpn2::seed_table(env.device(), env.seed_pod_network, Some(&netmap));
             (from_vpn2_env(&env, &cli.secrets_dir)?, Some(table))
         }
     };

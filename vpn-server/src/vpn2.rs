@@ -7,8 +7,11 @@
 //!   `vpn-seed-server` (`netio::firewall`): new connections from the VPN device refused
 //!   (only replies come in), the seed's pod network mapped to `241/8` on the device both ways,
 //!   and the connections of the proxy's group (`31415`) to the shoot's IPv4 networks mapped
-//!   into `242–244/8` (iptables `NETMAP`, as vpn2). The running server owns the table: it is
-//!   gone when the process ends, also by `kill -9`.
+//!   into `242–244/8` (iptables `NETMAP`, as vpn2); beyond vpn2, that group's TCP connections
+//!   to the seed's own pod network, loopback and link-local addresses (cloud metadata) are
+//!   refused after the mapping, so the proxy (ours or Envoy) cannot be turned against the
+//!   seed while shoot addresses that overlap the seed's still reach the shoot. The running
+//!   server owns the table: it is gone when the process ends, also by `kill -9`.
 //! * [`firewall`] (`vpn-server firewall --mode up|down --device D ...`, vpn2's OpenVPN hook):
 //!   the first two parts for device `D`, plus the routes `<net> dev D`; `down` removes the
 //!   whole table (vpn2's `down` left its NAT rules behind).
@@ -39,10 +42,16 @@ pub fn setup() -> Result<(), SysctlError> {
     Ok(())
 }
 
+/// The networks the proxy group may never reach after the mapping, besides the seed's pod
+/// network: loopback and link-local, both families.
+pub const PROXY_GUARDED: [&str; 4] = ["127.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10"];
+
 /// The seed side's rules for VPN device `device`: replies only in from the device; with an
-/// IPv4 `seed_pod` network, its 241/8 mapping on the device both ways; and for each IPv4 shoot
-/// network of `netmap`, the proxy group's connections to it mapped into its reserved range.
-pub fn seed_table(device: &str, seed_pod: Option<IpNet>, netmap: &Netmap) -> Table {
+/// IPv4 `seed_pod` network, its 241/8 mapping on the device both ways. With `proxy` (the
+/// environment-mode start; the OpenVPN hook has none): for each IPv4 shoot network of the
+/// netmap, the proxy group's connections to it mapped into its reserved range, then that
+/// group's TCP connections to the seed pod network and [`PROXY_GUARDED`] refused.
+pub fn seed_table(device: &str, seed_pod: Option<IpNet>, proxy: Option<&Netmap>) -> Table {
     let mut table = Table::new(TABLE).chain(
         Chain::filter("input", Hook::Input, priority::FILTER)
             .rule(
@@ -65,6 +74,9 @@ pub fn seed_table(device: &str, seed_pod: Option<IpNet>, netmap: &Netmap) -> Tab
                     .rule(Rule::new().oifname(device).saddr(seed).snat_prefix(mapped)),
             );
     }
+    let Some(netmap) = proxy else {
+        return table;
+    };
     if !netmap.entries().is_empty() {
         table = table.chain(Chain::nat("output", Hook::Output, priority::DSTNAT).rules(
             netmap.entries().iter().map(|(real, mapped)| {
@@ -75,7 +87,22 @@ pub fn seed_table(device: &str, seed_pod: Option<IpNet>, netmap: &Netmap) -> Tab
             }),
         ));
     }
-    table
+    // After the mapping (filter runs after NAT on output): what is left in these networks
+    // is the seed's own.
+    let guarded = seed_pod.into_iter().chain(
+        PROXY_GUARDED
+            .iter()
+            .map(|n| n.parse().expect("constant network")),
+    );
+    table.chain(
+        Chain::filter("proxy-guard", Hook::Output, priority::FILTER).rules(guarded.map(|net| {
+            Rule::new()
+                .skgid(VPN2_PROXY_GID)
+                .tcp()
+                .daddr(net)
+                .reject_with_tcp_reset()
+        })),
+    )
 }
 
 /// `--mode` of the `firewall` verb.
@@ -157,7 +184,7 @@ pub async fn firewall(args: &FirewallArgs) -> Result<(), FirewallVerbError> {
         })?;
     // vpn2 maps the seed's pods only on its non-HA device.
     let seed_pod = args.seed_pod_network.filter(|_| args.device == "tun0");
-    Firewall::open()?.apply(&seed_table(&args.device, seed_pod, &Netmap::none()), false)?;
+    Firewall::open()?.apply(&seed_table(&args.device, seed_pod, None), false)?;
     for net in &args.shoot_networks {
         route_into(&nl, &args.device, *net).await?;
     }
@@ -199,21 +226,30 @@ mod tests {
             &[net("10.250.0.0/16"), net("fd00::/64")],
         )
         .unwrap();
-        let t = seed_table("tun0", Some(net("10.1.0.0/16")), &netmap);
+        let t = seed_table("tun0", Some(net("10.1.0.0/16")), Some(&netmap));
         let text = format!("{t:?}");
         for part in [
             "\"input\"",
             "\"prerouting\"",
             "\"postrouting\"",
             "\"output\"",
+            "\"proxy-guard\"",
         ] {
             assert!(text.contains(part), "{part} missing: {text}");
         }
-        // An IPv6 seed pod network is not mapped; without shoot networks, no output chain.
-        let t = seed_table("tun0", Some(net("fd00:1::/64")), &Netmap::none());
+        // An IPv6 seed pod network is not mapped; without shoot networks, no output chain;
+        // without a proxy (the hook), no guard.
+        let t = seed_table("tun0", Some(net("fd00:1::/64")), Some(&Netmap::none()));
         let text = format!("{t:?}");
         assert!(
-            !text.contains("prerouting") && !text.contains("output"),
+            !text.contains("prerouting") && !text.contains("\"output\""),
+            "{text}"
+        );
+        assert!(text.contains("proxy-guard"), "{text}");
+        let t = seed_table("tun0", Some(net("10.1.0.0/16")), None);
+        let text = format!("{t:?}");
+        assert!(
+            !text.contains("\"output\"") && !text.contains("proxy-guard"),
             "{text}"
         );
     }

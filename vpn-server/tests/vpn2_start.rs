@@ -63,6 +63,15 @@ const SEED_TABLE: &str = "table inet vpn-seed-server { # progname vpn-server
 		meta skgid 31415 ip daddr 100.64.0.0/13 dnat ip prefix to 243.0.0.0/13
 		meta skgid 31415 ip daddr 10.250.0.0/16 dnat ip prefix to 242.0.0.0/16
 	}
+
+	chain proxy-guard {
+		type filter hook output priority filter; policy accept;
+		meta skgid 31415 meta l4proto tcp ip daddr 10.1.0.0/16 reject with tcp reset
+		meta skgid 31415 meta l4proto tcp ip daddr 127.0.0.0/8 reject with tcp reset
+		meta skgid 31415 meta l4proto tcp ip daddr 169.254.0.0/16 reject with tcp reset
+		meta skgid 31415 meta l4proto tcp ip6 daddr ::1 reject with tcp reset
+		meta skgid 31415 meta l4proto tcp ip6 daddr fe80::/10 reject with tcp reset
+	}
 }
 ";
 
@@ -154,6 +163,33 @@ fn the_env_mode_start_holds_vpn2s_rules_and_leaves_none_behind() {
     let v6 = stdout(&ns, &["ip", "-6", "route", "show", "dev", "tun0"]);
     assert!(v6.contains("fd00:10::/64"), "{v6}");
     assert!(v6.contains("fd8f:6d53:b97a:1::/96"), "{v6}");
+
+    // The proxy group reaches nothing of the seed's over TCP: a seed pod address and loopback
+    // refuse it at once (the guard answers its SYN with a reset), while root gets through.
+    ns.run(["ip", "addr", "add", "10.1.0.5/32", "dev", "lo"])
+        .unwrap();
+    let listeners = ns
+        .run_in(|| {
+            [
+                std::net::TcpListener::bind("10.1.0.5:8080").unwrap(),
+                std::net::TcpListener::bind("127.0.0.1:8080").unwrap(),
+            ]
+        })
+        .unwrap();
+    for target in ["10.1.0.5", "127.0.0.1"] {
+        let connect = format!("exec 3<>/dev/tcp/{target}/8080");
+        let as_group = |gid: &str| {
+            ns.command("timeout")
+                .args(["5", "setpriv", "--regid", gid, "--clear-groups"])
+                .args(["bash", "-c", &connect])
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(!as_group("31415"), "the proxy group reached {target}");
+        assert!(as_group("0"), "root did not reach {target}");
+    }
+    drop(listeners);
 
     // kill -9: the kernel drops the owned table with the process.
     assert!(!stop(&ns, pid, "-KILL").success());

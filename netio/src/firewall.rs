@@ -115,6 +115,7 @@ enum Match {
     InIface(String),
     OutIface(String),
     EstablishedOrRelated,
+    New,
     SocketGid(u32),
     Source(IpNet),
     Destination(IpNet),
@@ -207,6 +208,11 @@ impl Rule {
     /// `ct state established,related`.
     pub fn established_or_related(self) -> Rule {
         self.with(Match::EstablishedOrRelated)
+    }
+
+    /// `ct state new`: the first packet of a connection (not a reply on an accepted one).
+    pub fn new_connection(self) -> Rule {
+        self.with(Match::New)
     }
 
     /// `meta skgid GID`: packets of sockets owned by this group.
@@ -498,6 +504,8 @@ const NFTA_CT_KEY: u16 = 2;
 const NFT_CT_STATE: u32 = 0;
 /// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
 const CT_STATE_ESTABLISHED_RELATED: u32 = 2 | 4;
+/// `NF_CT_STATE_BIT(IP_CT_NEW)`.
+const CT_STATE_NEW: u32 = 8;
 // nat
 const NFTA_NAT_TYPE: u16 = 1;
 const NFTA_NAT_FAMILY: u16 = 2;
@@ -761,17 +769,8 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
         match m {
             Match::InIface(name) => iface(&mut out, NFT_META_IIFNAME, name),
             Match::OutIface(name) => iface(&mut out, NFT_META_OIFNAME, name),
-            Match::EstablishedOrRelated => {
-                out.push(Expr::Ct { key: NFT_CT_STATE });
-                out.push(Expr::Bitwise {
-                    len: 4,
-                    mask: CT_STATE_ESTABLISHED_RELATED.to_ne_bytes().to_vec(),
-                });
-                out.push(Expr::Cmp {
-                    op: NFT_CMP_NEQ,
-                    data: vec![0; 4],
-                });
-            }
+            Match::EstablishedOrRelated => ct_state(&mut out, CT_STATE_ESTABLISHED_RELATED),
+            Match::New => ct_state(&mut out, CT_STATE_NEW),
             Match::SocketGid(gid) => {
                 out.push(Expr::Meta {
                     key: NFT_META_SKGID,
@@ -847,6 +846,19 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
         }
     }
     Some(out)
+}
+
+/// `ct state` with any bit of `bits` set.
+fn ct_state(out: &mut Vec<Expr>, bits: u32) {
+    out.push(Expr::Ct { key: NFT_CT_STATE });
+    out.push(Expr::Bitwise {
+        len: 4,
+        mask: bits.to_ne_bytes().to_vec(),
+    });
+    out.push(Expr::Cmp {
+        op: NFT_CMP_NEQ,
+        data: vec![0; 4],
+    });
 }
 
 fn l4proto_tcp(out: &mut Vec<Expr>) {

@@ -88,7 +88,8 @@ pub fn seed_table(device: &str, seed_pod: Option<IpNet>, proxy: Option<&Netmap>)
         ));
     }
     // After the mapping (filter runs after NAT on output): what is left in these networks
-    // is the seed's own.
+    // is the seed's own. Only new connections: the proxy's answers to the kube-apiserver,
+    // which lives in the seed pod network, pass.
     let guarded = seed_pod.into_iter().chain(
         PROXY_GUARDED
             .iter()
@@ -98,6 +99,7 @@ pub fn seed_table(device: &str, seed_pod: Option<IpNet>, proxy: Option<&Netmap>)
         Chain::filter("proxy-guard", Hook::Output, priority::FILTER).rules(guarded.map(|net| {
             Rule::new()
                 .skgid(VPN2_PROXY_GID)
+                .new_connection()
                 .tcp()
                 .daddr(net)
                 .reject_with_tcp_reset()

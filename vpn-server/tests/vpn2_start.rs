@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use lab::netns::Netns;
 use lab::pki_fixture::TestPki;
 use lab::require_lab;
+use netio::firewall::VPN2_PROXY_GID;
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -66,11 +67,11 @@ const SEED_TABLE: &str = "table inet vpn-seed-server { # progname vpn-server
 
 	chain proxy-guard {
 		type filter hook output priority filter; policy accept;
-		meta skgid 31415 meta l4proto tcp ip daddr 10.1.0.0/16 reject with tcp reset
-		meta skgid 31415 meta l4proto tcp ip daddr 127.0.0.0/8 reject with tcp reset
-		meta skgid 31415 meta l4proto tcp ip daddr 169.254.0.0/16 reject with tcp reset
-		meta skgid 31415 meta l4proto tcp ip6 daddr ::1 reject with tcp reset
-		meta skgid 31415 meta l4proto tcp ip6 daddr fe80::/10 reject with tcp reset
+		meta skgid 31415 ct state new meta l4proto tcp ip daddr 10.1.0.0/16 reject with tcp reset
+		meta skgid 31415 ct state new meta l4proto tcp ip daddr 127.0.0.0/8 reject with tcp reset
+		meta skgid 31415 ct state new meta l4proto tcp ip daddr 169.254.0.0/16 reject with tcp reset
+		meta skgid 31415 ct state new meta l4proto tcp ip6 daddr ::1 reject with tcp reset
+		meta skgid 31415 ct state new meta l4proto tcp ip6 daddr fe80::/10 reject with tcp reset
 	}
 }
 ";
@@ -190,6 +191,33 @@ fn the_env_mode_start_holds_vpn2s_rules_and_leaves_none_behind() {
         assert!(as_group("0"), "root did not reach {target}");
     }
     drop(listeners);
+    // Connections to the proxy group's own listeners are answered (the kube-apiserver's to the
+    // CONNECT proxy come from the seed pod network).
+    let answered = ns
+        .run_in(|| {
+            let (bound, is_bound) = std::sync::mpsc::channel();
+            let server = std::thread::spawn(move || {
+                use std::io::Write;
+                // This thread only: its sockets belong to the proxy group.
+                let gid = rustix::process::Gid::from_raw(VPN2_PROXY_GID);
+                rustix::thread::set_thread_res_gid(gid, gid, gid).unwrap();
+                let listener = std::net::TcpListener::bind("10.1.0.5:8081").unwrap();
+                bound.send(()).unwrap();
+                let (mut s, _) = listener.accept().unwrap();
+                s.write_all(b"answer").unwrap();
+            });
+            is_bound.recv().unwrap();
+            use std::io::Read;
+            let to = "10.1.0.5:8081".parse().unwrap();
+            let mut c = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut got = Vec::new();
+            let read = c.read_to_end(&mut got).map(|_| got);
+            server.join().unwrap();
+            read
+        })
+        .unwrap();
+    assert_eq!(answered.unwrap(), b"answer");
 
     // kill -9: the kernel drops the owned table with the process.
     assert!(!stop(&ns, pid, "-KILL").success());

@@ -32,6 +32,8 @@
 //!   a fixed or requested upstream) standing in for a gateway or corporate proxy.
 //! * [`demo`] - the demo: seed, ingress proxy, shoot and pod namespaces, our server and client,
 //!   ping and a download through the tunnel, a summary.
+//! * [`gardener`] - Gardener's non-HA VPN pods replayed in namespaces: the landscape and a
+//!   kubelet's probes.
 //! * [`matrix`] - the conformance matrix: our server and client against upstream OpenVPN 2.6
 //!   and each other over ciphers, control-channel wrapping, key derivation, transports and
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).
@@ -44,6 +46,7 @@ pub mod bench;
 pub mod connect_acceptor;
 pub mod demo;
 pub mod driver;
+pub mod gardener;
 pub mod matrix;
 pub mod our_client;
 pub mod our_server;

@@ -253,7 +253,10 @@ mod tests {
                 }
             });
             let runs = p.wait_until(Duration::from_secs(5), |r| r.len() >= 3);
-            assert!(runs[0].passed && !runs[1].passed && !runs[2].passed, "{runs:?}");
+            assert!(
+                runs[0].passed && !runs[1].passed && !runs[2].passed,
+                "{runs:?}"
+            );
             assert!(runs[1].output.starts_with("timed out"), "{runs:?}");
             assert_eq!(runs[0].at, Duration::from_millis(100));
             assert_eq!(runs[2].at, Duration::from_millis(300));

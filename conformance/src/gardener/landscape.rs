@@ -1,0 +1,257 @@
+//! The network of a non-HA Gardener shoot and its seed, one lab namespace per pod, with
+//! Gardener-like addresses: the seed's pod network and the shoot's pod network are the same
+//! `100.96.0.0/11` (the overlap vpn2's address mapping exists for), the shoot is dual-stack.
+//!
+//! ```text
+//!  SEED                                                  SHOOT
+//!  seed-pod   100.96.0.10  ─┐                       ┌─ vpn-shoot 100.96.10.10  fd00:96:10::10
+//!  (vpn-seed-server pod)    │                       │   (pod)
+//!  kube-apiserver 100.96.1.20 ─ seed-node ─ inet ─ shoot-node ─ webhook 100.96.20.20  fd00:96:20::20
+//!  (pod)                    │   router  198.51.100.0/30 router  │   (pod)
+//!  ingress 100.96.2.30      ─┘                  (SNAT)  └─ node 10.250.0.5  fd00:250::5
+//!   + LB address 203.0.113.10                                       (kubelet :10250)
+//! ```
+//!
+//! Every pod's interface is `eth0`, with a default route to its router. The shoot's router
+//! masquerades what leaves for the internet link, as a cloud NAT gateway would, so the seed
+//! knows no shoot address; the seed's router forwards the load balancer address to the
+//! ingress. Routers are plain namespaces with forwarding on.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::netns::Netns;
+use crate::LabError;
+
+/// The seed's pod network (`SEED_POD_NETWORK`), equal to the shoot's IPv4 pod network.
+pub const SEED_POD_NETWORK: &str = "100.96.0.0/11";
+/// The shoot's pod networks (`SHOOT_POD_NETWORKS`).
+pub const SHOOT_POD_NETWORKS: &str = "100.96.0.0/11,fd00:96::/48";
+/// The shoot's service networks (`SHOOT_SERVICE_NETWORKS`).
+pub const SHOOT_SERVICE_NETWORKS: &str = "100.64.0.0/13,fd00:64::/112";
+/// The shoot's node networks (`SHOOT_NODE_NETWORKS`).
+pub const SHOOT_NODE_NETWORKS: &str = "10.250.0.0/16,fd00:250::/48";
+
+/// The vpn-seed-server pod's address.
+pub const SEED_POD: Ipv4Addr = Ipv4Addr::new(100, 96, 0, 10);
+/// The kube-apiserver pod's address.
+pub const KUBE_APISERVER: Ipv4Addr = Ipv4Addr::new(100, 96, 1, 20);
+/// The ingress pod's address.
+pub const INGRESS_POD: Ipv4Addr = Ipv4Addr::new(100, 96, 2, 30);
+/// The ingress load balancer's address (what `ENDPOINT` resolves to).
+pub const INGRESS_LB: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+/// The shoot's address on the internet link (its NAT gateway).
+pub const SHOOT_EGRESS: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
+/// The vpn-shoot pod's addresses.
+pub const VPN_SHOOT: (Ipv4Addr, Ipv6Addr) = (
+    Ipv4Addr::new(100, 96, 10, 10),
+    Ipv6Addr::new(0xfd00, 0x96, 0x10, 0, 0, 0, 0, 0x10),
+);
+/// The webhook pod's addresses.
+pub const WEBHOOK: (Ipv4Addr, Ipv6Addr) = (
+    Ipv4Addr::new(100, 96, 20, 20),
+    Ipv6Addr::new(0xfd00, 0x96, 0x20, 0, 0, 0, 0, 0x20),
+);
+/// The shoot node's addresses.
+pub const NODE: (Ipv4Addr, Ipv6Addr) = (
+    Ipv4Addr::new(10, 250, 0, 5),
+    Ipv6Addr::new(0xfd00, 0x250, 0, 0, 0, 0, 0, 5),
+);
+
+/// The namespaces of the landscape; dropping it removes them all.
+#[derive(Debug)]
+pub struct Landscape {
+    /// The non-HA `vpn-seed-server` pod.
+    pub seed_pod: Netns,
+    /// A kube-apiserver pod (the sidecar's client).
+    pub kube_apiserver: Netns,
+    /// The seed's ingress (the Istio gateway's place).
+    pub ingress: Netns,
+    /// The `vpn-shoot` pod.
+    pub vpn_shoot: Netns,
+    /// A webhook pod in the shoot.
+    pub webhook: Netns,
+    /// A shoot node (its kubelet).
+    pub node: Netns,
+    /// The seed's routing between pods and to the internet.
+    pub seed_router: Netns,
+    /// The shoot's routing between pods and nodes, and its NAT gateway.
+    pub shoot_router: Netns,
+}
+
+/// One pod's link to its router: the router-side interface, the /24 (and /64) it routes.
+struct Link<'a> {
+    pod: &'a Netns,
+    router_if: &'static str,
+    v4: (Ipv4Addr, Ipv4Addr),
+    v6: Option<(Ipv6Addr, Ipv6Addr)>,
+}
+
+impl Landscape {
+    /// Builds every namespace, link, address and route.
+    pub fn build() -> Result<Landscape, LabError> {
+        let l = Landscape {
+            seed_pod: Netns::new()?,
+            kube_apiserver: Netns::new()?,
+            ingress: Netns::new()?,
+            vpn_shoot: Netns::new()?,
+            webhook: Netns::new()?,
+            node: Netns::new()?,
+            seed_router: Netns::new()?,
+            shoot_router: Netns::new()?,
+        };
+        for router in [&l.seed_router, &l.shoot_router] {
+            router.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+            router.run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        }
+        let v6 = |a: u16, b: u16, h: u16| Ipv6Addr::new(0xfd00, a, b, 0, 0, 0, 0, h);
+        let seed_links = [
+            Link {
+                pod: &l.seed_pod,
+                router_if: "to-seed-pod",
+                v4: (Ipv4Addr::new(100, 96, 0, 1), SEED_POD),
+                v6: None,
+            },
+            Link {
+                pod: &l.kube_apiserver,
+                router_if: "to-kapi",
+                v4: (Ipv4Addr::new(100, 96, 1, 1), KUBE_APISERVER),
+                v6: None,
+            },
+            Link {
+                pod: &l.ingress,
+                router_if: "to-ingress",
+                v4: (Ipv4Addr::new(100, 96, 2, 1), INGRESS_POD),
+                v6: None,
+            },
+        ];
+        let shoot_links = [
+            Link {
+                pod: &l.vpn_shoot,
+                router_if: "to-vpn-shoot",
+                v4: (Ipv4Addr::new(100, 96, 10, 1), VPN_SHOOT.0),
+                v6: Some((v6(0x96, 0x10, 1), VPN_SHOOT.1)),
+            },
+            Link {
+                pod: &l.webhook,
+                router_if: "to-webhook",
+                v4: (Ipv4Addr::new(100, 96, 20, 1), WEBHOOK.0),
+                v6: Some((v6(0x96, 0x20, 1), WEBHOOK.1)),
+            },
+            Link {
+                pod: &l.node,
+                router_if: "to-node",
+                v4: (Ipv4Addr::new(10, 250, 0, 1), NODE.0),
+                v6: Some((v6(0x250, 0, 1), NODE.1)),
+            },
+        ];
+        for (router, links) in [
+            (&l.seed_router, &seed_links),
+            (&l.shoot_router, &shoot_links),
+        ] {
+            for link in links {
+                attach(router, link)?;
+            }
+        }
+
+        // The internet link; the shoot leaves through its NAT gateway.
+        Netns::veth_pair(&l.seed_router, "inet", &l.shoot_router, "inet")?;
+        l.seed_router
+            .run(["ip", "addr", "add", "198.51.100.1/30", "dev", "inet"])?;
+        l.shoot_router.run([
+            "ip",
+            "addr",
+            "add",
+            &format!("{SHOOT_EGRESS}/30"),
+            "dev",
+            "inet",
+        ])?;
+        l.shoot_router
+            .run(["ip", "route", "add", "default", "via", "198.51.100.1"])?;
+        for rule in [
+            "add table ip lab-nat",
+            "add chain ip lab-nat postrouting { type nat hook postrouting priority srcnat; }",
+            "add rule ip lab-nat postrouting oifname \"inet\" masquerade",
+        ] {
+            l.shoot_router.run(["nft", rule])?;
+        }
+        // The load balancer address is the ingress's.
+        l.ingress.run([
+            "ip",
+            "addr",
+            "add",
+            &format!("{INGRESS_LB}/32"),
+            "dev",
+            "eth0",
+        ])?;
+        l.seed_router.run([
+            "ip",
+            "route",
+            "add",
+            &format!("{INGRESS_LB}/32"),
+            "via",
+            &INGRESS_POD.to_string(),
+        ])?;
+        Ok(l)
+    }
+
+    /// The pods' namespaces by name, for diagnostics.
+    pub fn pods(&self) -> [(&'static str, &Netns); 6] {
+        [
+            ("seed-pod", &self.seed_pod),
+            ("kube-apiserver", &self.kube_apiserver),
+            ("ingress", &self.ingress),
+            ("vpn-shoot", &self.vpn_shoot),
+            ("webhook", &self.webhook),
+            ("node", &self.node),
+        ]
+    }
+}
+
+/// A veth from `router` to the link's pod (`eth0` there), its addresses and default routes.
+fn attach(router: &Netns, link: &Link<'_>) -> Result<(), LabError> {
+    Netns::veth_pair(router, link.router_if, link.pod, "eth0")?;
+    let (gw, pod) = link.v4;
+    router.run([
+        "ip",
+        "addr",
+        "add",
+        &format!("{gw}/24"),
+        "dev",
+        link.router_if,
+    ])?;
+    link.pod
+        .run(["ip", "addr", "add", &format!("{pod}/24"), "dev", "eth0"])?;
+    link.pod
+        .run(["ip", "route", "add", "default", "via", &gw.to_string()])?;
+    if let Some((gw6, pod6)) = link.v6 {
+        // No duplicate address detection: the addresses are usable at once.
+        router.run([
+            "ip",
+            "addr",
+            "add",
+            &format!("{gw6}/64"),
+            "dev",
+            link.router_if,
+            "nodad",
+        ])?;
+        link.pod.run([
+            "ip",
+            "addr",
+            "add",
+            &format!("{pod6}/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ])?;
+        link.pod.run([
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &gw6.to_string(),
+        ])?;
+    }
+    Ok(())
+}

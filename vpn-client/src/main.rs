@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use netio::logging::Format;
 use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ClientEnv;
 use vpn_client::config::Loaded;
@@ -29,6 +30,10 @@ struct Cli {
     /// Log filter (`LEVEL` and `target=LEVEL` directives), e.g. `info` or `info,vpn_client=debug`.
     #[arg(long, env = "VPN_CLIENT_LOG", default_value = "info")]
     log: String,
+    /// Log line format: openvpn, ctime, envoy, json or full (`netio::logging`); default full on
+    /// a terminal, else ctime (the layout Gardener's `vpn-shoot` log parser reads).
+    #[arg(long, env = "VPN_CLIENT_LOG_FORMAT")]
+    log_format: Option<Format>,
     /// vpn2 environment mode: the directory holding `vpn-client/` and `tlsauth/`.
     #[arg(long, env = "VPN2_SECRETS_DIR", default_value = vpn2::DEFAULT_SECRETS_DIR)]
     vpn2_secrets_dir: PathBuf,
@@ -57,7 +62,10 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    netio::logging::init(&cli.log).context("--log")?;
+    let format = cli
+        .log_format
+        .unwrap_or_else(|| Format::default_for(Format::Ctime));
+    netio::logging::init(&cli.log, format).context("--log")?;
     if let Some(Command::Setup) = &cli.command {
         return Ok(vpn2::setup()?);
     }

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
+use netio::logging::Format;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
 use tokio_util::sync::CancellationToken;
@@ -29,6 +30,10 @@ struct RouterArgs {
     /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_router=debug`).
     #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
     log: String,
+    /// Log line format: openvpn, ctime, envoy, json or full (`netio::logging`); default full on
+    /// a terminal, else openvpn.
+    #[arg(long, env = "VPN_ROUTER_LOG_FORMAT")]
+    log_format: Option<Format>,
 }
 
 fn main() -> ExitCode {
@@ -43,7 +48,10 @@ fn main() -> ExitCode {
 
 /// Loads the config, binds, serves until SIGTERM or SIGINT; SIGHUP reloads the policy.
 fn run(args: RouterArgs) -> anyhow::Result<()> {
-    netio::logging::init(&args.log).with_context(|| format!("--log {:?}", args.log))?;
+    let format = args
+        .log_format
+        .unwrap_or_else(|| Format::default_for(Format::Openvpn));
+    netio::logging::init(&args.log, format).with_context(|| format!("--log {:?}", args.log))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

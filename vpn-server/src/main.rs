@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use clap::Parser;
+use netio::logging::Format;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ServerEnv;
@@ -45,6 +46,10 @@ struct Cli {
     /// config's `verb`.
     #[arg(long, env = "VPN_SERVER_LOG")]
     log: Option<String>,
+    /// Log line format: openvpn, ctime, envoy, json or full (`netio::logging`); default full on
+    /// a terminal, else openvpn (the layout Gardener's `vpn-seed-server` log parser reads).
+    #[arg(long, env = "VPN_SERVER_LOG_FORMAT")]
+    log_format: Option<Format>,
     /// vpn2 environment mode: the directory holding `vpn-server/{ca.crt,tls.crt,tls.key}` and
     /// `tlsauth/vpn.tlsauth`.
     #[arg(long, env = "VPN_SERVER_SECRETS_DIR", default_value = VPN2_SECRETS_DIR)]
@@ -120,6 +125,7 @@ fn probe(result: Result<(), ProbeError>) -> ExitCode {
 fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
     let launch = load(cli.config.as_ref(), cli)?;
     init_logging(
+        cli,
         cli.log
             .as_deref()
             .unwrap_or(verb_filter(launch.loaded.verb)),
@@ -132,24 +138,24 @@ fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
 
 fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
     let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
     serve(|shutdown| launch::run_sidecar(config, shutdown))
 }
 
 fn setup(cli: &Cli) -> Result<(), Box<dyn Error>> {
-    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
     Ok(vpn2::setup()?)
 }
 
 fn firewall(args: &vpn2::FirewallArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
-    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
     let args = args.clone();
     serve(|_| async move { vpn2::firewall(&args).await })
 }
 
 fn exporter(args: &ExporterArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
     let config = ExporterConfig::from_vpn2_env(std::env::vars(), args)?;
-    init_logging(cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
     serve(|shutdown| exporter::run(config, shutdown))
 }
 
@@ -211,8 +217,11 @@ where
     })
 }
 
-fn init_logging(filter: &str) -> Result<(), Box<dyn Error>> {
-    netio::logging::init(filter).map_err(|e| format!("--log {filter:?}: {e}").into())
+fn init_logging(cli: &Cli, filter: &str) -> Result<(), Box<dyn Error>> {
+    let format = cli
+        .log_format
+        .unwrap_or_else(|| Format::default_for(Format::Openvpn));
+    netio::logging::init(filter, format).map_err(|e| format!("--log {filter:?}: {e}").into())
 }
 
 /// The default log filter for upstream's `verb`.

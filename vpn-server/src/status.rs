@@ -177,32 +177,21 @@ pub fn real_address(addr: SocketAddr) -> String {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS` (UTC) for unix seconds.
+/// `YYYY-MM-DD HH:MM:SS` (UTC) for unix seconds: OpenVPN's layout (`otime.c`). A time past
+/// the year 9999 (no real clock) prints as the last second of 9999.
 pub fn datetime(unix: u64) -> String {
-    let days = unix / 86_400;
-    let secs = unix % 86_400;
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60
-    )
+    let at = i64::try_from(unix)
+        .ok()
+        .and_then(|unix| time::OffsetDateTime::from_unix_timestamp(unix).ok())
+        .unwrap_or(time::PrimitiveDateTime::MAX.assume_utc());
+    format_datetime(at)
 }
 
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar (the
-/// era-based conversion: 400-year eras of 146097 days, years starting in March).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of era, 0..=146096
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // 0..=365, from March 1
-    let mp = (5 * doy + 2) / 153; // 0..=11, March = 0
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// `at` in OpenVPN's `YYYY-MM-DD HH:MM:SS` layout.
+fn format_datetime(at: time::OffsetDateTime) -> String {
+    const LAYOUT: &[time::format_description::BorrowedFormatItem<'static>] =
+        time::macros::format_description!("[year]-[month]-[day] [hour]:[minute]:[second]");
+    at.format(LAYOUT).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -120,15 +120,10 @@ impl Timestamp {
 /// `YYYY-MM-DD HH:MM:SS` (the fraction left out), as the file writes it.
 impl std::fmt::Display for Timestamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (y, m, d) = super::civil_from_days(self.unix.div_euclid(86_400));
-        let secs = self.unix.rem_euclid(86_400);
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-            secs / 3600,
-            (secs / 60) % 60,
-            secs % 60
-        )
+        // Parsed from four year digits, so always inside the calendar's range.
+        let at = time::OffsetDateTime::from_unix_timestamp(self.unix)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        f.write_str(&super::format_datetime(at))
     }
 }
 
@@ -405,18 +400,23 @@ pub fn parse_datetime(text: &str) -> Option<Timestamp> {
             nanos = nanos * 10 + fraction.get(i).map_or(0, |d| u32::from(d - b'0'));
         }
     }
-    let valid = at == b.len()
-        && (1..=12).contains(&month)
-        && day >= 1
-        && day <= days_in_month(year, month)
-        && hour < 24
-        && minute < 60
-        && second < 60;
-    if !valid {
+    if at != b.len() {
         return None;
     }
-    let days = days_from_civil(i64::from(year), month, day);
-    let unix = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second);
+    // The calendar checks the ranges (month, day of that month, hour, minute, second).
+    let month = time::Month::try_from(u8::try_from(month).ok()?).ok()?;
+    let date =
+        time::Date::from_calendar_date(i32::try_from(year).ok()?, month, u8::try_from(day).ok()?)
+            .ok()?;
+    let clock = time::Time::from_hms(
+        u8::try_from(hour).ok()?,
+        u8::try_from(minute).ok()?,
+        u8::try_from(second).ok()?,
+    )
+    .ok()?;
+    let unix = time::PrimitiveDateTime::new(date, clock)
+        .assume_utc()
+        .unix_timestamp();
     Some(Timestamp { unix, nanos })
 }
 
@@ -436,28 +436,6 @@ fn digits(b: &[u8], at: &mut usize, min: usize, max: usize) -> Option<u32> {
 
 fn literal(b: &[u8], at: &mut usize, want: u8) -> Option<()> {
     (b.get(*at) == Some(&want)).then(|| *at += 1)
-}
-
-fn days_in_month(year: u32, month: u32) -> u32 {
-    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-    match month {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// (year, month, day) in the proleptic Gregorian calendar → days since 1970-01-01 (the
-/// inverse of `status::civil_from_days`: 400-year eras, years starting in March).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400); // 0..=399
-    let mp = i64::from((month + 9) % 12); // March = 0
-    let doy = (153 * mp + 2) / 5 + i64::from(day) - 1; // 0..=365
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy; // 0..=146096
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -168,11 +168,13 @@ pub struct ApiserverProxy {
 impl ApiserverProxy {
     /// Checks the request and binds the listeners. Must run inside a tokio runtime.
     pub async fn bind(config: ApiserverProxyConfig) -> Result<Self, ApiserverProxyError> {
-        check_route(&config.header_value)?;
+        // A control byte (a header smuggled into the value) is named as such before the
+        // value's shape is checked.
         config
             .request()
             .to_bytes()
             .map_err(ApiserverProxyError::Request)?;
+        check_route(&config.header_value)?;
         let mut listeners = Vec::new();
         for addr in &config.listen {
             let l = TcpListener::bind(addr)

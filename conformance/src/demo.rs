@@ -880,6 +880,7 @@ fn client_settings(m: &Material) -> Result<vpn_client::Settings, DemoError> {
     s.auth = Digest::Sha256;
     let mut proxy = HttpProxy::new(PROXY_ADDR.to_string(), PROXY_PORT);
     proxy
+        .options
         .custom_headers
         .push(netio::http::CustomHeader::NameValue {
             name: REVERSED_VPN_HEADER.0.into(),

@@ -124,7 +124,7 @@ impl Lab {
             .our_client_settings(Remote::new("127.0.0.1", SERVER_PORT))
             .expect("client settings");
         let mut proxy = HttpProxy::new(SEED_VETH.to_string(), PROXY_PORT);
-        proxy.custom_headers.push(CustomHeader::NameValue {
+        proxy.options.custom_headers.push(CustomHeader::NameValue {
             name: "Reversed-VPN".into(),
             value: "outbound|1194||vpn-seed-server".into(),
         });

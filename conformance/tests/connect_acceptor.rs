@@ -43,7 +43,7 @@ async fn acceptor(acceptor: ConnectAcceptor) -> SocketAddr {
 fn request(with_header: bool) -> ConnectRequest {
     let mut req = ConnectRequest::new("vpn-seed-server", 1194);
     if with_header {
-        req.custom_headers.push(CustomHeader::NameValue {
+        req.options.custom_headers.push(CustomHeader::NameValue {
             name: HEADER.0.into(),
             value: HEADER.1.into(),
         });
@@ -84,6 +84,7 @@ async fn missing_or_wrong_header_is_400() {
     );
     let mut wrong = request(false);
     wrong
+        .options
         .custom_headers
         .push(CustomHeader::Line(format!("{}: other", HEADER.0)));
     let err = connect_via_proxy(&[proxy], &wrong, Duration::from_secs(5))

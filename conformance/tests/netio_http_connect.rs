@@ -47,7 +47,7 @@ async fn echo_server(bind: SocketAddr) -> SocketAddr {
 fn request_to(target: SocketAddr, with_header: bool) -> ConnectRequest {
     let mut req = ConnectRequest::new(target.ip().to_string(), target.port());
     if with_header {
-        req.custom_headers.push(CustomHeader::NameValue {
+        req.options.custom_headers.push(CustomHeader::NameValue {
             name: HEADER_NAME.into(),
             value: HEADER_VALUE.into(),
         });

@@ -141,7 +141,7 @@ fn our_settings(pki: &TestPki, host: String, port: u16, header: &str) -> Setting
         .our_client_settings(Remote::new("127.0.0.1", 1194))
         .expect("client settings");
     let mut proxy = HttpProxy::new(host, port);
-    proxy.custom_headers.push(CustomHeader::NameValue {
+    proxy.options.custom_headers.push(CustomHeader::NameValue {
         name: header.into(),
         value: vpn("shoot--p--a"),
     });

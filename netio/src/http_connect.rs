@@ -179,7 +179,7 @@ mod tests {
     fn request(with_header: bool) -> ConnectRequest {
         let mut req = ConnectRequest::new("vpn-seed-server", 1194);
         if with_header {
-            req.custom_headers.push(CustomHeader::NameValue {
+            req.options.custom_headers.push(CustomHeader::NameValue {
                 name: HEADER.0.into(),
                 value: HEADER.1.into(),
             });

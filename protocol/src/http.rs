@@ -109,9 +109,17 @@ pub struct ConnectRequest {
     pub host: String,
     /// Server port.
     pub port: u16,
-    /// Request-line version; upstream defaults to HTTP/1.0.
+    /// The rest of the request: version and headers.
+    pub options: ConnectOptions,
+}
+
+/// What a CONNECT request carries besides its target: the `http-proxy-option`s. The default
+/// is upstream's (HTTP/1.0, no extra headers).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnectOptions {
+    /// Request-line version (`http-proxy-option VERSION`); upstream defaults to HTTP/1.0.
     pub version: HttpVersion,
-    /// Custom headers, sent in this order before `Host`.
+    /// Custom headers (`http-proxy-option CUSTOM-HEADER`), sent in this order before `Host`.
     pub custom_headers: Vec<CustomHeader>,
     /// `User-Agent` value, sent only when set (`http-proxy-option AGENT`).
     pub user_agent: Option<String>,
@@ -119,17 +127,21 @@ pub struct ConnectRequest {
     pub basic_auth: Option<BasicAuth>,
 }
 
+impl ConnectOptions {
+    /// The request for `host:port` with these options.
+    pub fn request(&self, host: impl Into<String>, port: u16) -> ConnectRequest {
+        ConnectRequest {
+            host: host.into(),
+            port,
+            options: self.clone(),
+        }
+    }
+}
+
 impl ConnectRequest {
     /// A request for `host:port` with upstream's defaults (HTTP/1.0, no extra headers).
     pub fn new(host: impl Into<String>, port: u16) -> Self {
-        Self {
-            host: host.into(),
-            port,
-            version: HttpVersion::default(),
-            custom_headers: Vec::new(),
-            user_agent: None,
-            basic_auth: None,
-        }
+        ConnectOptions::default().request(host, port)
     }
 
     /// Appends the request bytes to `out`.
@@ -141,9 +153,9 @@ impl ConnectRequest {
         if self.host.is_empty() || !self.host.bytes().all(is_target_byte) {
             return Err(HttpError::InvalidField { field: "host" });
         }
-        if self.custom_headers.len() > MAX_CUSTOM_HTTP_HEADER {
+        if self.options.custom_headers.len() > MAX_CUSTOM_HTTP_HEADER {
             return Err(HttpError::TooManyCustomHeaders {
-                count: self.custom_headers.len(),
+                count: self.options.custom_headers.len(),
                 max: MAX_CUSTOM_HTTP_HEADER,
             });
         }
@@ -151,9 +163,9 @@ impl ConnectRequest {
             "CONNECT {}:{} {}\r\n",
             self.host,
             self.port,
-            self.version.as_str()
+            self.options.version.as_str()
         );
-        for header in &self.custom_headers {
+        for header in &self.options.custom_headers {
             match header {
                 CustomHeader::NameValue { name, value } => {
                     check_name(name.as_bytes(), "custom header name")?;
@@ -172,14 +184,19 @@ impl ConnectRequest {
                 }
             }
         }
-        if !self.custom_headers.iter().any(CustomHeader::is_host) {
+        if !self
+            .options
+            .custom_headers
+            .iter()
+            .any(CustomHeader::is_host)
+        {
             push_header(&mut head, "Host", &self.host);
         }
-        if let Some(agent) = &self.user_agent {
+        if let Some(agent) = &self.options.user_agent {
             check_value(agent.as_bytes(), "user agent")?;
             push_header(&mut head, "User-Agent", agent);
         }
-        if let Some(auth) = &self.basic_auth {
+        if let Some(auth) = &self.options.basic_auth {
             // The credentials travel base64-encoded, so only the colon rule matters for the user.
             if auth.user.contains(':') {
                 return Err(HttpError::InvalidField {
@@ -537,7 +554,8 @@ User-Agent: TestAgent/1.0\r\n\
 \r\n";
 
     fn section_13() -> ConnectRequest {
-        ConnectRequest {
+        let mut req = ConnectRequest::new("127.0.0.1", 11940);
+        req.options = ConnectOptions {
             version: HttpVersion::Http11,
             custom_headers: vec![
                 CustomHeader::NameValue {
@@ -547,8 +565,9 @@ User-Agent: TestAgent/1.0\r\n\
                 CustomHeader::Line("X-Single: one token".into()),
             ],
             user_agent: Some("TestAgent/1.0".into()),
-            ..ConnectRequest::new("127.0.0.1", 11940)
-        }
+            basic_auth: None,
+        };
+        req
     }
 
     #[test]
@@ -567,7 +586,7 @@ User-Agent: TestAgent/1.0\r\n\
 
     #[test]
     fn gardener_header_and_basic_auth() {
-        let req = ConnectRequest {
+        let req = ConnectOptions {
             custom_headers: vec![CustomHeader::NameValue {
                 name: "Reversed-VPN".into(),
                 value: "outbound|1194||vpn-seed-server".into(),
@@ -577,8 +596,9 @@ User-Agent: TestAgent/1.0\r\n\
                 user: "Aladdin".into(),
                 password: "open sesame".into(),
             }),
-            ..ConnectRequest::new("vpn-seed-server", 1194)
-        };
+            ..ConnectOptions::default()
+        }
+        .request("vpn-seed-server", 1194);
         assert_eq!(
             req.to_bytes().unwrap(),
             b"CONNECT vpn-seed-server:1194 HTTP/1.0\r\n\
@@ -597,10 +617,11 @@ Proxy-Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n\r\n"
             },
             CustomHeader::Line("HOST: front.example".into()),
         ] {
-            let req = ConnectRequest {
+            let req = ConnectOptions {
                 custom_headers: vec![host],
-                ..ConnectRequest::new("10.0.0.1", 443)
-            };
+                ..ConnectOptions::default()
+            }
+            .request("10.0.0.1", 443);
             let bytes = req.to_bytes().unwrap();
             let text = std::str::from_utf8(&bytes).unwrap();
             assert_eq!(text.to_ascii_lowercase().matches("host:").count(), 1);
@@ -616,17 +637,17 @@ Proxy-Authorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n\r\n"
             Err(HttpError::InvalidField { field: "host" })
         );
         req.host = "ok".into();
-        req.custom_headers = vec![CustomHeader::NameValue {
+        req.options.custom_headers = vec![CustomHeader::NameValue {
             name: "X".into(),
             value: "v\r\nInjected: 1".into(),
         }];
         assert!(req.to_bytes().is_err());
-        req.custom_headers = vec![CustomHeader::NameValue {
+        req.options.custom_headers = vec![CustomHeader::NameValue {
             name: "Bad Name".into(),
             value: "v".into(),
         }];
         assert!(req.to_bytes().is_err());
-        req.custom_headers = vec![CustomHeader::Line("a".into()); 11];
+        req.options.custom_headers = vec![CustomHeader::Line("a".into()); 11];
         assert!(matches!(
             req.to_bytes(),
             Err(HttpError::TooManyCustomHeaders { count: 11, max: 10 })

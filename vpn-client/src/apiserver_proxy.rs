@@ -93,8 +93,8 @@ impl ApiserverProxyConfig {
     /// The CONNECT request every tunnel sends.
     pub fn request(&self) -> ConnectRequest {
         let mut req = ConnectRequest::new(self.target.0.clone(), self.target.1);
-        req.version = HttpVersion::Http11;
-        req.custom_headers.push(CustomHeader::NameValue {
+        req.options.version = HttpVersion::Http11;
+        req.options.custom_headers.push(CustomHeader::NameValue {
             name: self.header_name.clone(),
             value: self.header_value.clone(),
         });

@@ -368,10 +368,10 @@ fn http_proxy(o: &ClientOptions, lines: &Lines<'_>) -> Result<Option<HttpProxy>,
     let mut proxy = HttpProxy::new(p.host.clone(), p.port);
     let opts = &o.http_proxy_options;
     if opts.version.as_deref() == Some("1.1") {
-        proxy.version = HttpVersion::Http11;
+        proxy.options.version = HttpVersion::Http11;
     }
-    proxy.user_agent = opts.agent.clone();
-    proxy.custom_headers = opts
+    proxy.options.user_agent = opts.agent.clone();
+    proxy.options.custom_headers = opts
         .custom_headers
         .iter()
         .map(|h| match &h.content {
@@ -392,7 +392,7 @@ fn http_proxy(o: &ClientOptions, lines: &Lines<'_>) -> Result<Option<HttpProxy>,
                 let mut it = text.lines();
                 match (it.next(), it.next()) {
                     (Some(user), Some(password)) if !user.is_empty() => {
-                        proxy.basic_auth = Some(BasicAuth {
+                        proxy.options.basic_auth = Some(BasicAuth {
                             user: user.to_owned(),
                             password: password.to_owned(),
                         })
@@ -525,11 +525,11 @@ pub(crate) mod tests {
         assert_eq!(s.remotes, [Remote::new("api.demo.proj.example.com", 1194)]);
         let proxy = s.http_proxy.as_ref().expect("proxy");
         assert_eq!(
-            (proxy.host.as_str(), proxy.port, proxy.version),
+            (proxy.host.as_str(), proxy.port, proxy.options.version),
             ("api.demo.proj.example.com", 8443, HttpVersion::Http10)
         );
         assert_eq!(
-            proxy.custom_headers,
+            proxy.options.custom_headers,
             [CustomHeader::NameValue {
                 name: "X-Gardener-Destination".into(),
                 value: "outbound|1194||vpn-seed-server.shoot--proj--demo.svc.cluster.local".into()
@@ -601,7 +601,7 @@ pub(crate) mod tests {
         let proxy = s.http_proxy.as_ref().expect("proxy");
         assert_eq!(proxy.port, 8132);
         assert_eq!(
-            proxy.custom_headers,
+            proxy.options.custom_headers,
             [CustomHeader::NameValue {
                 name: "Reversed-VPN".into(),
                 value: "outbound|1194||vpn-seed-server.shoot--proj--demo.svc.cluster.local".into()
@@ -642,8 +642,8 @@ pub(crate) mod tests {
             (Some(Duration::from_secs(10)), Some(Duration::from_secs(30)))
         );
         let proxy = s.http_proxy.expect("proxy");
-        assert_eq!(proxy.version, HttpVersion::Http11);
-        assert_eq!(proxy.user_agent.as_deref(), Some("vpnt"));
+        assert_eq!(proxy.options.version, HttpVersion::Http11);
+        assert_eq!(proxy.options.user_agent.as_deref(), Some("vpnt"));
         assert_eq!(s.tun.mtu, 1400);
         assert_eq!(s.connect_retry_attempts, Some(3));
         match s.tls {

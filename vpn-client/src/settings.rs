@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use netio::firewall::Table;
-use netio::http::{BasicAuth, ConnectRequest, CustomHeader, HttpVersion};
+use netio::http::{ConnectOptions, ConnectRequest};
 use openssl::ssl::SslContext;
 use pki::tls::{control_channel_client, PeerPolicy};
 use pki::{CaBundle, Identity};
@@ -203,15 +203,9 @@ pub struct HttpProxy {
     pub host: String,
     /// The proxy's port.
     pub port: u16,
-    /// `http-proxy-option VERSION` (upstream's default is 1.0).
-    pub version: HttpVersion,
-    /// `http-proxy-option CUSTOM-HEADER`s, in order (e.g. `Reversed-VPN:
-    /// outbound|1194||vpn-seed-server`).
-    pub custom_headers: Vec<CustomHeader>,
-    /// `http-proxy-option AGENT`.
-    pub user_agent: Option<String>,
-    /// Basic proxy authentication.
-    pub basic_auth: Option<BasicAuth>,
+    /// The `http-proxy-option`s every CONNECT request carries (version, custom headers such
+    /// as `Reversed-VPN: outbound|1194||vpn-seed-server`, agent, credentials).
+    pub options: ConnectOptions,
 }
 
 impl HttpProxy {
@@ -220,21 +214,13 @@ impl HttpProxy {
         HttpProxy {
             host: host.into(),
             port,
-            version: HttpVersion::default(),
-            custom_headers: Vec::new(),
-            user_agent: None,
-            basic_auth: None,
+            options: ConnectOptions::default(),
         }
     }
 
     /// The CONNECT request for `remote`.
     pub fn request(&self, remote: &Remote) -> ConnectRequest {
-        let mut req = ConnectRequest::new(remote.host.clone(), remote.port);
-        req.version = self.version;
-        req.custom_headers = self.custom_headers.clone();
-        req.user_agent = self.user_agent.clone();
-        req.basic_auth = self.basic_auth.clone();
-        req
+        self.options.request(remote.host.clone(), remote.port)
     }
 }
 

@@ -325,7 +325,7 @@ mod tests {
         let proxy = s.http_proxy.expect("proxy");
         assert_eq!(proxy.port, 8132);
         assert_eq!(
-            proxy.custom_headers,
+            proxy.options.custom_headers,
             [CustomHeader::NameValue {
                 name: "Reversed-VPN".into(),
                 value: "invalid-host".into()

@@ -21,6 +21,8 @@
 //!   tests (the sidecar itself is started by the test: as a binary or through `conformance`).
 //! * [`image::Image`] - the images `images/build` makes: their configuration and a fresh copy
 //!   of their root filesystem per container.
+//! * [`container::Pod`] - containers started as Kubernetes starts them, from an image's root
+//!   filesystem inside a lab namespace: volumes, user, capabilities, exec probes, logs.
 //! * [`require_lab`] - fails a test loudly when it cannot run (not root, tool missing): a lab
 //!   test never passes by skipping.
 //!
@@ -28,6 +30,7 @@
 //! address, a route or a firewall rule in the root namespace; veth pairs only join two lab
 //! namespaces, and every namespace is deleted when its guard drops.
 
+pub mod container;
 pub mod icmp;
 pub mod image;
 pub mod netns;

@@ -19,6 +19,10 @@
 //! * [`sidecar_client`] - certificates made with the `pki` crate, a runtime inside a namespace,
 //!   an mTLS CONNECT client, a connection recorder and a metrics scrape for the CONNECT sidecar
 //!   tests (the sidecar itself is started by the test: as a binary or through `conformance`).
+//! * [`image::Image`] - the images `images/build` makes: their configuration and a fresh copy
+//!   of their root filesystem per container.
+//! * [`container::Pod`] - containers started as Kubernetes starts them, from an image's root
+//!   filesystem inside a lab namespace: volumes, user, capabilities, exec probes, logs.
 //! * [`require_lab`] - fails a test loudly when it cannot run (not root, tool missing): a lab
 //!   test never passes by skipping.
 //!
@@ -26,7 +30,9 @@
 //! address, a route or a firewall rule in the root namespace; veth pairs only join two lab
 //! namespaces, and every namespace is deleted when its guard drops.
 
+pub mod container;
 pub mod icmp;
+pub mod image;
 pub mod netns;
 pub mod pki_fixture;
 pub mod sidecar_client;

@@ -39,7 +39,10 @@
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
 //! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx.
 
+pub mod access_log;
 pub mod cli;
+pub mod dns;
+pub mod envoy;
 pub mod metrics;
 pub mod policy;
 mod proxy;

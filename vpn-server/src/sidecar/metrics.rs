@@ -165,13 +165,14 @@ impl Histogram {
 }
 
 /// Denial reasons, in the order of [`SidecarMetrics::denied`].
-const DENY_REASONS: [&str; 6] = [
+const DENY_REASONS: [&str; 7] = [
     "unspecified",
     "loopback",
     "link_local",
     "multicast",
     "seed_network",
     "not_shoot",
+    "local",
 ];
 
 /// All counters of one sidecar. One method per event.
@@ -237,6 +238,7 @@ impl SidecarMetrics {
             Denied::Multicast => 3,
             Denied::SeedNetwork { .. } => 4,
             Denied::NotShoot => 5,
+            Denied::Local => 6,
         };
         inc(&self.denied[i]);
     }

@@ -7,7 +7,8 @@
 //!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ head within `header_timeout`
 //!                                                   ▼
 //!     400 / 405  malformed head / not CONNECT
-//!     403  policy: not a shoot network, or loopback / link-local / seed (no connect attempt)
+//!     403  policy: loopback / link-local / seed, or outside the shoot networks when external
+//!          destinations are denied, or an address of this host (no connect attempt)
 //!     503  no connected client routes the destination (in-process: asked the server)
 //!     503  `max_connections` tunnels already open
 //!     503/504  connect failed / took longer than `connect_timeout`
@@ -66,7 +67,7 @@ use tracing::{info, warn};
 
 pub use cli::SidecarArgs;
 pub use metrics::SidecarMetrics;
-pub use policy::{Denied, DestinationPolicy, Netmap};
+pub use policy::{Denied, Destination, DestinationPolicy, External, Netmap};
 
 /// Gardener's Envoy cluster connect timeout (gardener#4362).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -241,7 +242,12 @@ impl Sidecar {
         let admin = AdminServer::bind(&config.metrics_listen)?;
         for l in &listeners {
             if let Ok(addr) = l.local_addr() {
-                info!(%addr, client_cert = ?config.client_cert, "CONNECT sidecar listening");
+                info!(
+                    %addr,
+                    client_cert = ?config.client_cert,
+                    external = ?config.policy.external(),
+                    "CONNECT sidecar listening"
+                );
             }
         }
         let metrics = Arc::new(SidecarMetrics::default());

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, Instrument as _, Span};
 
 use super::metrics::SidecarMetrics;
-use super::policy::Denied;
+use super::policy::{Denied, Destination};
 use super::{RouteCheck, SidecarConfig, SLOW_REQUEST};
 
 /// State shared by every connection of one sidecar.
@@ -205,18 +205,27 @@ async fn open(
     let config = &shared.config;
     let metrics = &shared.metrics;
     let allowed = destinations(shared, authority).await?;
+    let had_shoot = allowed.iter().any(|(_, d)| *d == Destination::Shoot);
     let candidates: Vec<SocketAddr> = allowed
         .into_iter()
-        .map(|a| SocketAddr::new(config.netmap.map(a.ip()), a.port()))
+        .filter_map(|(a, d)| match d {
+            Destination::External => Some(a),
+            Destination::Shoot => {
+                let mapped = SocketAddr::new(config.netmap.map(a.ip()), a.port());
+                let routed = shared
+                    .routes
+                    .as_ref()
+                    .is_none_or(|r| r.has_route(mapped.ip()));
+                routed.then_some(mapped)
+            }
+        })
         .collect();
-    if let Some(routes) = &shared.routes {
-        if !candidates.iter().any(|a| routes.has_route(a.ip())) {
-            metrics.no_route();
-            return Err(Refusal::new(
-                Status::SERVICE_UNAVAILABLE,
-                "no VPN client routes the destination",
-            ));
-        }
+    if candidates.is_empty() && had_shoot {
+        metrics.no_route();
+        return Err(Refusal::new(
+            Status::SERVICE_UNAVAILABLE,
+            "no VPN client routes the destination",
+        ));
     }
     let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
         metrics.overflowed();
@@ -251,69 +260,75 @@ async fn open(
     }
 }
 
-/// The addresses the policy allows for the target: the literal, or every resolved address
-/// that passes (403 when none does).
-async fn destinations(shared: &Shared, authority: &Authority) -> Result<Vec<SocketAddr>, Refusal> {
+/// The addresses the policy allows for the target, with where each goes: the literal, or
+/// every resolved address that passes (403 when none does). An external address of this
+/// host is refused too.
+async fn destinations(
+    shared: &Shared,
+    authority: &Authority,
+) -> Result<Vec<(SocketAddr, Destination)>, Refusal> {
     let config = &shared.config;
-    let deny = |why: Denied, detail: String| {
-        shared.metrics.denied(why);
-        Refusal::new(Status::FORBIDDEN, detail)
-    };
     let port = authority.port;
-    let host = match &authority.host {
-        Host::Name(name) => name.as_str(),
-        Host::Ipv4(a) => return literal(config, deny, IpAddr::V4(*a), port),
-        Host::Ipv6(a) => return literal(config, deny, IpAddr::V6(*a), port),
-    };
-    let lookup = tokio::time::timeout(
-        config.connect_timeout,
-        tokio::net::lookup_host((host, port)),
-    )
-    .await;
-    let resolved: Vec<SocketAddr> = match lookup {
-        Ok(Ok(addrs)) => addrs.collect(),
-        Ok(Err(e)) => {
-            return Err(Refusal::new(
-                Status::SERVICE_UNAVAILABLE,
-                format!("DNS lookup failed: {e}"),
-            ))
-        }
-        Err(_) => {
-            return Err(Refusal::new(
-                Status::GATEWAY_TIMEOUT,
-                "DNS lookup timed out",
-            ))
+    let resolved: Vec<IpAddr> = match &authority.host {
+        Host::Ipv4(a) => vec![IpAddr::V4(*a)],
+        Host::Ipv6(a) => vec![IpAddr::V6(*a)],
+        Host::Name(name) => {
+            let lookup = tokio::time::timeout(
+                config.connect_timeout,
+                tokio::net::lookup_host((name.as_str(), port)),
+            )
+            .await;
+            match lookup {
+                Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
+                Ok(Err(e)) => {
+                    return Err(Refusal::new(
+                        Status::SERVICE_UNAVAILABLE,
+                        format!("DNS lookup failed: {e}"),
+                    ))
+                }
+                Err(_) => {
+                    return Err(Refusal::new(
+                        Status::GATEWAY_TIMEOUT,
+                        "DNS lookup timed out",
+                    ))
+                }
+            }
         }
     };
     let mut first_denial: Option<Denied> = None;
-    let allowed: Vec<SocketAddr> = resolved
+    let allowed: Vec<(SocketAddr, Destination)> = resolved
         .into_iter()
-        .filter(|a| match config.policy.check(a.ip()) {
-            Ok(()) => true,
-            Err(why) => {
-                first_denial.get_or_insert(why);
-                false
+        .filter_map(|ip| {
+            let checked = config.policy.check(ip).and_then(|d| match d {
+                Destination::External if is_local(ip) => Err(Denied::Local),
+                d => Ok(d),
+            });
+            match checked {
+                Ok(d) => Some((SocketAddr::new(ip, port), d)),
+                Err(why) => {
+                    first_denial.get_or_insert(why);
+                    None
+                }
             }
         })
         .collect();
     if allowed.is_empty() {
         let why = first_denial.unwrap_or(Denied::NotShoot);
-        return Err(deny(why, format!("resolved to a {why}")));
+        shared.metrics.denied(why);
+        let detail = match authority.host {
+            Host::Name(_) => format!("resolved to a {why}"),
+            _ => why.to_string(),
+        };
+        return Err(Refusal::new(Status::FORBIDDEN, detail));
     }
     Ok(allowed)
 }
 
-/// A literal address: allowed or not, no lookup.
-fn literal(
-    config: &SidecarConfig,
-    deny: impl Fn(Denied, String) -> Refusal,
-    ip: IpAddr,
-    port: u16,
-) -> Result<Vec<SocketAddr>, Refusal> {
-    match config.policy.check(ip) {
-        Ok(()) => Ok(vec![SocketAddr::new(ip, port)]),
-        Err(why) => Err(deny(why, why.to_string())),
-    }
+/// Whether `ip` is an address of this host (of the pod's network namespace): binding a UDP
+/// socket to it succeeds only then (with `ip_nonlocal_bind` off, the default). Such an
+/// address would reach the pod's own listeners.
+fn is_local(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip.to_canonical(), 0)).is_ok()
 }
 
 /// Answers `200`, forwards the bytes that came with the head, relays to the end.

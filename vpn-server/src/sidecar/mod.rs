@@ -66,7 +66,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 pub use cli::SidecarArgs;
-pub use metrics::SidecarMetrics;
+pub use dns::{DnsSettings, LookupFamily};
+pub use metrics::{MetricLabels, SidecarMetrics};
 pub use policy::{Denied, Destination, DestinationPolicy, External, Netmap};
 
 /// Gardener's Envoy cluster connect timeout (gardener#4362).
@@ -127,6 +128,10 @@ pub struct SidecarConfig {
     pub max_connections: usize,
     /// Concurrent connections before their CONNECT head; more are closed at accept.
     pub max_pending: usize,
+    /// Name resolution: address family, DNS cache size and name.
+    pub dns: DnsSettings,
+    /// The connection manager's `stat_prefix` (the `envoy_http_conn_manager_prefix` label).
+    pub stat_prefix: String,
 }
 
 impl fmt::Debug for SidecarConfig {
@@ -142,6 +147,8 @@ impl fmt::Debug for SidecarConfig {
             .field("header_timeout", &self.header_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_pending", &self.max_pending)
+            .field("dns", &self.dns)
+            .field("stat_prefix", &self.stat_prefix)
             .finish_non_exhaustive()
     }
 }
@@ -170,6 +177,22 @@ impl SidecarConfig {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_pending: DEFAULT_MAX_PENDING,
+            dns: DnsSettings::default(),
+            stat_prefix: metrics::DEFAULT_STAT_PREFIX.into(),
+        }
+    }
+
+    /// The label values of the metrics: the stat prefix, the first TLS listen address as
+    /// Envoy names it, the DNS cache's name.
+    pub fn metric_labels(&self) -> MetricLabels {
+        let default = MetricLabels::default();
+        MetricLabels {
+            stat_prefix: self.stat_prefix.clone(),
+            listener_address: self
+                .listen
+                .first()
+                .map_or(default.listener_address, |a| MetricLabels::listener(*a)),
+            dns_cache: self.dns.cache_name.clone(),
         }
     }
 }
@@ -250,7 +273,7 @@ impl Sidecar {
                 );
             }
         }
-        let metrics = Arc::new(SidecarMetrics::default());
+        let metrics = Arc::new(SidecarMetrics::new(config.metric_labels()));
         let serving = Arc::new(AtomicBool::new(false));
         let parts: Vec<Arc<dyn AdminState>> = vec![Arc::new(SidecarAdmin {
             metrics: Arc::clone(&metrics),

@@ -6,13 +6,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use netio::ingress::{accept_connect, Accepted, Deadlines, ProxyMode};
+use netio::ingress::{accept_connect, Accepted, Deadlines, IngressError, ProxyMode};
 use netio::relay::{relay, RelayConfig, RelayEnd};
 use netio::report::chain;
 use netio::tcp::connect_first;
 use openssl::nid::Nid;
 use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
-use protocol::http::connect::{Authority, Host, Status};
+use protocol::http::connect::{Authority, Host, RequestError, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -61,12 +61,13 @@ pub(super) async fn accept_loop(
         let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
         tracker.spawn(
             async move {
+                let opened = Instant::now();
                 shared.metrics.downstream_opened();
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = serve(&shared, stream, peer, pending) => {}
                 }
-                shared.metrics.downstream_closed();
+                shared.metrics.downstream_closed(opened.elapsed());
             }
             .instrument(span),
         );
@@ -128,6 +129,9 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         Err(e) => {
             match e.status() {
                 Some(status) => {
+                    if let IngressError::Request(RequestError::Method { .. }) = &e {
+                        shared.metrics.not_routed();
+                    }
                     let detail = chain(&e);
                     refuse(&mut tls, shared, status).await;
                     log(
@@ -143,6 +147,7 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         }
     };
     drop(pending);
+    shared.metrics.routed();
     let target = head.authority.to_string();
     Span::current().record("target", target.as_str());
     let outcome = tunnel(shared, &mut tls, &head.authority, &target, early).await;
@@ -273,11 +278,13 @@ async fn destinations(
         Host::Ipv4(a) => vec![IpAddr::V4(*a)],
         Host::Ipv6(a) => vec![IpAddr::V6(*a)],
         Host::Name(name) => {
+            shared.metrics.dns_attempt();
             let lookup = tokio::time::timeout(
                 config.connect_timeout,
                 tokio::net::lookup_host((name.as_str(), port)),
             )
             .await;
+            shared.metrics.dns_result(matches!(lookup, Ok(Ok(_))));
             match lookup {
                 Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
                 Ok(Err(e)) => {

@@ -7,6 +7,7 @@
 //!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ head within `header_timeout`
 //!                                                   ▼
 //!     400 / 405  malformed head / not CONNECT
+//!     503/504  a name did not resolve (pod resolver, `dns` cache) / cache full
 //!     403  policy: loopback / link-local / seed, or outside the shoot networks when external
 //!          destinations are denied, or an address of this host (no connect attempt)
 //!     503  no connected client routes the destination (in-process: asked the server)
@@ -274,6 +275,7 @@ impl Sidecar {
             }
         }
         let metrics = Arc::new(SidecarMetrics::new(config.metric_labels()));
+        let dns = dns::DnsCache::new(config.dns.clone(), Arc::new(dns::SystemResolver));
         let serving = Arc::new(AtomicBool::new(false));
         let parts: Vec<Arc<dyn AdminState>> = vec![Arc::new(SidecarAdmin {
             metrics: Arc::clone(&metrics),
@@ -283,6 +285,7 @@ impl Sidecar {
             permits: Arc::new(Semaphore::new(config.max_connections)),
             pending: Arc::new(Semaphore::new(config.max_pending)),
             metrics,
+            dns,
             acceptor,
             routes,
             config,

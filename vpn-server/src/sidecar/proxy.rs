@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, Instrument as _, Span};
 
+use super::dns::{DnsCache, DnsError};
 use super::metrics::SidecarMetrics;
 use super::policy::{Denied, Destination};
 use super::{RouteCheck, SidecarConfig, SLOW_REQUEST};
@@ -33,6 +34,7 @@ pub(super) struct Shared {
     pub(super) permits: Arc<Semaphore>,
     pub(super) pending: Arc<Semaphore>,
     pub(super) metrics: Arc<SidecarMetrics>,
+    pub(super) dns: DnsCache,
 }
 
 impl std::fmt::Debug for Shared {
@@ -201,7 +203,7 @@ async fn tunnel(
 }
 
 /// Everything before the `200` (the method and the target's form were checked with the
-/// head): policy, name lookup, mapping, route check, concurrency limit, connect. Nothing is
+/// head): name lookup, policy, mapping, route check, concurrency limit, connect. Nothing is
 /// dialed unless every check passed.
 async fn open(
     shared: &Shared,
@@ -278,26 +280,21 @@ async fn destinations(
         Host::Ipv4(a) => vec![IpAddr::V4(*a)],
         Host::Ipv6(a) => vec![IpAddr::V6(*a)],
         Host::Name(name) => {
-            shared.metrics.dns_attempt();
-            let lookup = tokio::time::timeout(
-                config.connect_timeout,
-                tokio::net::lookup_host((name.as_str(), port)),
-            )
-            .await;
-            shared.metrics.dns_result(matches!(lookup, Ok(Ok(_))));
-            match lookup {
-                Ok(Ok(addrs)) => addrs.map(|a| a.ip()).collect(),
-                Ok(Err(e)) => {
-                    return Err(Refusal::new(
-                        Status::SERVICE_UNAVAILABLE,
-                        format!("DNS lookup failed: {e}"),
-                    ))
-                }
-                Err(_) => {
-                    return Err(Refusal::new(
-                        Status::GATEWAY_TIMEOUT,
-                        "DNS lookup timed out",
-                    ))
+            let timeout = config.connect_timeout;
+            let now = Instant::now();
+            let lookup = shared
+                .dns
+                .resolve(name, port, now, timeout, &shared.metrics);
+            match lookup.await {
+                Ok(addrs) => addrs,
+                Err(e) => {
+                    let status = match e {
+                        DnsError::Timeout(_) => Status::GATEWAY_TIMEOUT,
+                        DnsError::Overflow { .. }
+                        | DnsError::Failed(_)
+                        | DnsError::NoAddress(_) => Status::SERVICE_UNAVAILABLE,
+                    };
+                    return Err(Refusal::new(status, chain(&e)));
                 }
             }
         }

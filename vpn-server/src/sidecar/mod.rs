@@ -19,7 +19,9 @@
 //! **Running it.** `vpn-server --sidecar` (`VPN_SERVER_SIDECAR=true`) runs it beside the
 //! OpenVPN server in one process; `vpn-server sidecar` runs it alone. The `--sidecar-*` flags
 //! (each also a `SIDECAR_*` variable) and their defaults are in [`cli`]; the metrics and their
-//! names in [`metrics`]; the destination rules in [`policy`].
+//! names in [`metrics`]; the destination rules in [`policy`]. In Gardener's `envoy-proxy`
+//! container it runs in **Envoy mode** ([`envoy`]): invoked as `envoy` with Envoy's flags, it
+//! takes everything from Gardener's envoy.yaml and writes Envoy's access log ([`access_log`]).
 //!
 //! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
 //! (the server's [`crate::server::ClientRoutes`]) and answers 503 before dialing when no
@@ -39,7 +41,8 @@
 //!
 //! Access log: one `info` line per request that failed (status other than 200, or a relay
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
-//! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx.
+//! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx. With Envoy's access loggers
+//! configured (Envoy mode) that line is `debug`, and Envoy's line goes to stdout.
 
 pub mod access_log;
 pub mod cli;
@@ -66,6 +69,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+pub use access_log::AccessLog;
 pub use cli::SidecarArgs;
 pub use dns::{DnsSettings, LookupFamily};
 pub use metrics::{MetricLabels, SidecarMetrics};
@@ -133,6 +137,8 @@ pub struct SidecarConfig {
     pub dns: DnsSettings,
     /// The connection manager's `stat_prefix` (the `envoy_http_conn_manager_prefix` label).
     pub stat_prefix: String,
+    /// Envoy's stdout access loggers (Envoy mode); none otherwise.
+    pub access_logs: Vec<AccessLog>,
 }
 
 impl fmt::Debug for SidecarConfig {
@@ -150,6 +156,7 @@ impl fmt::Debug for SidecarConfig {
             .field("max_pending", &self.max_pending)
             .field("dns", &self.dns)
             .field("stat_prefix", &self.stat_prefix)
+            .field("access_logs", &self.access_logs.len())
             .finish_non_exhaustive()
     }
 }
@@ -180,6 +187,7 @@ impl SidecarConfig {
             max_pending: DEFAULT_MAX_PENDING,
             dns: DnsSettings::default(),
             stat_prefix: metrics::DEFAULT_STAT_PREFIX.into(),
+            access_logs: Vec::new(),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use netio::ingress::{accept_connect, Accepted, Deadlines, IngressError, ProxyMode};
 use netio::relay::{relay, RelayConfig, RelayEnd};
@@ -12,7 +12,7 @@ use netio::report::chain;
 use netio::tcp::connect_first;
 use openssl::nid::Nid;
 use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
-use protocol::http::connect::{Authority, Host, RequestError, Status};
+use protocol::http::connect::{Authority, ConnectHead, Host, RequestError, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, Instrument as _, Span};
 
+use super::access_log::{self, Entry};
 use super::dns::{DnsCache, DnsError};
 use super::metrics::SidecarMetrics;
 use super::policy::{Denied, Destination};
@@ -76,28 +77,45 @@ pub(super) async fn accept_loop(
     }
 }
 
-/// What one request came to, for the access log.
+/// What one request came to, for the access logs.
 struct Outcome {
     status: u16,
     target: String,
     detail: String,
+    /// Envoy's response flags (see `access_log`).
+    flags: &'static str,
+    upstream: Option<SocketAddr>,
     to_upstream: u64,
     from_upstream: u64,
 }
 
 impl Outcome {
-    fn refused(status: u16, target: &str, detail: impl Into<String>) -> Self {
+    fn refused(r: Refusal, target: &str) -> Self {
         Outcome {
-            status,
+            status: r.status.code,
             target: target.to_owned(),
-            detail: detail.into(),
+            detail: r.detail,
+            flags: r.flags,
+            upstream: r.upstream,
             to_upstream: 0,
             from_upstream: 0,
         }
     }
 }
 
+/// One request as the access logs see it: when and from whom, and its head if it parsed.
+struct Request<'h> {
+    start: SystemTime,
+    started: Instant,
+    peer: SocketAddr,
+    head: Option<&'h ConnectHead>,
+    /// The method of a head refused for its method.
+    method: Option<&'h str>,
+    request_id: Option<String>,
+}
+
 async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: OwnedSemaphorePermit) {
+    let start = SystemTime::now();
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + shared.config.header_timeout);
     let mut tls = match tokio::time::timeout_at(deadline, handshake(shared, tcp)).await {
@@ -125,23 +143,27 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         proxy_header: left,
         header: left,
     };
+    let mut request = Request {
+        start,
+        started,
+        peer,
+        head: None,
+        method: None,
+        request_id: None,
+    };
     let accepted = accept_connect(&mut tls, peer, &ProxyMode::Off, deadlines).await;
     let Accepted { head, early, .. } = match accepted {
         Ok(a) => a,
         Err(e) => {
             match e.status() {
                 Some(status) => {
-                    if let IngressError::Request(RequestError::Method { .. }) = &e {
+                    let refused = Refusal::new(status, chain(&e));
+                    if let IngressError::Request(RequestError::Method { method }) = &e {
                         shared.metrics.not_routed();
+                        request.method = Some(method);
                     }
-                    let detail = chain(&e);
                     refuse(&mut tls, shared, status).await;
-                    log(
-                        peer,
-                        &tls,
-                        started,
-                        &Outcome::refused(status.code, "-", detail),
-                    );
+                    log(shared, &request, &tls, &Outcome::refused(refused, "-"));
                 }
                 None => debug!(error = %chain(&e), "closed before a CONNECT head"),
             }
@@ -152,10 +174,16 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
     shared.metrics.routed();
     let target = head.authority.to_string();
     Span::current().record("target", target.as_str());
-    let outcome = tunnel(shared, &mut tls, &head.authority, &target, early).await;
-    if outcome.status != 200 || !outcome.detail.is_empty() || started.elapsed() >= SLOW_REQUEST {
-        log(peer, &tls, started, &outcome);
+    if !shared.config.access_logs.is_empty() {
+        request.request_id = Some(
+            head.header_values("x-request-id")
+                .next()
+                .map_or_else(access_log::request_id, str::to_owned),
+        );
     }
+    request.head = Some(&head);
+    let outcome = tunnel(shared, &mut tls, &head.authority, &target, early).await;
+    log(shared, &request, &tls, &outcome);
 }
 
 /// The TLS handshake of one connection.
@@ -169,10 +197,13 @@ async fn handshake(
     Ok(tls)
 }
 
-/// A refused request: the status line to answer and the access-log detail.
+/// A refused request: the status line to answer, the access-log detail and Envoy's flags.
 struct Refusal {
     status: Status,
     detail: String,
+    flags: &'static str,
+    /// The address a failed connect went to (the last one tried).
+    upstream: Option<SocketAddr>,
 }
 
 impl Refusal {
@@ -180,7 +211,19 @@ impl Refusal {
         Refusal {
             status,
             detail: detail.into(),
+            flags: "-",
+            upstream: None,
         }
+    }
+
+    fn flagged(mut self, flags: &'static str) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    fn dialed(mut self, upstream: Option<SocketAddr>) -> Self {
+        self.upstream = upstream;
+        self
     }
 }
 
@@ -196,7 +239,7 @@ async fn tunnel(
         Ok(opened) => opened,
         Err(r) => {
             refuse(tls, shared, r.status).await;
-            return Outcome::refused(r.status.code, target, r.detail);
+            return Outcome::refused(r, target);
         }
     };
     relay_tunnel(shared, tls, upstream, target, early).await
@@ -232,16 +275,19 @@ async fn open(
         return Err(Refusal::new(
             Status::SERVICE_UNAVAILABLE,
             "no VPN client routes the destination",
-        ));
+        )
+        .flagged("UH"));
     }
     let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
         metrics.overflowed();
         return Err(Refusal::new(
             Status::SERVICE_UNAVAILABLE,
             format!("{} tunnels open (limit)", config.max_connections),
-        ));
+        )
+        .flagged("UO"));
     };
     let started = Instant::now();
+    let last = candidates.last().copied();
     match tokio::time::timeout(config.connect_timeout, connect_first(candidates)).await {
         Ok(Ok(upstream)) => {
             metrics.upstream_opened(started.elapsed());
@@ -252,7 +298,9 @@ async fn open(
             Err(Refusal::new(
                 Status::SERVICE_UNAVAILABLE,
                 format!("upstream connect failed: {e}"),
-            ))
+            )
+            .flagged("UF")
+            .dialed(last))
         }
         Err(_) => {
             metrics.connect_failed(true);
@@ -262,7 +310,9 @@ async fn open(
                     "upstream connect timed out after {:?}",
                     config.connect_timeout
                 ),
-            ))
+            )
+            .flagged("UF")
+            .dialed(last))
         }
     }
 }
@@ -288,13 +338,14 @@ async fn destinations(
             match lookup.await {
                 Ok(addrs) => addrs,
                 Err(e) => {
-                    let status = match e {
-                        DnsError::Timeout(_) => Status::GATEWAY_TIMEOUT,
-                        DnsError::Overflow { .. }
-                        | DnsError::Failed(_)
-                        | DnsError::NoAddress(_) => Status::SERVICE_UNAVAILABLE,
+                    let (status, flags) = match e {
+                        DnsError::Overflow { .. } => (Status::SERVICE_UNAVAILABLE, "UO"),
+                        DnsError::Timeout(_) => (Status::GATEWAY_TIMEOUT, "DF"),
+                        DnsError::Failed(_) | DnsError::NoAddress(_) => {
+                            (Status::SERVICE_UNAVAILABLE, "DF")
+                        }
                     };
-                    return Err(Refusal::new(status, chain(&e)));
+                    return Err(Refusal::new(status, chain(&e)).flagged(flags));
                 }
             }
         }
@@ -353,6 +404,8 @@ async fn relay_tunnel(
         status: 200,
         target: target.to_owned(),
         detail: String::new(),
+        flags: "-",
+        upstream: upstream.peer_addr().ok(),
         to_upstream: 0,
         from_upstream: 0,
     };
@@ -379,6 +432,7 @@ async fn relay_tunnel(
             if stats.end == RelayEnd::Idle {
                 metrics.idle_timeout();
                 outcome.detail = format!("idle for {:?}", config.idle_timeout);
+                outcome.flags = "SI";
             }
         }
         Err(e) => {
@@ -398,8 +452,40 @@ async fn refuse(tls: &mut SslStream<TcpStream>, shared: &Shared, status: Status)
     netio::ingress::refuse(tls, Some(status)).await;
 }
 
-/// The access-log line.
-fn log(peer: SocketAddr, tls: &SslStream<TcpStream>, started: Instant, o: &Outcome) {
+/// The access logs of one request: our `info` line for a failure (status other than 200, or
+/// a relay error) or a request of at least [`SLOW_REQUEST`] (`debug` when Envoy's log is
+/// written); Envoy's line on stdout when its filter selects the request.
+fn log(shared: &Shared, request: &Request<'_>, tls: &SslStream<TcpStream>, o: &Outcome) {
+    let duration = request.started.elapsed();
+    let envoy_logs = &shared.config.access_logs;
+    if !envoy_logs.is_empty() {
+        let head = request.head;
+        let header = |name: &str| {
+            let found = head.and_then(|h| h.headers.iter().find(|x| x.is(name)));
+            found.map(|x| x.value.as_str())
+        };
+        let entry = Entry {
+            start: request.start,
+            method: head
+                .map(|_| protocol::http::connect::CONNECT)
+                .or(request.method),
+            protocol: head.map(|h| h.version.as_str()),
+            status: o.status,
+            flags: o.flags,
+            bytes_received: o.to_upstream,
+            bytes_sent: o.from_upstream,
+            duration,
+            downstream: request.peer,
+            request_id: request.request_id.as_deref(),
+            authority: head.map(|_| o.target.as_str()),
+            upstream: o.upstream,
+            header: &header,
+        };
+        access_log::write(envoy_logs, &entry);
+    }
+    if o.status == 200 && o.detail.is_empty() && duration < SLOW_REQUEST {
+        return;
+    }
     let cn = tls
         .ssl()
         .peer_certificate()
@@ -410,16 +496,26 @@ fn log(peer: SocketAddr, tls: &SslStream<TcpStream>, started: Instant, o: &Outco
                 .and_then(|e| e.data().to_string().ok())
         })
         .unwrap_or_else(|| "-".into());
-    info!(
-        target: "vpn_server::sidecar::access",
-        %peer,
-        client_cn = %cn,
-        target_addr = %o.target,
-        status = o.status,
-        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        bytes_up = o.to_upstream,
-        bytes_down = o.from_upstream,
-        detail = %o.detail,
-        "CONNECT"
-    );
+    let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    macro_rules! line {
+        ($level:ident) => {
+            $level!(
+                target: "vpn_server::sidecar::access",
+                peer = %request.peer,
+                client_cn = %cn,
+                target_addr = %o.target,
+                status = o.status,
+                duration_ms,
+                bytes_up = o.to_upstream,
+                bytes_down = o.from_upstream,
+                detail = %o.detail,
+                "CONNECT"
+            )
+        };
+    }
+    if envoy_logs.is_empty() {
+        line!(info);
+    } else {
+        line!(debug);
+    }
 }

@@ -418,6 +418,41 @@ mod tests {
     }
 
     #[test]
+    fn gardeners_fluent_bit_parser_takes_the_line() {
+        // `envoy-proxy-parser` of Gardener's seed logging (time format `%Y-%m-%dT%H:%M:%S.%L%z`).
+        let parser = regex::Regex::new(
+            r"^\[(?<time>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d+\S+?)]\s+(?<log>.*)$",
+        )
+        .unwrap();
+        let format = LogFormat::parse(GARDENER_FORMAT).unwrap();
+        let header = |_: &str| None;
+        let entry = Entry {
+            start: UNIX_EPOCH + Duration::from_millis(1_795_623_739_007),
+            method: Some("CONNECT"),
+            protocol: Some("HTTP/1.0"),
+            status: 200,
+            flags: "-",
+            bytes_received: 512,
+            bytes_sent: 70_000,
+            duration: Duration::from_millis(61_000),
+            downstream: "[fd00::5]:40000".parse().unwrap(),
+            request_id: Some("x"),
+            authority: Some("webhook.example.com:443"),
+            upstream: Some("[2001:db8::7]:443".parse().unwrap()),
+            header: &header,
+        };
+        let line = format.render(&entry);
+        let line = line.strip_suffix('\n').unwrap();
+        let fields = parser.captures(line).unwrap();
+        assert_eq!(&fields["time"], "2026-11-25T16:22:19.007Z");
+        assert_eq!(
+            &fields["log"],
+            "\"CONNECT - HTTP/1.0\" 200 - 512 rx 70000 tx 61000ms \"[fd00::5]:40000\" \"x\" \
+             \"webhook.example.com:443\" \"[2001:db8::7]:443\""
+        );
+    }
+
+    #[test]
     fn operators_and_literals() {
         let f = LogFormat::parse("100%% %REQ(User-Agent)% %RESPONSE_CODE% 5%").unwrap();
         let header = |name: &str| (name == "user-agent").then_some("kube-apiserver");

@@ -175,7 +175,7 @@ fn handshake_requires_a_valid_client_cert_and_policy_refuses_without_connecting(
         metric(&text, "vpn_sidecar_denied_total{reason=\"not_shoot\"}"),
         1
     );
-    let hcm = "envoy_http_conn_manager_prefix=\"http_connect\"";
+    let hcm = "envoy_http_conn_manager_prefix=\"ingress_http\"";
     assert_eq!(
         metric(
             &text,

@@ -24,13 +24,16 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::SystemTime;
 
 use time::format_description::well_known::Rfc3339;
 use time::format_description::BorrowedFormatItem;
 use time::macros::format_description;
+use time::OffsetDateTime;
 use tracing::Subscriber;
 use tracing_subscriber::filter::{ParseError, Targets};
-use tracing_subscriber::fmt::time::UtcTime;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::{FormatTime, UtcTime};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::registry::LookupSpan;
@@ -122,10 +125,26 @@ const OPENVPN_TIME: &[BorrowedFormatItem<'static>] =
 const CTIME_TIME: &[BorrowedFormatItem<'static>] = format_description!(
     "[weekday repr:short] [month repr:short] [day padding:space] [hour]:[minute]:[second] [year]"
 );
-/// Envoy's `%START_TIME%` in brackets, read by Gardener's `envoy-proxy-parser` with
-/// `%Y-%m-%dT%H:%M:%S.%L%z`.
-const ENVOY_TIME: &[BorrowedFormatItem<'static>] =
-    format_description!("[[[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z]");
+/// Envoy's default `%START_TIME%`, UTC with milliseconds: `2026-11-25T16:22:19.123Z`.
+const ENVOY_START_TIME: &[BorrowedFormatItem<'static>] =
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+
+/// `at` as Envoy writes its default `%START_TIME%` (`2026-11-25T16:22:19.123Z`, UTC), which
+/// Gardener's `envoy-proxy-parser` reads with `%Y-%m-%dT%H:%M:%S.%L%z` (in brackets).
+pub fn envoy_start_time(at: SystemTime) -> String {
+    OffsetDateTime::from(at)
+        .format(ENVOY_START_TIME)
+        .unwrap_or_default()
+}
+
+/// The [`Format::Envoy`] timestamp: [`envoy_start_time`] in brackets.
+struct EnvoyTime;
+
+impl FormatTime for EnvoyTime {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        write!(w, "[{}]", envoy_start_time(SystemTime::now()))
+    }
+}
 
 /// Installs the global subscriber: lines in `format` on stderr, filtered by `filter`. Fails
 /// when `filter` does not parse.
@@ -150,7 +169,7 @@ where
         Format::Full => plain.with_timer(UtcTime::new(Rfc3339)).boxed(),
         Format::Openvpn => plain.with_timer(UtcTime::new(OPENVPN_TIME)).boxed(),
         Format::Ctime => plain.with_timer(UtcTime::new(CTIME_TIME)).boxed(),
-        Format::Envoy => plain.with_timer(UtcTime::new(ENVOY_TIME)).boxed(),
+        Format::Envoy => plain.with_timer(EnvoyTime).boxed(),
         Format::Json => plain
             .json()
             .with_current_span(true)

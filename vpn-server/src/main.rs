@@ -5,7 +5,9 @@
 //! tells the clients, drains and exits 0. Errors are one line naming the file (and line).
 //!
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
-//! `vpn-server sidecar` runs it alone.
+//! `vpn-server sidecar` runs it alone. Started as `envoy` (a link named so, Gardener's
+//! `envoy-proxy` container), or as `vpn-server envoy`, it runs the sidecar in Envoy mode
+//! with Envoy's flags (`vpn_server::sidecar::envoy`).
 //!
 //! Gardener's other uses of the vpn2 image: `vpn-server readiness` and `vpn-server liveness`
 //! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`) and
@@ -29,6 +31,7 @@ use vpn_server::exporter::{self, ExporterArgs, ExporterConfig};
 use vpn_server::launch::{self, Launch};
 use vpn_server::probes::{self, ProbeError};
 use vpn_server::sidecar::cli::ShootNetworks;
+use vpn_server::sidecar::envoy::{self, EnvoyArgs};
 use vpn_server::sidecar::SidecarArgs;
 use vpn_server::vpn2;
 use vpn_server::{from_vpn2_env, load_file};
@@ -69,11 +72,25 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// The command line when started as `envoy`: Envoy's flags only.
+#[derive(Debug, Parser)]
+#[command(
+    name = "envoy",
+    version,
+    about = "The CONNECT sidecar of vpn-server in Envoy mode (Gardener's envoy-proxy container)"
+)]
+struct EnvoyCli {
+    #[command(flatten)]
+    args: EnvoyArgs,
+}
+
 /// The roles besides the OpenVPN server.
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Run only the CONNECT sidecar (the mTLS HTTP CONNECT proxy that replaces Envoy).
     Sidecar(SidecarArgs),
+    /// Run only the CONNECT sidecar, configured as Envoy is: `envoy -c envoy.yaml`.
+    Envoy(EnvoyArgs),
     /// vpn2's init step: switch IPv6 on in the pod if it is off (needs privileges).
     Setup,
     /// vpn2's OpenVPN hook: the VPN device's firewall rules and routes (`up`), or their removal
@@ -88,6 +105,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    if envoy::invoked_as_envoy(std::env::args_os().next().as_deref()) {
+        return exit(envoy_mode(&EnvoyCli::parse().args));
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Command::Readiness) => return probe(probes::readiness(std::env::vars())),
@@ -95,11 +115,16 @@ fn main() -> ExitCode {
             return probe(probes::liveness(std::env::vars(), SystemTime::now()))
         }
         Some(Command::Sidecar(args)) => sidecar(args, &cli),
+        Some(Command::Envoy(args)) => envoy_mode(args),
         Some(Command::Exporter(args)) => exporter(args, &cli),
         Some(Command::Setup) => setup(&cli),
         Some(Command::Firewall(args)) => firewall(args, &cli),
         None => server(&cli),
     };
+    exit(result)
+}
+
+fn exit(result: Result<(), Box<dyn Error>>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -125,7 +150,7 @@ fn probe(result: Result<(), ProbeError>) -> ExitCode {
 fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
     let launch = load(cli.config.as_ref(), cli)?;
     init_logging(
-        cli,
+        cli.log_format(),
         cli.log
             .as_deref()
             .unwrap_or(verb_filter(launch.loaded.verb)),
@@ -138,24 +163,32 @@ fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
 
 fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
     let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
-    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli.log_format(), cli.log.as_deref().unwrap_or("info"))?;
     serve(|shutdown| launch::run_sidecar(config, shutdown))
 }
 
+fn envoy_mode(args: &EnvoyArgs) -> Result<(), Box<dyn Error>> {
+    let config = args.resolve(std::env::vars())?;
+    // The envoy-proxy container's log is read with Gardener's `envoy-proxy` parser.
+    init_logging(Format::default_for(Format::Envoy), args.log_filter())?;
+    let workers = args.concurrency.map(usize::from);
+    serve_on(workers, |shutdown| launch::run_sidecar(config, shutdown))
+}
+
 fn setup(cli: &Cli) -> Result<(), Box<dyn Error>> {
-    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli.log_format(), cli.log.as_deref().unwrap_or("info"))?;
     Ok(vpn2::setup()?)
 }
 
 fn firewall(args: &vpn2::FirewallArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
-    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli.log_format(), cli.log.as_deref().unwrap_or("info"))?;
     let args = args.clone();
     serve(|_| async move { vpn2::firewall(&args).await })
 }
 
 fn exporter(args: &ExporterArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
     let config = ExporterConfig::from_vpn2_env(std::env::vars(), args)?;
-    init_logging(cli, cli.log.as_deref().unwrap_or("info"))?;
+    init_logging(cli.log_format(), cli.log.as_deref().unwrap_or("info"))?;
     serve(|shutdown| exporter::run(config, shutdown))
 }
 
@@ -205,9 +238,21 @@ where
     Fut: std::future::Future<Output = Result<(), E>>,
     E: Error + 'static,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    serve_on(None, job)
+}
+
+/// [`serve`] with `workers` worker threads (default: one per CPU).
+fn serve_on<F, Fut, E>(workers: Option<usize>, job: F) -> Result<(), Box<dyn Error>>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: Error + 'static,
+{
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let rt = builder.enable_all().build()?;
     rt.block_on(async {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signals(shutdown.clone())?);
@@ -217,11 +262,18 @@ where
     })
 }
 
-fn init_logging(cli: &Cli, filter: &str) -> Result<(), Box<dyn Error>> {
-    let format = cli
-        .log_format
-        .unwrap_or_else(|| Format::default_for(Format::Openvpn));
+/// Installs the log subscriber: `filter`, lines in `format`.
+fn init_logging(format: Format, filter: &str) -> Result<(), Box<dyn Error>> {
     netio::logging::init(filter, format).map_err(|e| format!("--log {filter:?}: {e}").into())
+}
+
+impl Cli {
+    /// `--log-format`, else OpenVPN's layout (Gardener's `vpn-seed-server` parser) off a
+    /// terminal.
+    fn log_format(&self) -> Format {
+        self.log_format
+            .unwrap_or_else(|| Format::default_for(Format::Openvpn))
+    }
 }
 
 /// The default log filter for upstream's `verb`.

@@ -12,7 +12,14 @@
 //!   `SHOOT_NODE_NETWORKS` (vpn2's defaults when unset) plus the mapped ranges;
 //! * denied seed networks: `--sidecar-deny` plus vpn2's `SEED_POD_NETWORK`;
 //! * address translation ([`Netmap`]): vpn2's, when the networks come from its environment
-//!   and `--sidecar-allow` is not given; none otherwise.
+//!   and `--sidecar-allow` is not given; none otherwise;
+//! * destinations outside the shoot networks (`--sidecar-external`): `deny`. Envoy mode
+//!   (`super::envoy`) allows them, as Envoy's dynamic forward proxy does; here they stay
+//!   refused unless asked for, because these modes are our own deployments, configured with
+//!   our variables, whose sidecar has always been limited to the shoot (DESIGN decision 6): a
+//!   new release must not silently widen what it reaches. `SIDECAR_EXTERNAL=allow` is the one
+//!   switch for webhooks with external URLs; name the seed's networks with it
+//!   (`SEED_POD_NETWORK`, `--sidecar-deny`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,7 +30,7 @@ use pki::pem::{CaBundle, Identity, PemError};
 use pki::tls::ClientCertMode;
 
 use super::policy::NetmapError;
-use super::{DestinationPolicy, Netmap, SidecarConfig};
+use super::{DestinationPolicy, External, Netmap, SidecarConfig};
 
 /// Whether the sidecar requires a client certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -76,6 +83,14 @@ pub struct SidecarArgs {
     /// Seed networks never dialed, comma-separated (added to `SEED_POD_NETWORK`).
     #[arg(long = "sidecar-deny", env = "SIDECAR_DENY", value_delimiter = ',')]
     pub deny: Vec<IpNet>,
+    /// Destinations outside the shoot networks: dialed directly (`allow`) or refused.
+    #[arg(
+        long = "sidecar-external",
+        env = "SIDECAR_EXTERNAL",
+        value_enum,
+        default_value = "deny"
+    )]
+    pub external: External,
     /// Upstream connect timeout in seconds.
     #[arg(
         long = "sidecar-connect-timeout",
@@ -171,30 +186,13 @@ impl SidecarArgs {
                 .clone()
                 .unwrap_or_else(|| secrets_dir.join("vpn-server").join(default))
         };
-        let cert = file(&self.cert, "tls.crt");
-        let key = file(&self.key, "tls.key");
-        let ca = file(&self.ca, "ca.crt");
-        let identity = Identity::from_pem(&read(&cert)?, &read(&key)?)
-            .map_err(|source| SidecarConfigError::Pem { path: cert, source })?;
-        let trust = CaBundle::from_pem(&read(&ca)?)
-            .map_err(|source| SidecarConfigError::Pem { path: ca, source })?;
-        let networks =
-            |var: &'static str, default: &str| -> Result<Vec<IpNet>, SidecarConfigError> {
-                let value = env.get(var).map(String::as_str).unwrap_or(default);
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| {
-                        s.parse().map_err(|_| SidecarConfigError::Network {
-                            var,
-                            value: value.to_owned(),
-                        })
-                    })
-                    .collect()
-            };
+        let (identity, trust) = read_tls(
+            &file(&self.cert, "tls.crt"),
+            &file(&self.key, "tls.key"),
+            &file(&self.ca, "ca.crt"),
+        )?;
         let mut seed = self.deny.clone();
-        seed.extend(networks("SEED_POD_NETWORK", "")?);
+        seed.extend(env_networks(&env, "SEED_POD_NETWORK", "")?);
         let mut netmap = Netmap::none();
         let policy = if !self.allow.is_empty() {
             DestinationPolicy::new(self.allow.clone(), seed)
@@ -205,10 +203,7 @@ impl SidecarArgs {
                     DestinationPolicy::from_shoot_networks(&routes, &routes, &routes, seed)
                 }
                 ShootNetworks::Vpn2Env => {
-                    let pods = networks("SHOOT_POD_NETWORKS", VPN2_DEFAULT_POD_NETWORKS)?;
-                    let services =
-                        networks("SHOOT_SERVICE_NETWORKS", VPN2_DEFAULT_SERVICE_NETWORKS)?;
-                    let nodes = networks("SHOOT_NODE_NETWORKS", "")?;
+                    let [pods, services, nodes] = vpn2_shoot_networks(&env)?;
                     netmap = Netmap::vpn2(&pods, &services, &nodes)?;
                     DestinationPolicy::from_shoot_networks(&pods, &services, &nodes, seed)
                 }
@@ -223,7 +218,7 @@ impl SidecarArgs {
                     .map_err(|_| SidecarConfigError::MetricsListen { value: s.clone() })
             })
             .collect::<Result<Vec<SocketAddr>, _>>()?;
-        let mut config = SidecarConfig::new(identity, trust, policy);
+        let mut config = SidecarConfig::new(identity, trust, policy.with_external(self.external));
         config.listen = self.listen.clone();
         config.metrics_listen = metrics_listen;
         config.netmap = netmap;
@@ -236,6 +231,56 @@ impl SidecarArgs {
         config.max_connections = self.max_connections;
         Ok(config)
     }
+}
+
+/// The server identity (chain and key) and the client CA bundle from PEM files.
+pub(super) fn read_tls(
+    cert: &Path,
+    key: &Path,
+    ca: &Path,
+) -> Result<(Identity, CaBundle), SidecarConfigError> {
+    let identity = Identity::from_pem(&read(cert)?, &read(key)?).map_err(|source| {
+        SidecarConfigError::Pem {
+            path: cert.to_owned(),
+            source,
+        }
+    })?;
+    let trust = CaBundle::from_pem(&read(ca)?).map_err(|source| SidecarConfigError::Pem {
+        path: ca.to_owned(),
+        source,
+    })?;
+    Ok((identity, trust))
+}
+
+/// The comma-separated networks of the vpn2 variable `var` (`default` when unset).
+pub(super) fn env_networks(
+    env: &std::collections::HashMap<String, String>,
+    var: &'static str,
+    default: &str,
+) -> Result<Vec<IpNet>, SidecarConfigError> {
+    let value = env.get(var).map(String::as_str).unwrap_or(default);
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse().map_err(|_| SidecarConfigError::Network {
+                var,
+                value: value.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// vpn2's shoot networks from its variables (its defaults when unset): pods, services, nodes.
+pub(super) fn vpn2_shoot_networks(
+    env: &std::collections::HashMap<String, String>,
+) -> Result<[Vec<IpNet>; 3], SidecarConfigError> {
+    Ok([
+        env_networks(env, "SHOOT_POD_NETWORKS", VPN2_DEFAULT_POD_NETWORKS)?,
+        env_networks(env, "SHOOT_SERVICE_NETWORKS", VPN2_DEFAULT_SERVICE_NETWORKS)?,
+        env_networks(env, "SHOOT_NODE_NETWORKS", "")?,
+    ])
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, SidecarConfigError> {

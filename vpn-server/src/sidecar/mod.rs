@@ -7,7 +7,9 @@
 //!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ head within `header_timeout`
 //!                                                   ▼
 //!     400 / 405  malformed head / not CONNECT
-//!     403  policy: not a shoot network, or loopback / link-local / seed (no connect attempt)
+//!     503/504  a name did not resolve (pod resolver, `dns` cache) / cache full
+//!     403  policy: loopback / link-local / seed, or outside the shoot networks when external
+//!          destinations are denied, or an address of this host (no connect attempt)
 //!     503  no connected client routes the destination (in-process: asked the server)
 //!     503  `max_connections` tunnels already open
 //!     503/504  connect failed / took longer than `connect_timeout`
@@ -17,7 +19,9 @@
 //! **Running it.** `vpn-server --sidecar` (`VPN_SERVER_SIDECAR=true`) runs it beside the
 //! OpenVPN server in one process; `vpn-server sidecar` runs it alone. The `--sidecar-*` flags
 //! (each also a `SIDECAR_*` variable) and their defaults are in [`cli`]; the metrics and their
-//! names in [`metrics`]; the destination rules in [`policy`].
+//! names in [`metrics`]; the destination rules in [`policy`]. In Gardener's `envoy-proxy`
+//! container it runs in **Envoy mode** ([`envoy`]): invoked as `envoy` with Envoy's flags, it
+//! takes everything from Gardener's envoy.yaml and writes Envoy's access log ([`access_log`]).
 //!
 //! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
 //! (the server's [`crate::server::ClientRoutes`]) and answers 503 before dialing when no
@@ -37,9 +41,13 @@
 //!
 //! Access log: one `info` line per request that failed (status other than 200, or a relay
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
-//! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx.
+//! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx. With Envoy's access loggers
+//! configured (Envoy mode) that line is `debug`, and Envoy's line goes to stdout.
 
+pub mod access_log;
 pub mod cli;
+pub mod dns;
+pub mod envoy;
 pub mod metrics;
 pub mod policy;
 mod proxy;
@@ -61,9 +69,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+pub use access_log::AccessLog;
 pub use cli::SidecarArgs;
-pub use metrics::SidecarMetrics;
-pub use policy::{Denied, DestinationPolicy, Netmap};
+pub use dns::{DnsSettings, LookupFamily};
+pub use metrics::{MetricLabels, SidecarMetrics};
+pub use policy::{Denied, Destination, DestinationPolicy, External, Netmap};
 
 /// Gardener's Envoy cluster connect timeout (gardener#4362).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -123,6 +133,12 @@ pub struct SidecarConfig {
     pub max_connections: usize,
     /// Concurrent connections before their CONNECT head; more are closed at accept.
     pub max_pending: usize,
+    /// Name resolution: address family, DNS cache size and name.
+    pub dns: DnsSettings,
+    /// The connection manager's `stat_prefix` (the `envoy_http_conn_manager_prefix` label).
+    pub stat_prefix: String,
+    /// Envoy's stdout access loggers (Envoy mode); none otherwise.
+    pub access_logs: Vec<AccessLog>,
 }
 
 impl fmt::Debug for SidecarConfig {
@@ -138,6 +154,9 @@ impl fmt::Debug for SidecarConfig {
             .field("header_timeout", &self.header_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_pending", &self.max_pending)
+            .field("dns", &self.dns)
+            .field("stat_prefix", &self.stat_prefix)
+            .field("access_logs", &self.access_logs.len())
             .finish_non_exhaustive()
     }
 }
@@ -166,6 +185,23 @@ impl SidecarConfig {
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_pending: DEFAULT_MAX_PENDING,
+            dns: DnsSettings::default(),
+            stat_prefix: metrics::DEFAULT_STAT_PREFIX.into(),
+            access_logs: Vec::new(),
+        }
+    }
+
+    /// The label values of the metrics: the stat prefix, the first TLS listen address as
+    /// Envoy names it, the DNS cache's name.
+    pub fn metric_labels(&self) -> MetricLabels {
+        let default = MetricLabels::default();
+        MetricLabels {
+            stat_prefix: self.stat_prefix.clone(),
+            listener_address: self
+                .listen
+                .first()
+                .map_or(default.listener_address, |a| MetricLabels::listener(*a)),
+            dns_cache: self.dns.cache_name.clone(),
         }
     }
 }
@@ -238,10 +274,16 @@ impl Sidecar {
         let admin = AdminServer::bind(&config.metrics_listen)?;
         for l in &listeners {
             if let Ok(addr) = l.local_addr() {
-                info!(%addr, client_cert = ?config.client_cert, "CONNECT sidecar listening");
+                info!(
+                    %addr,
+                    client_cert = ?config.client_cert,
+                    external = ?config.policy.external(),
+                    "CONNECT sidecar listening"
+                );
             }
         }
-        let metrics = Arc::new(SidecarMetrics::default());
+        let metrics = Arc::new(SidecarMetrics::new(config.metric_labels()));
+        let dns = dns::DnsCache::new(config.dns.clone(), Arc::new(dns::SystemResolver));
         let serving = Arc::new(AtomicBool::new(false));
         let parts: Vec<Arc<dyn AdminState>> = vec![Arc::new(SidecarAdmin {
             metrics: Arc::clone(&metrics),
@@ -251,6 +293,7 @@ impl Sidecar {
             permits: Arc::new(Semaphore::new(config.max_connections)),
             pending: Arc::new(Semaphore::new(config.max_pending)),
             metrics,
+            dns,
             acceptor,
             routes,
             config,

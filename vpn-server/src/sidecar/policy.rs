@@ -1,4 +1,6 @@
-//! Which destinations the sidecar may dial: only the shoot's networks, never the seed.
+//! Which destinations the sidecar may dial: the shoot's networks through the tunnel, other
+//! destinations directly when [`External::Allow`] (as Envoy's dynamic forward proxy does for
+//! the kube-apiserver's webhooks with external URLs), never the seed.
 //!
 //! A destination is checked in this order, the first match deciding:
 //!
@@ -8,9 +10,12 @@
 //!    multicast and the IPv4 broadcast address;
 //! 3. **denied**: the configured seed networks (they win over an overlapping shoot network:
 //!    the sidecar dials addresses as they are, so an overlap would reach the seed);
-//! 4. **allowed**: the configured shoot networks (pod, service, node CIDRs and their mapped
-//!    ranges);
-//! 5. everything else is denied.
+//! 4. **shoot**: the configured shoot networks (pod, service, node CIDRs and their mapped
+//!    ranges): dialed, the kernel routes them into the tunnel;
+//! 5. **external**: everything else, dialed directly if [`External::Allow`], else denied.
+//!
+//! A name is checked after resolution, address by address. The proxy also refuses an
+//! external address that belongs to this host (`Denied::Local`: the pod's own listeners).
 //!
 //! [`Netmap`] then rewrites an allowed IPv4 address of a shoot network into its mapped range,
 //! as vpn2's NAT rules did for Envoy's connections (see its docs).
@@ -44,9 +49,31 @@ pub enum Denied {
         /// The seed network.
         network: IpNet,
     },
-    /// Outside every shoot network.
+    /// Outside every shoot network, and external destinations are not allowed.
     #[error("outside the shoot networks")]
     NotShoot,
+    /// An external destination that is an address of this host.
+    #[error("an address of this host")]
+    Local,
+}
+
+/// Whether destinations outside the shoot networks are dialed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum External {
+    /// Dialed directly, as Envoy's dynamic forward proxy does (the default in Envoy mode).
+    Allow,
+    /// Refused with 403 (the default of `vpn-server --sidecar` and `vpn-server sidecar`).
+    #[default]
+    Deny,
+}
+
+/// Where an allowed destination goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// Inside a shoot network: through the tunnel.
+    Shoot,
+    /// Elsewhere: dialed directly.
+    External,
 }
 
 /// The sidecar's destination allow-list; see the module docs.
@@ -54,16 +81,30 @@ pub enum Denied {
 pub struct DestinationPolicy {
     allowed: Vec<IpNet>,
     seed: Vec<IpNet>,
+    external: External,
 }
 
 impl DestinationPolicy {
-    /// Allows `shoot` networks, denies `seed` networks (and the always-denied ranges).
+    /// Allows `shoot` networks, denies `seed` networks (and the always-denied ranges) and
+    /// every other destination (see [`DestinationPolicy::with_external`]).
     pub fn new(shoot: Vec<IpNet>, seed: Vec<IpNet>) -> Self {
         let norm = |v: Vec<IpNet>| v.into_iter().map(|n| n.trunc()).collect();
         DestinationPolicy {
             allowed: norm(shoot),
             seed: norm(seed),
+            external: External::Deny,
         }
+    }
+
+    /// The same policy with `external` for destinations outside the shoot networks.
+    pub fn with_external(mut self, external: External) -> Self {
+        self.external = external;
+        self
+    }
+
+    /// Whether external destinations are dialed.
+    pub fn external(&self) -> External {
+        self.external
     }
 
     /// vpn2's shoot networks: pod, service and node CIDRs, plus the mapped `/8` of each kind
@@ -98,8 +139,8 @@ impl DestinationPolicy {
         &self.seed
     }
 
-    /// Whether the sidecar may dial `addr`.
-    pub fn check(&self, addr: IpAddr) -> Result<(), Denied> {
+    /// Whether the sidecar may dial `addr`, and where it goes.
+    pub fn check(&self, addr: IpAddr) -> Result<Destination, Denied> {
         let addr = addr.to_canonical();
         if let Some(reason) = always_denied(addr) {
             return Err(reason);
@@ -108,9 +149,11 @@ impl DestinationPolicy {
             return Err(Denied::SeedNetwork { network: *network });
         }
         if self.allowed.iter().any(|n| n.contains(&addr)) {
-            Ok(())
-        } else {
-            Err(Denied::NotShoot)
+            return Ok(Destination::Shoot);
+        }
+        match self.external {
+            External::Allow => Ok(Destination::External),
+            External::Deny => Err(Denied::NotShoot),
         }
     }
 }
@@ -178,7 +221,7 @@ mod tests {
             "242.9.9.9",
             "::ffff:100.96.1.2",
         ] {
-            assert_eq!(p.check(a(ok)), Ok(()), "{ok}");
+            assert_eq!(p.check(a(ok)), Ok(Destination::Shoot), "{ok}");
         }
     }
 
@@ -215,6 +258,32 @@ mod tests {
         for (addr, want) in cases {
             assert_eq!(p.check(a(addr)), Err(want), "{addr}");
         }
+    }
+
+    #[test]
+    fn external_destinations_when_allowed_but_never_the_seed_or_the_always_denied() {
+        let p = policy().with_external(External::Allow);
+        for ok in ["8.8.8.8", "2001:db8::1", "192.0.2.1", "::ffff:198.51.100.7"] {
+            assert_eq!(p.check(a(ok)), Ok(Destination::External), "{ok}");
+        }
+        assert_eq!(p.check(a("100.96.1.2")), Ok(Destination::Shoot));
+        assert_eq!(p.check(a("244.1.2.3")), Ok(Destination::Shoot));
+        for (addr, want) in [
+            ("127.0.0.1", Denied::Loopback),
+            ("169.254.169.254", Denied::LinkLocal),
+            ("fe80::1", Denied::LinkLocal),
+            ("0.0.0.0", Denied::Unspecified),
+            ("ff02::1", Denied::Multicast),
+            (
+                "10.1.2.3",
+                Denied::SeedNetwork {
+                    network: n("10.0.0.0/8"),
+                },
+            ),
+        ] {
+            assert_eq!(p.check(a(addr)), Err(want), "{addr}");
+        }
+        assert_eq!(policy().external(), External::Deny);
     }
 
     #[test]

@@ -4,15 +4,15 @@
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
-use netio::ingress::{accept_connect, Accepted, Deadlines, ProxyMode};
+use netio::ingress::{accept_connect, Accepted, Deadlines, IngressError, ProxyMode};
 use netio::relay::{relay, RelayConfig, RelayEnd};
 use netio::report::chain;
 use netio::tcp::connect_first;
 use openssl::nid::Nid;
 use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
-use protocol::http::connect::{Authority, Host, Status};
+use protocol::http::connect::{Authority, ConnectHead, Host, RequestError, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -21,8 +21,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, Instrument as _, Span};
 
+use super::access_log::{self, Entry};
+use super::dns::{DnsCache, DnsError};
 use super::metrics::SidecarMetrics;
-use super::policy::Denied;
+use super::policy::{Denied, Destination};
 use super::{RouteCheck, SidecarConfig, SLOW_REQUEST};
 
 /// State shared by every connection of one sidecar.
@@ -33,6 +35,7 @@ pub(super) struct Shared {
     pub(super) permits: Arc<Semaphore>,
     pub(super) pending: Arc<Semaphore>,
     pub(super) metrics: Arc<SidecarMetrics>,
+    pub(super) dns: DnsCache,
 }
 
 impl std::fmt::Debug for Shared {
@@ -61,40 +64,58 @@ pub(super) async fn accept_loop(
         let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
         tracker.spawn(
             async move {
+                let opened = Instant::now();
                 shared.metrics.downstream_opened();
                 tokio::select! {
                     _ = shutdown.cancelled() => {}
                     _ = serve(&shared, stream, peer, pending) => {}
                 }
-                shared.metrics.downstream_closed();
+                shared.metrics.downstream_closed(opened.elapsed());
             }
             .instrument(span),
         );
     }
 }
 
-/// What one request came to, for the access log.
+/// What one request came to, for the access logs.
 struct Outcome {
     status: u16,
     target: String,
     detail: String,
+    /// Envoy's response flags (see `access_log`).
+    flags: &'static str,
+    upstream: Option<SocketAddr>,
     to_upstream: u64,
     from_upstream: u64,
 }
 
 impl Outcome {
-    fn refused(status: u16, target: &str, detail: impl Into<String>) -> Self {
+    fn refused(r: Refusal, target: &str) -> Self {
         Outcome {
-            status,
+            status: r.status.code,
             target: target.to_owned(),
-            detail: detail.into(),
+            detail: r.detail,
+            flags: r.flags,
+            upstream: r.upstream,
             to_upstream: 0,
             from_upstream: 0,
         }
     }
 }
 
+/// One request as the access logs see it: when and from whom, and its head if it parsed.
+struct Request<'h> {
+    start: SystemTime,
+    started: Instant,
+    peer: SocketAddr,
+    head: Option<&'h ConnectHead>,
+    /// The method of a head refused for its method.
+    method: Option<&'h str>,
+    request_id: Option<String>,
+}
+
 async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: OwnedSemaphorePermit) {
+    let start = SystemTime::now();
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + shared.config.header_timeout);
     let mut tls = match tokio::time::timeout_at(deadline, handshake(shared, tcp)).await {
@@ -122,20 +143,27 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         proxy_header: left,
         header: left,
     };
+    let mut request = Request {
+        start,
+        started,
+        peer,
+        head: None,
+        method: None,
+        request_id: None,
+    };
     let accepted = accept_connect(&mut tls, peer, &ProxyMode::Off, deadlines).await;
     let Accepted { head, early, .. } = match accepted {
         Ok(a) => a,
         Err(e) => {
             match e.status() {
                 Some(status) => {
-                    let detail = chain(&e);
+                    let refused = Refusal::new(status, chain(&e));
+                    if let IngressError::Request(RequestError::Method { method }) = &e {
+                        shared.metrics.not_routed();
+                        request.method = Some(method);
+                    }
                     refuse(&mut tls, shared, status).await;
-                    log(
-                        peer,
-                        &tls,
-                        started,
-                        &Outcome::refused(status.code, "-", detail),
-                    );
+                    log(shared, &request, &tls, &Outcome::refused(refused, "-"));
                 }
                 None => debug!(error = %chain(&e), "closed before a CONNECT head"),
             }
@@ -143,12 +171,19 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         }
     };
     drop(pending);
+    shared.metrics.routed();
     let target = head.authority.to_string();
     Span::current().record("target", target.as_str());
-    let outcome = tunnel(shared, &mut tls, &head.authority, &target, early).await;
-    if outcome.status != 200 || !outcome.detail.is_empty() || started.elapsed() >= SLOW_REQUEST {
-        log(peer, &tls, started, &outcome);
+    if !shared.config.access_logs.is_empty() {
+        request.request_id = Some(
+            head.header_values("x-request-id")
+                .next()
+                .map_or_else(access_log::request_id, str::to_owned),
+        );
     }
+    request.head = Some(&head);
+    let outcome = tunnel(shared, &mut tls, &head.authority, &target, early).await;
+    log(shared, &request, &tls, &outcome);
 }
 
 /// The TLS handshake of one connection.
@@ -162,10 +197,13 @@ async fn handshake(
     Ok(tls)
 }
 
-/// A refused request: the status line to answer and the access-log detail.
+/// A refused request: the status line to answer, the access-log detail and Envoy's flags.
 struct Refusal {
     status: Status,
     detail: String,
+    flags: &'static str,
+    /// The address a failed connect went to (the last one tried).
+    upstream: Option<SocketAddr>,
 }
 
 impl Refusal {
@@ -173,7 +211,19 @@ impl Refusal {
         Refusal {
             status,
             detail: detail.into(),
+            flags: "-",
+            upstream: None,
         }
+    }
+
+    fn flagged(mut self, flags: &'static str) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    fn dialed(mut self, upstream: Option<SocketAddr>) -> Self {
+        self.upstream = upstream;
+        self
     }
 }
 
@@ -189,14 +239,14 @@ async fn tunnel(
         Ok(opened) => opened,
         Err(r) => {
             refuse(tls, shared, r.status).await;
-            return Outcome::refused(r.status.code, target, r.detail);
+            return Outcome::refused(r, target);
         }
     };
     relay_tunnel(shared, tls, upstream, target, early).await
 }
 
 /// Everything before the `200` (the method and the target's form were checked with the
-/// head): policy, name lookup, mapping, route check, concurrency limit, connect. Nothing is
+/// head): name lookup, policy, mapping, route check, concurrency limit, connect. Nothing is
 /// dialed unless every check passed.
 async fn open(
     shared: &Shared,
@@ -205,27 +255,39 @@ async fn open(
     let config = &shared.config;
     let metrics = &shared.metrics;
     let allowed = destinations(shared, authority).await?;
+    let had_shoot = allowed.iter().any(|(_, d)| *d == Destination::Shoot);
     let candidates: Vec<SocketAddr> = allowed
         .into_iter()
-        .map(|a| SocketAddr::new(config.netmap.map(a.ip()), a.port()))
+        .filter_map(|(a, d)| match d {
+            Destination::External => Some(a),
+            Destination::Shoot => {
+                let mapped = SocketAddr::new(config.netmap.map(a.ip()), a.port());
+                let routed = shared
+                    .routes
+                    .as_ref()
+                    .is_none_or(|r| r.has_route(mapped.ip()));
+                routed.then_some(mapped)
+            }
+        })
         .collect();
-    if let Some(routes) = &shared.routes {
-        if !candidates.iter().any(|a| routes.has_route(a.ip())) {
-            metrics.no_route();
-            return Err(Refusal::new(
-                Status::SERVICE_UNAVAILABLE,
-                "no VPN client routes the destination",
-            ));
-        }
+    if candidates.is_empty() && had_shoot {
+        metrics.no_route();
+        return Err(Refusal::new(
+            Status::SERVICE_UNAVAILABLE,
+            "no VPN client routes the destination",
+        )
+        .flagged("UH"));
     }
     let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
         metrics.overflowed();
         return Err(Refusal::new(
             Status::SERVICE_UNAVAILABLE,
             format!("{} tunnels open (limit)", config.max_connections),
-        ));
+        )
+        .flagged("UO"));
     };
     let started = Instant::now();
+    let last = candidates.last().copied();
     match tokio::time::timeout(config.connect_timeout, connect_first(candidates)).await {
         Ok(Ok(upstream)) => {
             metrics.upstream_opened(started.elapsed());
@@ -236,7 +298,9 @@ async fn open(
             Err(Refusal::new(
                 Status::SERVICE_UNAVAILABLE,
                 format!("upstream connect failed: {e}"),
-            ))
+            )
+            .flagged("UF")
+            .dialed(last))
         }
         Err(_) => {
             metrics.connect_failed(true);
@@ -246,74 +310,80 @@ async fn open(
                     "upstream connect timed out after {:?}",
                     config.connect_timeout
                 ),
-            ))
+            )
+            .flagged("UF")
+            .dialed(last))
         }
     }
 }
 
-/// The addresses the policy allows for the target: the literal, or every resolved address
-/// that passes (403 when none does).
-async fn destinations(shared: &Shared, authority: &Authority) -> Result<Vec<SocketAddr>, Refusal> {
+/// The addresses the policy allows for the target, with where each goes: the literal, or
+/// every resolved address that passes (403 when none does). An external address of this
+/// host is refused too.
+async fn destinations(
+    shared: &Shared,
+    authority: &Authority,
+) -> Result<Vec<(SocketAddr, Destination)>, Refusal> {
     let config = &shared.config;
-    let deny = |why: Denied, detail: String| {
-        shared.metrics.denied(why);
-        Refusal::new(Status::FORBIDDEN, detail)
-    };
     let port = authority.port;
-    let host = match &authority.host {
-        Host::Name(name) => name.as_str(),
-        Host::Ipv4(a) => return literal(config, deny, IpAddr::V4(*a), port),
-        Host::Ipv6(a) => return literal(config, deny, IpAddr::V6(*a), port),
-    };
-    let lookup = tokio::time::timeout(
-        config.connect_timeout,
-        tokio::net::lookup_host((host, port)),
-    )
-    .await;
-    let resolved: Vec<SocketAddr> = match lookup {
-        Ok(Ok(addrs)) => addrs.collect(),
-        Ok(Err(e)) => {
-            return Err(Refusal::new(
-                Status::SERVICE_UNAVAILABLE,
-                format!("DNS lookup failed: {e}"),
-            ))
-        }
-        Err(_) => {
-            return Err(Refusal::new(
-                Status::GATEWAY_TIMEOUT,
-                "DNS lookup timed out",
-            ))
+    let resolved: Vec<IpAddr> = match &authority.host {
+        Host::Ipv4(a) => vec![IpAddr::V4(*a)],
+        Host::Ipv6(a) => vec![IpAddr::V6(*a)],
+        Host::Name(name) => {
+            let timeout = config.connect_timeout;
+            let now = Instant::now();
+            let lookup = shared
+                .dns
+                .resolve(name, port, now, timeout, &shared.metrics);
+            match lookup.await {
+                Ok(addrs) => addrs,
+                Err(e) => {
+                    let (status, flags) = match e {
+                        DnsError::Overflow { .. } => (Status::SERVICE_UNAVAILABLE, "UO"),
+                        DnsError::Timeout(_) => (Status::GATEWAY_TIMEOUT, "DF"),
+                        DnsError::Failed(_) | DnsError::NoAddress(_) => {
+                            (Status::SERVICE_UNAVAILABLE, "DF")
+                        }
+                    };
+                    return Err(Refusal::new(status, chain(&e)).flagged(flags));
+                }
+            }
         }
     };
     let mut first_denial: Option<Denied> = None;
-    let allowed: Vec<SocketAddr> = resolved
+    let allowed: Vec<(SocketAddr, Destination)> = resolved
         .into_iter()
-        .filter(|a| match config.policy.check(a.ip()) {
-            Ok(()) => true,
-            Err(why) => {
-                first_denial.get_or_insert(why);
-                false
+        .filter_map(|ip| {
+            let checked = config.policy.check(ip).and_then(|d| match d {
+                Destination::External if is_local(ip) => Err(Denied::Local),
+                d => Ok(d),
+            });
+            match checked {
+                Ok(d) => Some((SocketAddr::new(ip, port), d)),
+                Err(why) => {
+                    first_denial.get_or_insert(why);
+                    None
+                }
             }
         })
         .collect();
     if allowed.is_empty() {
         let why = first_denial.unwrap_or(Denied::NotShoot);
-        return Err(deny(why, format!("resolved to a {why}")));
+        shared.metrics.denied(why);
+        let detail = match authority.host {
+            Host::Name(_) => format!("resolved to a {why}"),
+            _ => why.to_string(),
+        };
+        return Err(Refusal::new(Status::FORBIDDEN, detail));
     }
     Ok(allowed)
 }
 
-/// A literal address: allowed or not, no lookup.
-fn literal(
-    config: &SidecarConfig,
-    deny: impl Fn(Denied, String) -> Refusal,
-    ip: IpAddr,
-    port: u16,
-) -> Result<Vec<SocketAddr>, Refusal> {
-    match config.policy.check(ip) {
-        Ok(()) => Ok(vec![SocketAddr::new(ip, port)]),
-        Err(why) => Err(deny(why, why.to_string())),
-    }
+/// Whether `ip` is an address of this host (of the pod's network namespace): binding a UDP
+/// socket to it succeeds only then (with `ip_nonlocal_bind` off, the default). Such an
+/// address would reach the pod's own listeners.
+fn is_local(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind(SocketAddr::new(ip.to_canonical(), 0)).is_ok()
 }
 
 /// Answers `200`, forwards the bytes that came with the head, relays to the end.
@@ -334,6 +404,8 @@ async fn relay_tunnel(
         status: 200,
         target: target.to_owned(),
         detail: String::new(),
+        flags: "-",
+        upstream: upstream.peer_addr().ok(),
         to_upstream: 0,
         from_upstream: 0,
     };
@@ -360,6 +432,7 @@ async fn relay_tunnel(
             if stats.end == RelayEnd::Idle {
                 metrics.idle_timeout();
                 outcome.detail = format!("idle for {:?}", config.idle_timeout);
+                outcome.flags = "SI";
             }
         }
         Err(e) => {
@@ -379,8 +452,40 @@ async fn refuse(tls: &mut SslStream<TcpStream>, shared: &Shared, status: Status)
     netio::ingress::refuse(tls, Some(status)).await;
 }
 
-/// The access-log line.
-fn log(peer: SocketAddr, tls: &SslStream<TcpStream>, started: Instant, o: &Outcome) {
+/// The access logs of one request: our `info` line for a failure (status other than 200, or
+/// a relay error) or a request of at least [`SLOW_REQUEST`] (`debug` when Envoy's log is
+/// written); Envoy's line on stdout when its filter selects the request.
+fn log(shared: &Shared, request: &Request<'_>, tls: &SslStream<TcpStream>, o: &Outcome) {
+    let duration = request.started.elapsed();
+    let envoy_logs = &shared.config.access_logs;
+    if !envoy_logs.is_empty() {
+        let head = request.head;
+        let header = |name: &str| {
+            let found = head.and_then(|h| h.headers.iter().find(|x| x.is(name)));
+            found.map(|x| x.value.as_str())
+        };
+        let entry = Entry {
+            start: request.start,
+            method: head
+                .map(|_| protocol::http::connect::CONNECT)
+                .or(request.method),
+            protocol: head.map(|h| h.version.as_str()),
+            status: o.status,
+            flags: o.flags,
+            bytes_received: o.to_upstream,
+            bytes_sent: o.from_upstream,
+            duration,
+            downstream: request.peer,
+            request_id: request.request_id.as_deref(),
+            authority: head.map(|_| o.target.as_str()),
+            upstream: o.upstream,
+            header: &header,
+        };
+        access_log::write(envoy_logs, &entry);
+    }
+    if o.status == 200 && o.detail.is_empty() && duration < SLOW_REQUEST {
+        return;
+    }
     let cn = tls
         .ssl()
         .peer_certificate()
@@ -391,16 +496,26 @@ fn log(peer: SocketAddr, tls: &SslStream<TcpStream>, started: Instant, o: &Outco
                 .and_then(|e| e.data().to_string().ok())
         })
         .unwrap_or_else(|| "-".into());
-    info!(
-        target: "vpn_server::sidecar::access",
-        %peer,
-        client_cn = %cn,
-        target_addr = %o.target,
-        status = o.status,
-        duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        bytes_up = o.to_upstream,
-        bytes_down = o.from_upstream,
-        detail = %o.detail,
-        "CONNECT"
-    );
+    let duration_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    macro_rules! line {
+        ($level:ident) => {
+            $level!(
+                target: "vpn_server::sidecar::access",
+                peer = %request.peer,
+                client_cn = %cn,
+                target_addr = %o.target,
+                status = o.status,
+                duration_ms,
+                bytes_up = o.to_upstream,
+                bytes_down = o.from_upstream,
+                detail = %o.detail,
+                "CONNECT"
+            )
+        };
+    }
+    if envoy_logs.is_empty() {
+        line!(info);
+    } else {
+        line!(debug);
+    }
 }

@@ -30,7 +30,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 /// One stdout access logger of the bootstrap file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -328,6 +328,7 @@ pub fn rfc3339_millis(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     /// Gardener's `inline_string`, as the YAML reader hands it over.
     const GARDENER_FORMAT: &str = "[%START_TIME%] \"%REQ(:METHOD)% \

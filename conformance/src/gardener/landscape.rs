@@ -4,9 +4,9 @@
 //!
 //! ```text
 //!  SEED                                                  SHOOT
-//!  seed-pod   100.96.0.10  ─┐                       ┌─ vpn-shoot 100.96.10.10  fd00:96:10::10
+//!  seed-pod   100.96.0.10  ─┐                       ┌─ vpn-shoot 100.96.10.10  fd00:96:0:10::10
 //!  (vpn-seed-server pod)    │                       │   (pod)
-//!  kube-apiserver 100.96.1.20 ─ seed-node ─ inet ─ shoot-node ─ webhook 100.96.20.20  fd00:96:20::20
+//!  kube-apiserver 100.96.1.20 ─ seed-node ─ inet ─ shoot-node ─ webhook 100.96.20.20  fd00:96:0:20::20
 //!  (pod)                    │   router  198.51.100.0/30 router  │   (pod)
 //!  ingress 100.96.2.30      ─┘                  (SNAT)  └─ node 10.250.0.5  fd00:250::5
 //!   + LB address 203.0.113.10                                       (kubelet :10250)
@@ -44,12 +44,12 @@ pub const SHOOT_EGRESS: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 2);
 /// The vpn-shoot pod's addresses.
 pub const VPN_SHOOT: (Ipv4Addr, Ipv6Addr) = (
     Ipv4Addr::new(100, 96, 10, 10),
-    Ipv6Addr::new(0xfd00, 0x96, 0x10, 0, 0, 0, 0, 0x10),
+    Ipv6Addr::new(0xfd00, 0x96, 0, 0x10, 0, 0, 0, 0x10),
 );
 /// The webhook pod's addresses.
 pub const WEBHOOK: (Ipv4Addr, Ipv6Addr) = (
     Ipv4Addr::new(100, 96, 20, 20),
-    Ipv6Addr::new(0xfd00, 0x96, 0x20, 0, 0, 0, 0, 0x20),
+    Ipv6Addr::new(0xfd00, 0x96, 0, 0x20, 0, 0, 0, 0x20),
 );
 /// The shoot node's addresses.
 pub const NODE: (Ipv4Addr, Ipv6Addr) = (
@@ -99,11 +99,19 @@ impl Landscape {
             seed_router: Netns::new()?,
             shoot_router: Netns::new()?,
         };
+        // No duplicate address detection on any link, link-local addresses included: a
+        // fresh link's tentative link-local address holds up neighbour discovery, and so the
+        // first IPv6 packet through it, for a second.
+        for (_, ns) in l.pods() {
+            ns.run(["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"])?;
+        }
         for router in [&l.seed_router, &l.shoot_router] {
+            router.run(["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"])?;
             router.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
             router.run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
         }
-        let v6 = |a: u16, b: u16, h: u16| Ipv6Addr::new(0xfd00, a, b, 0, 0, 0, 0, h);
+        // fd00:<a>:0:<b>::<h>: the /64 <b> inside the network fd00:<a>::/48.
+        let v6 = |a: u16, b: u16, h: u16| Ipv6Addr::new(0xfd00, a, 0, b, 0, 0, 0, h);
         let seed_links = [
             Link {
                 pod: &l.seed_pod,

@@ -2,5 +2,7 @@
 //! pod, Gardener-like addresses) and a kubelet's probes. The pods themselves are started from
 //! the images by `tests/gardener_nonha.rs`.
 
+pub mod capture;
+pub mod far_end;
 pub mod kubelet;
 pub mod landscape;

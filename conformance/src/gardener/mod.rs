@@ -6,3 +6,4 @@ pub mod capture;
 pub mod far_end;
 pub mod kubelet;
 pub mod landscape;
+pub mod rules;

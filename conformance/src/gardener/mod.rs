@@ -3,6 +3,7 @@
 //! the images by `tests/gardener_nonha.rs`.
 
 pub mod capture;
+pub mod checks;
 pub mod far_end;
 pub mod kubelet;
 pub mod landscape;

@@ -32,8 +32,9 @@
 //!   a fixed or requested upstream) standing in for a gateway or corporate proxy.
 //! * [`demo`] - the demo: seed, ingress proxy, shoot and pod namespaces, our server and client,
 //!   ping and a download through the tunnel, a summary.
-//! * [`gardener`] - Gardener's non-HA VPN pods replayed in namespaces: the landscape and a
-//!   kubelet's probes.
+//! * [`gardener`] - Gardener's non-HA VPN pods replayed in namespaces: the landscape, a
+//!   kubelet's probes, our binaries started as Gardener starts vpn2's images, upstream
+//!   OpenVPN configured as vpn2 configures it, and the checks a replay must pass.
 //! * [`matrix`] - the conformance matrix: our server and client against upstream OpenVPN 2.6
 //!   and each other over ciphers, control-channel wrapping, key derivation, transports and
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).

@@ -1,6 +1,15 @@
 //! Gardener's non-HA VPN pods replayed in lab namespaces: the landscape (one namespace per
-//! pod, Gardener-like addresses) and a kubelet's probes. The pods themselves are started from
-//! the images by `tests/gardener_nonha.rs`.
+//! pod, Gardener-like addresses), a kubelet's probes, and what the replay must show
+//! ([`checks`]). The pods are our binaries started as Gardener starts the vpn2 images
+//! ([`pods`]), or upstream OpenVPN configured as vpn2 configures it for one side
+//! ([`vpn2_upstream`], the rolling-upgrade pairs); `tests/gardener_checks.rs` runs the checks
+//! against both. The images themselves are started by `tests/gardener_nonha.rs`.
 
+pub mod capture;
+pub mod checks;
+pub mod far_end;
 pub mod kubelet;
 pub mod landscape;
+pub mod pods;
+pub mod rules;
+pub mod vpn2_upstream;

@@ -8,8 +8,10 @@
 //! 2. **always denied**: unspecified (`0.0.0.0/8`, `::`), loopback (`127.0.0.0/8`, `::1`),
 //!    link-local (`169.254.0.0/16`, `fe80::/10`, where cloud metadata services live),
 //!    multicast and the IPv4 broadcast address;
-//! 3. **denied**: the configured seed networks (they win over an overlapping shoot network:
-//!    the sidecar dials addresses as they are, so an overlap would reach the seed);
+//! 3. **denied**: the configured seed networks. The proxy checks an address as it will dial
+//!    it: with vpn2's [`Netmap`] a shoot address inside an overlapping seed network is dialed
+//!    (and checked) in its mapped range and reaches the shoot, as Envoy's connections did
+//!    through vpn2's NETMAP rules; without a mapping the seed wins over the overlap;
 //! 4. **shoot**: the configured shoot networks (pod, service, node CIDRs and their mapped
 //!    ranges): dialed, the kernel routes them into the tunnel;
 //! 5. **external**: everything else, dialed directly if [`External::Allow`], else denied.
@@ -17,8 +19,8 @@
 //! A name is checked after resolution, address by address. The proxy also refuses an
 //! external address that belongs to this host (`Denied::Local`: the pod's own listeners).
 //!
-//! [`Netmap`] then rewrites an allowed IPv4 address of a shoot network into its mapped range,
-//! as vpn2's NAT rules did for Envoy's connections (see its docs).
+//! [`Netmap`] rewrites an IPv4 address of a shoot network into its mapped range, as vpn2's
+//! NAT rules did for Envoy's connections (see its docs).
 
 pub use protocol::config::netmap::{
     Netmap, NetmapError, MAPPED_NODE_NETWORK, MAPPED_POD_NETWORK, MAPPED_SERVICE_NETWORK,

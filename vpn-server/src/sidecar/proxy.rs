@@ -354,10 +354,16 @@ async fn destinations(
     let allowed: Vec<(SocketAddr, Destination)> = resolved
         .into_iter()
         .filter_map(|ip| {
-            let checked = config.policy.check(ip).and_then(|d| match d {
-                Destination::External if is_local(ip) => Err(Denied::Local),
-                d => Ok(d),
-            });
+            // Checked as it will be dialed: with vpn2's mapping, a shoot address that overlaps
+            // a seed network is dialed in 242-244/8 and reaches the shoot, as Envoy's did
+            // through vpn2's NETMAP rules.
+            let checked = config
+                .policy
+                .check(config.netmap.map(ip))
+                .and_then(|d| match d {
+                    Destination::External if is_local(ip) => Err(Denied::Local),
+                    d => Ok(d),
+                });
             match checked {
                 Ok(d) => Some((SocketAddr::new(ip, port), d)),
                 Err(why) => {

@@ -29,16 +29,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use conformance::gardener::checks::{
-    self, addresses, seed_probes, CheckError, Egress, Family, Probe, ECHO_BYTES,
+    self, addresses, seed_probes, CheckError, Egress, Family, Probe,
 };
 use conformance::gardener::landscape::SEED_POD_NETWORK;
-use conformance::gardener::landscape::{Landscape, INGRESS_LB, VPN_SHOOT};
+use conformance::gardener::landscape::{Landscape, INGRESS_LB};
 use conformance::gardener::pods::{
     run_init_containers, seed_server_spec, sidecar_spec, start_ingress, start_until,
     vpn_shoot_spec, Binaries, Container, Mounts, SidecarMode, SERVER_ADMIN_PORT, SERVER_READY,
     SIDECAR_IDS, SIDECAR_READY,
 };
-use conformance::gardener::rules::{self, proxy_guard, vpn2_seed, vpn2_shoot, Expected};
+use conformance::gardener::rules::{self, vpn2_seed, vpn2_shoot, Expected};
+use conformance::gardener::verdict::{self, our_seed_rules};
 use conformance::gardener::vpn2_upstream::{
     ccd_vpn_shoot_client, client_config, install_seed_proxy_nat, install_shoot_rules,
     server_config, shoot_networks,
@@ -56,111 +57,25 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// An error with its causes, and every container's log.
+/// The checks and steps of [`verdict`], with the logs of this test's one log directory.
 fn explain(e: &dyn Error, logs: &Path) -> String {
-    let mut msg = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        msg.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    let mut names: Vec<_> = std::fs::read_dir(logs)
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_else(|_| Vec::new());
-    names.sort();
-    for path in names
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "log"))
-    {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(60).collect();
-        msg.push_str(&format!("\n--- {} (last lines) ---\n", path.display()));
-        for line in tail.iter().rev() {
-            msg.push_str(line);
-            msg.push('\n');
-        }
-    }
-    msg
+    verdict::explain(e, &[logs])
 }
 
-/// Runs a check; its value, or a panic naming what crossed or not, with the logs.
 fn check<T: std::fmt::Debug>(name: &str, logs: &Path, r: Result<T, CheckError>) -> T {
-    match r {
-        Ok(v) => {
-            eprintln!("ok   {name}: {v:?}");
-            v
-        }
-        Err(e) => panic!("FAIL {name}: {}", explain(&e, logs)),
-    }
+    verdict::check(name, &[logs], r)
 }
 
-/// A lab step that must work.
 fn step<T, E: Error>(what: &str, logs: &Path, r: Result<T, E>) -> T {
-    r.unwrap_or_else(|e| panic!("{what}: {}", explain(&e, logs)))
+    verdict::step(what, &[logs], r)
 }
 
-/// Every traffic check of the module, both families where there are two. `ports` are the
-/// seed pod's listening ports the shoot must not reach.
 fn traffic_checks(l: &Landscape, egress: &Egress, logs: &Path, ports: &[u16]) {
-    for family in Family::BOTH {
-        let c = check(
-            &format!("kubelet {family:?}"),
-            logs,
-            checks::kubelet(l, egress, family),
-        );
-        assert_eq!(c.echoed, ECHO_BYTES);
-        assert_eq!(c.source.ip(), family.pick(VPN_SHOOT));
-        let c = check(
-            &format!("webhook {family:?}"),
-            logs,
-            checks::webhook(l, egress, family),
-        );
-        assert_eq!(c.source.ip(), family.pick(VPN_SHOOT));
-    }
-    check(
-        "gardenlet tunnel check",
-        logs,
-        checks::tunnel_check(l, egress),
-    );
-    let o = check("overlap", logs, checks::overlap(l, egress));
-    assert_eq!(o.seed_pods.len(), 2);
-    for family in Family::BOTH {
-        check(
-            &format!("MSS clamped {family:?}"),
-            logs,
-            checks::mss_clamped(l, egress, family),
-        );
-    }
-    let tun = step("seed tun0 addresses", logs, addresses(&l.seed_pod, "tun0"));
-    assert!(!tun.is_empty(), "the seed pod's tun0 has no address");
-    let probes = seed_probes(&tun, ports);
-    let s = check(
-        "shoot cannot reach the seed",
-        logs,
-        checks::shoot_cannot_reach_seed(l, &probes),
-    );
-    assert_eq!(s.dropped.len(), probes.len());
+    verdict::traffic_checks(l, egress, &[logs], ports)
 }
 
-/// The seed pod's and the vpn-shoot pod's rules are exactly `seed` and `shoot`.
 fn rules_are(l: &Landscape, logs: &Path, when: &str, seed: &[Expected], shoot: &[Expected]) {
-    check(
-        &format!("seed pod rules {when}"),
-        logs,
-        checks::rules(&l.seed_pod, "seed", seed).map(|_| ()),
-    );
-    check(
-        &format!("vpn-shoot pod rules {when}"),
-        logs,
-        checks::rules(&l.vpn_shoot, "vpn-shoot", shoot).map(|_| ()),
-    );
-}
-
-/// Our seed pod's expected rules: vpn2's, plus the proxy guard.
-fn our_seed_rules() -> Vec<Expected> {
-    let mut r = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
-    r.push(proxy_guard(SEED_POD_NETWORK));
-    r
+    verdict::rules_are(l, &[logs], when, seed, shoot)
 }
 
 fn stop(c: &Container<'_>, signal: &str, logs: &Path) -> std::process::ExitStatus {

@@ -3,7 +3,8 @@
 //! ([`checks`]). The pods are our binaries started as Gardener starts the vpn2 images
 //! ([`pods`]), or upstream OpenVPN configured as vpn2 configures it for one side
 //! ([`vpn2_upstream`], the rolling-upgrade pairs); `tests/gardener_checks.rs` runs the checks
-//! against both. The images themselves are started by `tests/gardener_nonha.rs`.
+//! against both; the images themselves are started by `tests/gardener_nonha.rs` ([`verdict`]:
+//! what both report).
 
 pub mod capture;
 pub mod checks;
@@ -12,4 +13,5 @@ pub mod kubelet;
 pub mod landscape;
 pub mod pods;
 pub mod rules;
+pub mod verdict;
 pub mod vpn2_upstream;

@@ -37,7 +37,8 @@ pub const CONNECT: &str = "CONNECT";
 /// Host in an authority-form request-target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Host {
-    /// A registered name (letters, digits, `-`, `_`, `~` in dot-separated non-empty labels).
+    /// A registered name (letters, digits, `-`, `_`, `~` in dot-separated non-empty labels,
+    /// perhaps with the final dot of an absolute name), as sent.
     Name(String),
     /// A dotted-quad IPv4 literal.
     Ipv4(Ipv4Addr),
@@ -215,8 +216,11 @@ fn parse_port(s: &str) -> Option<u16> {
 }
 
 /// A registered name restricted to unreserved characters in non-empty dot-separated labels,
-/// at most 253 bytes (no percent-encoding, no sub-delimiters, no trailing dot).
+/// at most 253 bytes besides an optional final dot (no percent-encoding, no sub-delimiters).
+/// The final dot of an absolute name is taken: Gardener's `ENDPOINT` ends in one, and OpenVPN
+/// sends it as configured in the request-target and `Host`.
 fn is_reg_name(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host);
     !host.is_empty()
         && host.len() <= 253
         && host.split('.').all(|label| {
@@ -339,6 +343,24 @@ mod tests {
     fn an_authority_prints_as_it_was_sent() {
         for target in ["kubelet.example:10250", "10.250.0.5:10250", "[fd00::5]:443"] {
             assert_eq!(Authority::parse(target).unwrap().to_string(), target);
+        }
+    }
+
+    #[test]
+    fn an_absolute_name_keeps_its_final_dot_and_one_dot_only() {
+        // What OpenVPN sends for Gardener's `ENDPOINT` (the internal domain, with its dot).
+        let raw = b"CONNECT api.p.s.internal.example.com.:1194 HTTP/1.0\r\nHost: api.p.s.internal.example.com.\r\n\r\n";
+        let (head, _) = parse(raw).unwrap().unwrap();
+        assert_eq!(
+            head.authority.host,
+            Host::Name("api.p.s.internal.example.com.".into())
+        );
+        assert_eq!(
+            head.authority.to_string(),
+            "api.p.s.internal.example.com.:1194"
+        );
+        for bad in ["a..:1", ".:1", "a..b:1", ".a:1"] {
+            assert_eq!(Authority::parse(bad), Err(RequestError::Target), "{bad}");
         }
     }
 

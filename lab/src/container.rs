@@ -408,6 +408,12 @@ impl Pod {
         &self.inner.name
     }
 
+    /// Where the containers' stdout and stderr files are (`<container>.stdout`,
+    /// `<container>.stderr`; an exec's `<container>.exec-<n>.std{out,err}`).
+    pub fn logs_dir(&self) -> PathBuf {
+        self.inner.dir.path().join("logs")
+    }
+
     /// Adds volume `name` and returns its directory (or file) on the host, where a test can
     /// read what the containers wrote (an emptyDir) or change what they read.
     pub fn add_volume(&self, name: &str, source: VolumeSource) -> Result<PathBuf, ContainerError> {

@@ -190,14 +190,22 @@ impl Recorder {
 
 /// `GET /metrics` over plain HTTP (call inside the namespace); the body.
 pub fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect_timeout(&addr, WAIT).expect("metrics connect");
-    s.set_read_timeout(Some(WAIT)).expect("timeout");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .expect("metrics request");
+    try_scrape(addr).unwrap_or_else(|e| panic!("GET /metrics from {addr}: {e}"))
+}
+
+/// `GET /metrics` over plain HTTP (call inside the namespace): the body of a 200, else why
+/// not (nothing listening yet, another status, no body).
+pub fn try_scrape(addr: SocketAddr) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, WAIT)?;
+    s.set_read_timeout(Some(WAIT))?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")?;
     let mut text = String::new();
-    s.read_to_string(&mut text).expect("metrics response");
-    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
-    text.split_once("\r\n\r\n").expect("body").1.to_owned()
+    s.read_to_string(&mut text)?;
+    let body = text
+        .strip_prefix("HTTP/1.1 200 OK\r\n")
+        .and_then(|rest| rest.split_once("\r\n\r\n"))
+        .map(|(_, body)| body.to_owned());
+    body.ok_or_else(|| std::io::Error::other(format!("not a 200 with a body: {text}")))
 }
 
 /// The value of the series line `series` (name with labels) in a scrape.

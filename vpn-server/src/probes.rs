@@ -148,8 +148,7 @@ where
     K: AsRef<str>,
     V: AsRef<str>,
 {
-    let env = Vpn2ServerEnv::parse(vars).map_err(ProbeError::Env)?;
-    let status = read_status(&env.status_path)?;
+    let (env, status) = env_and_status(vars)?;
     Ok(check_ready(&status, env.is_ha)?)
 }
 
@@ -160,9 +159,21 @@ where
     K: AsRef<str>,
     V: AsRef<str>,
 {
+    let (_, status) = env_and_status(vars)?;
+    Ok(check_alive(&status, now)?)
+}
+
+/// What both probes read first: vpn2's environment (its HA checks included) and the status
+/// file it names.
+fn env_and_status<I, K, V>(vars: I) -> Result<(Vpn2ServerEnv, Status), ProbeError>
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<str>,
+    V: AsRef<str>,
+{
     let env = Vpn2ServerEnv::parse(vars).map_err(ProbeError::Env)?;
     let status = read_status(&env.status_path)?;
-    Ok(check_alive(&status, now)?)
+    Ok((env, status))
 }
 
 /// Reads and parses the status file at `path`.

@@ -427,7 +427,9 @@ pub fn memory_section(
          {deny}, metrics listener bound; with our `vpn-client`). The load is K concurrent TCP \
          streams from the seed to an echo server in the shoot on the client's tunnel address \
          (port {port}), each writing 16 KiB chunks for {secs} s while reading the echo back, \
-         then closing. Through the sidecar each stream is an mTLS `CONNECT` tunnel (the \
+         at most {windows} ahead of what came back (64 MiB in flight for all together, so the \
+         drain after the writing stays short), then held open and idle, then closed. The \
+         streams are opened 16 at a time. Through the sidecar each stream is an mTLS `CONNECT` tunnel (the \
          kube-apiserver's client certificate, checked against the CA) that the sidecar dials \
          through the VPN tunnel; without it the same streams go straight into the tunnel. K = \
          {ks}, run one after the other in one process lifetime per round. \
@@ -438,6 +440,12 @@ pub fn memory_section(
         port = memory::ECHO_LOAD_PORT,
         secs = opts.duration.as_secs(),
         rounds = opts.rounds,
+        windows = opts
+            .tunnels
+            .iter()
+            .map(|&k| format!("{} KiB with {k}", super::tunnels::window(k) >> 10))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     let _ = writeln!(
         md,

@@ -5,7 +5,8 @@
 //! ```text
 //!  SEED (Loader runtime)                                   SHOOT (Echo runtime)
 //!   stream k: write 16 KiB chunks until the deadline ─┐     echo on 0.0.0.0:ECHO_LOAD_PORT
-//!             read what comes back until EOF          │      copies every connection back
+//!             (at most `window` ahead of the echo),   │      copies every connection back
+//!             read what comes back until EOF          │
 //!   Path::Direct:  TCP 192.168.123.2:PORT ────────────┼─ tunnel ─►
 //!   Path::Sidecar: TLS to 127.0.0.1:9443, CONNECT ────┘  (the sidecar dials through the tunnel)
 //! ```
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use openssl::ssl::SslConnector;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
 use crate::netns::Netns;
@@ -43,6 +44,23 @@ pub const CHUNK: usize = 16 * 1024;
 pub const DRAIN: Duration = Duration::from_secs(30);
 /// Bound on opening one stream (TCP connect, TLS handshake, CONNECT answer).
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Streams being opened at once: a burst of hundreds of SYNs through the tunnel overflowed
+/// the echo's SYN queue (the kernel fell back to SYN cookies and some streams were reset).
+const OPEN_AT_ONCE: usize = 16;
+/// What all streams together may have written and not yet read back. Without a bound the
+/// kernel's socket buffers along the path took several MB per stream within seconds, and
+/// draining them after the deadline took longer than the load (256 streams: over 30 s).
+const IN_FLIGHT: u64 = 64 << 20;
+/// Bounds of one stream's share of [`IN_FLIGHT`].
+const WINDOW_MIN: u64 = 256 << 10;
+const WINDOW_MAX: u64 = 16 << 20;
+/// How far one of `streams` streams may write ahead of what came back, bytes.
+pub fn window(streams: usize) -> u64 {
+    (IN_FLIGHT / streams.max(1) as u64).clamp(WINDOW_MIN, WINDOW_MAX)
+}
+
+/// The echo's listen backlog.
+const BACKLOG: u32 = 4096;
 /// The largest CONNECT response head read.
 const MAX_HEAD: usize = 8192;
 
@@ -108,7 +126,12 @@ impl Echo {
     pub fn start(ns: &Netns, port: u16) -> Result<Echo, BenchError> {
         let rt = ns_runtime(ns)?;
         let listener = rt
-            .block_on(rt.spawn(TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))))
+            .block_on(rt.spawn(async move {
+                let socket = tokio::net::TcpSocket::new_v4()?;
+                socket.set_reuseaddr(true)?;
+                socket.bind((Ipv4Addr::UNSPECIFIED, port).into())?;
+                socket.listen(BACKLOG)
+            }))
             .map_err(|e| BenchError::unexpected("echo listener task", e.to_string()))?
             .map_err(|source| LabError::io("echo listener", source))?;
         rt.spawn(async move {
@@ -185,16 +208,21 @@ impl Loader {
         let handle = self.rt.spawn(async move {
             let started = Instant::now();
             let deadline = tokio::time::Instant::now() + duration;
+            let window = window(streams);
+            let opening = Arc::new(tokio::sync::Semaphore::new(OPEN_AT_ONCE));
             let mut set = tokio::task::JoinSet::new();
             for _ in 0..streams {
                 let path = Arc::clone(&path);
+                let opening = Arc::clone(&opening);
                 let hold = Hold {
                     drained: Arc::clone(&counter),
                     released: released.clone(),
                 };
                 set.spawn(tokio::time::timeout_at(deadline + DRAIN, async move {
+                    let permit = opening.acquire().await.map_err(|e| e.to_string())?;
                     let s = open(&path, target).await?;
-                    pump(s, deadline, hold).await
+                    drop(permit);
+                    pump(s, deadline, window, hold).await
                 }));
             }
             let mut moved = Moved {
@@ -354,11 +382,13 @@ async fn read_status<S: AsyncRead + Unpin>(s: &mut S) -> Result<u16, String> {
         .ok_or_else(|| format!("bad CONNECT answer {:?}", text.trim_end()))
 }
 
-/// Writes [`CHUNK`]s until `deadline` while reading the echo; once every byte has come back,
-/// holds the stream (see [`Hold`]); then shuts the write half and reads until EOF.
+/// Writes [`CHUNK`]s until `deadline`, at most `window` bytes ahead of what came back, while
+/// reading the echo; once every byte has come back, holds the stream (see [`Hold`]); then
+/// shuts the write half and reads until EOF.
 async fn pump(
     s: Box<dyn Stream>,
     deadline: tokio::time::Instant,
+    window: u64,
     hold: Hold,
 ) -> Result<Pumped, String> {
     let Hold {
@@ -366,14 +396,22 @@ async fn pump(
         mut released,
     } = hold;
     let (mut r, mut w) = tokio::io::split(s);
-    // The writer tells the reader how much it wrote once it stopped.
+    // The writer tells the reader how much it wrote once it stopped; the reader tells the
+    // writer how much came back (the writer stays at most `window` ahead).
     let (total_tx, mut total_rx) = tokio::sync::watch::channel(None::<u64>);
+    let (back_tx, mut back_rx) = tokio::sync::watch::channel(0u64);
     let writer = async {
         let chunk = vec![0x5au8; CHUNK];
         let mut sent = 0u64;
         // A chunk is never cut (a TLS write must be retried with the same bytes); the
         // caller's bound of deadline + DRAIN covers a chunk that waits on backpressure.
         while tokio::time::Instant::now() < deadline {
+            let room = back_rx.wait_for(|back| sent + CHUNK as u64 <= back + window);
+            match tokio::time::timeout_at(deadline, room).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => return Err("the reader ended early".to_owned()),
+                Err(_) => break,
+            }
             w.write_all(&chunk)
                 .await
                 .map_err(|e| format!("write: {e}"))?;
@@ -408,6 +446,7 @@ async fn pump(
                 return Ok::<_, String>((received, drained_at));
             }
             received += n as u64;
+            back_tx.send_replace(received);
         }
     };
     let (sent, received) = tokio::join!(writer, reader);

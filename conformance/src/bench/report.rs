@@ -406,9 +406,17 @@ pub fn memory_section(
         "Written by the benchmark's memory part (in a full run, or alone with `--only memory`); \
          command (as root):\n\n```\n{command}\n```\n"
     );
+    // Other work on the machine moves the throughput and CPU figures; say how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
     let _ = writeln!(
         md,
-        "Machine: {} CPUs ({}), kernel {}, {}. Finished {}.\n",
+        "Machine: {} CPUs ({}), kernel {}, {}. Finished {}, load average {load} (1, 5, 15 \
+         min, the bench's own processes included).\n",
         machine.cpus, machine.cpu_model, machine.kernel, machine.openvpn, machine.date
     );
     let ks = opts
@@ -443,7 +451,7 @@ pub fn memory_section(
         windows = opts
             .tunnels
             .iter()
-            .map(|&k| format!("{} KiB with {k}", super::tunnels::window(k) >> 10))
+            .map(|&k| format!("{} with K = {k}", size(super::tunnels::window(k))))
             .collect::<Vec<_>>()
             .join(", "),
     );
@@ -683,12 +691,23 @@ fn spread_cell(values: &[f64], digits: usize) -> String {
     }
 }
 
-/// `x` with `digits` after the point, without the sign of a value that rounds to zero.
+/// `x` with `digits` after the point, a negative value with a minus sign (U+2212, so a range
+/// of negatives reads `(−0.4–−0.1)`), no sign on a value that rounds to zero.
 fn num(x: f64, digits: usize) -> String {
     let text = format!("{x:.digits$}");
     match text.strip_prefix('-') {
         Some(abs) if abs.chars().all(|c| c == '0' || c == '.') => abs.to_owned(),
-        _ => text,
+        Some(abs) => format!("\u{2212}{abs}"),
+        None => text,
+    }
+}
+
+/// Bytes as `N MiB` or `N KiB`.
+fn size(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
     }
 }
 

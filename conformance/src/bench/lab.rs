@@ -204,6 +204,19 @@ impl<'ns> VpnProcess<'ns> {
         config: &str,
         ours: &Path,
     ) -> Result<VpnProcess<'ns>, BenchError> {
+        VpnProcess::start_with(ns, imp, side, config, ours, &[])
+    }
+
+    /// [`VpnProcess::start`] with `extra` arguments after `--config FILE` (e.g. our server's
+    /// `--sidecar` flags).
+    pub fn start_with(
+        ns: &'ns Netns,
+        imp: Impl,
+        side: Side,
+        config: &str,
+        ours: &Path,
+        extra: &[String],
+    ) -> Result<VpnProcess<'ns>, BenchError> {
         let dir = tempfile::Builder::new()
             .prefix("vpnt-bench-vpn-")
             .tempdir()
@@ -231,6 +244,7 @@ impl<'ns> VpnProcess<'ns> {
                 c
             }
         };
+        cmd.args(extra);
         cmd.current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(out)
@@ -257,11 +271,20 @@ impl<'ns> VpnProcess<'ns> {
     /// Waits until the server accepts TCP connections on the VPN port (by reading the log, so
     /// no probe connection disturbs it).
     pub fn wait_listening(&self) -> Result<(), BenchError> {
+        self.wait_log(
+            "listening for incoming tcp connection",
+            "VPN server listening",
+        )
+    }
+
+    /// Waits until the log contains `needle` (compared in lower case), at most
+    /// [`LISTEN_TIMEOUT`]; `what` names the wait in the error.
+    pub fn wait_log(&self, needle: &str, what: &str) -> Result<(), BenchError> {
         let deadline = Instant::now() + LISTEN_TIMEOUT;
         loop {
             let log = self.log();
             let lower = log.to_ascii_lowercase();
-            if lower.contains("listening for incoming tcp connection") {
+            if lower.contains(needle) {
                 return Ok(());
             }
             if let Some(status) = self.ns.try_wait(self.pid) {
@@ -274,7 +297,7 @@ impl<'ns> VpnProcess<'ns> {
             }
             if Instant::now() >= deadline {
                 return Err(LabError::Timeout {
-                    what: "VPN server listening".into(),
+                    what: what.into(),
                     waited: LISTEN_TIMEOUT,
                     log,
                 }

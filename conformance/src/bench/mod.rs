@@ -14,8 +14,10 @@
 
 pub mod lab;
 pub mod measure;
+pub mod memory;
 pub mod report;
 pub mod stats;
+pub mod tunnels;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -258,8 +260,11 @@ pub struct Options {
     pub pings: u32,
     /// Request/response exchanges.
     pub exchanges: usize,
-    /// Where to keep `/proc/PID/smaps` of both VPN processes at the idle sample, if anywhere.
+    /// Where to keep `/proc/PID/smaps` of both VPN processes at the idle sample (and of the
+    /// server at each sample of the memory part), if anywhere.
     pub smaps_dir: Option<PathBuf>,
+    /// The memory part's loads: concurrent streams (tunnels) of each, run in this order.
+    pub tunnels: Vec<usize>,
     /// Set (e.g. on SIGINT) to stop before the next case; the lab is then torn down as
     /// after a complete run.
     pub stop: Arc<AtomicBool>,
@@ -497,7 +502,7 @@ fn measure_case(
 }
 
 /// The last lines of a log, for error messages.
-fn tail(log: &str) -> String {
+pub(crate) fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
 }

@@ -5,6 +5,11 @@
 //!
 //! A quick run: `--rounds 1 --duration 2 --pairs upstream-upstream,ours-ours --ciphers gcm
 //! --via direct`.
+//!
+//! The memory part (issue 18: the server's memory with the CONNECT sidecar in the process,
+//! idle and under K concurrent tunnels) runs after the matrix; `--only memory` runs it alone
+//! (a few minutes) and rewrites only its section of the document, `--only matrix` runs the
+//! matrix and keeps the memory section already in the document.
 
 #![allow(clippy::print_stdout)] // Printing progress and the tables is what this program is for.
 
@@ -16,6 +21,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use conformance::bench::report::{self, MEMORY_HEADING};
 use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 
 /// Our VPN against upstream OpenVPN 2.6 in a namespace lab.
@@ -65,9 +71,32 @@ struct Cli {
     /// Do not build our binaries first; take them from beside this program.
     #[arg(long)]
     no_build: bool,
-    /// Keep `/proc/PID/smaps` of both VPN processes at each idle sample in this directory.
+    /// Keep `/proc/PID/smaps` of both VPN processes at each idle sample in this directory
+    /// (and of the server at each sample of the memory part).
     #[arg(long, env = "BENCH_SMAPS_DIR")]
     smaps_dir: Option<PathBuf>,
+    /// Run one part only: `matrix` (keeps the memory section already in `--out`) or `memory`
+    /// (rewrites only its section of `--out`). Both by default.
+    #[arg(long, env = "BENCH_ONLY", value_enum)]
+    only: Option<Part>,
+    /// The memory part's loads: concurrent tunnels (streams) of each, in this order.
+    #[arg(
+        long,
+        env = "BENCH_TUNNELS",
+        value_delimiter = ',',
+        default_value = "1,64",
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    tunnels: Vec<u16>,
+}
+
+/// The parts of the bench.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Part {
+    /// The matrix of pairs × ciphers × transports.
+    Matrix,
+    /// The server's memory with and without the sidecar (issue 18).
+    Memory,
 }
 
 fn main() -> ExitCode {
@@ -105,14 +134,19 @@ fn run() -> anyhow::Result<()> {
             }
         }
     }
+    let matrix = cli.only != Some(Part::Memory);
+    let memory = cli.only != Some(Part::Matrix);
     // Only the proxies some case goes through are required.
-    let mut tools = vec!["openvpn", "iperf3", "ping", "ss"];
-    for (kind, tool) in [
-        (ProxyKind::Tinyproxy, "tinyproxy"),
-        (ProxyKind::Squid, "squid"),
-    ] {
-        if cases.iter().any(|c| c.via == Via::Proxy(kind)) {
-            tools.push(tool);
+    let mut tools = vec!["openvpn", "ping"];
+    if matrix {
+        tools.extend(["iperf3", "ss"]);
+        for (kind, tool) in [
+            (ProxyKind::Tinyproxy, "tinyproxy"),
+            (ProxyKind::Squid, "squid"),
+        ] {
+            if cases.iter().any(|c| c.via == Via::Proxy(kind)) {
+                tools.push(tool);
+            }
         }
     }
     conformance::check_lab(&tools).context("the bench needs root, /dev/net/tun and its tools")?;
@@ -137,25 +171,48 @@ fn run() -> anyhow::Result<()> {
         pings: cli.pings,
         exchanges: cli.exchanges,
         smaps_dir: cli.smaps_dir,
+        tunnels: cli.tunnels.iter().map(|&k| usize::from(k)).collect(),
         stop: stop_on_signals()?,
     };
-    println!(
-        "bench: {} cases × {} rounds, iperf3 {} s per load",
-        opts.cases.len(),
-        opts.rounds,
-        opts.duration.as_secs()
-    );
-    let results = bench::run(&opts, &mut |line| println!("{line}"))?;
     let command = format!(
         "cargo run --release -p conformance --bin bench -- {}",
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")
     );
-    let md = bench::report::markdown(
-        &results,
-        &opts,
-        &bench::report::Machine::current(),
-        command.trim_end(),
-    );
+    let command = command.trim_end();
+    // The document as it is, for the section a part that does not run keeps.
+    let old = std::fs::read_to_string(&cli.out).unwrap_or_default();
+    let mut md = String::new();
+    if matrix {
+        println!(
+            "bench: {} cases × {} rounds, iperf3 {} s per load",
+            opts.cases.len(),
+            opts.rounds,
+            opts.duration.as_secs()
+        );
+        let results = bench::run(&opts, &mut |line| println!("{line}"))?;
+        md = report::markdown(&results, &opts, &report::Machine::current(), command);
+        if !memory {
+            if let Some(kept) = report::find_section(&old, MEMORY_HEADING) {
+                md.push_str(kept);
+            }
+        }
+    }
+    if memory {
+        println!(
+            "bench: memory part, {} setups × {} rounds, loads of {:?} tunnels for {} s",
+            bench::memory::Setup::ALL.len(),
+            opts.rounds,
+            opts.tunnels,
+            opts.duration.as_secs()
+        );
+        let results = bench::memory::run(&opts, &mut |line| println!("{line}"))?;
+        let section = report::memory_section(&results, &opts, &report::Machine::current(), command);
+        md = match matrix {
+            true => md + &section,
+            false if old.is_empty() => format!("{}\n\n{section}", report::TITLE),
+            false => report::replace_section(&old, MEMORY_HEADING, &section),
+        };
+    }
     if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -500,6 +500,16 @@ fn wait_scrape(ns: &Netns, addr: SocketAddr) -> String {
     }
 }
 
+/// `VmRSS` of a process in KiB (0 if unreadable).
+fn vm_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// SIGTERM or SIGKILL to a container; how it ended.
 fn stop(c: &Container, signal: Signal) -> std::process::ExitStatus {
     c.signal(signal);
@@ -627,6 +637,14 @@ fn gardeners_non_ha_pods_run_from_our_images() {
         assert!(runs.iter().all(|r| r.passed), "{}", readiness.report());
 
         verdict::traffic_checks(&l, &egress, logs, &[1194, 9443, 15000]);
+        for c in [&server, &envoy] {
+            // Shown, not asserted: memory is measured by the bench.
+            eprintln!(
+                "{} VmRSS after the checks: {} KiB",
+                c.name(),
+                vm_rss_kib(c.pid())
+            );
+        }
 
         // What Gardener's Prometheus scrapes: envoy-proxy on 15000, from the seed's network.
         let text = wait_scrape(&l.seed_router, SocketAddr::new(IpAddr::V4(SEED_POD), 15000));

@@ -112,7 +112,7 @@ use rustix::thread::{CapabilitySet, CapabilitySets, LinkNameSpaceType, UnshareFl
 use tempfile::TempDir;
 
 use crate::image::{Image, ImageConfig, ImageError, Rootfs};
-use crate::netns::{Netns, STOP_GRACE};
+use crate::netns::Netns;
 use crate::LabError;
 
 /// The capabilities containerd gives a container by default (its `oci.DefaultCapabilities`;
@@ -832,7 +832,7 @@ impl Container {
 impl Drop for Container {
     fn drop(&mut self) {
         let mut process = self.process();
-        stop(&mut process);
+        crate::netns::stop_child(&mut process);
         drop(process);
         if let Some(ns) = self.mnt_ns.take() {
             kill_mount_namespace(&ns);
@@ -1548,25 +1548,6 @@ fn last_line(path: &Path) -> String {
 
 fn pid_of(pid: u32) -> Option<Pid> {
     i32::try_from(pid).ok().and_then(Pid::from_raw)
-}
-
-/// SIGTERM, then SIGKILL after [`STOP_GRACE`]; reaps it.
-fn stop(child: &mut std::process::Child) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    if let Some(pid) = pid_of(child.id()) {
-        let _ = kill_process(pid, Signal::TERM);
-    }
-    let deadline = Instant::now() + STOP_GRACE;
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// SIGKILLs, by PID, every process whose mount namespace is `ns` (children the container's

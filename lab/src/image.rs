@@ -218,7 +218,7 @@ impl Image {
                 .arg(layer)
                 .arg("--directory")
                 .arg(dir.path());
-            run_quiet(&mut tar)?;
+            crate::netns::run_checked(&mut tar)?;
         }
         Ok(Rootfs { dir })
     }
@@ -336,29 +336,6 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), LabError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| LabError::io(path, e))
-}
-
-fn run_quiet(cmd: &mut Command) -> Result<(), LabError> {
-    let command = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|s| s.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let output = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| LabError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-    if !output.status.success() {
-        return Err(LabError::CommandFailed {
-            command,
-            status: output.status,
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-        });
-    }
-    Ok(())
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(

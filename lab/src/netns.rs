@@ -205,7 +205,8 @@ fn sweep_stale() {
     }
 }
 
-fn stop_child(child: &mut Child) {
+/// SIGTERM, then SIGKILL after [`STOP_GRACE`]; reaps it.
+pub(crate) fn stop_child(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
@@ -223,7 +224,9 @@ fn stop_child(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn run_checked(cmd: &mut Command) -> Result<Output, LabError> {
+/// Runs `cmd` (stdin closed) to its end; its output if it exited 0, else the command, its
+/// status and its stderr.
+pub(crate) fn run_checked(cmd: &mut Command) -> Result<Output, LabError> {
     let output = cmd
         .stdin(Stdio::null())
         .output()

@@ -163,18 +163,6 @@ impl Tool {
     }
 
     fn run(&mut self) -> Result<(), LabError> {
-        let command = format!("{:?}", self.cmd);
-        let output = self.cmd.output().map_err(|source| LabError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-        if !output.status.success() {
-            return Err(LabError::CommandFailed {
-                command,
-                status: output.status,
-                stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
-            });
-        }
-        Ok(())
+        crate::netns::run_checked(&mut self.cmd).map(drop)
     }
 }

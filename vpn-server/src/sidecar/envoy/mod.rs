@@ -22,6 +22,7 @@
 //!   privilege.
 
 pub mod bootstrap;
+pub mod tunnel;
 pub mod yaml;
 
 use std::collections::HashMap;

@@ -22,6 +22,7 @@
 //!   privilege.
 
 pub mod bootstrap;
+pub mod tcp_stats;
 pub mod tunnel;
 pub mod yaml;
 

@@ -6,6 +6,7 @@
 //! | `GET /metrics` | 200, the Prometheus text exposition (format 0.0.4) of every part |
 //! | `GET /healthz` | 200 `ok` while the process serves |
 //! | `GET /readyz` | 200 `ready` when every part is ready, else 503 `not ready` |
+//! | `GET` another readiness path | the same, if the binary set one ([`AdminServer::with_ready_path`]) |
 //! | `GET /` | 200, the binary's HTML index page if it set one ([`AdminServer::with_index`]), else 404 |
 //! | `HEAD` of the above | the same status and headers, no body |
 //! | another path | 404 |
@@ -156,7 +157,27 @@ pub fn render(parts: &[Arc<dyn AdminState>]) -> String {
 #[derive(Debug)]
 pub struct AdminServer {
     listeners: Vec<TcpListener>,
+    paths: Paths,
+}
+
+/// The paths a binary adds to the three every endpoint has.
+#[derive(Debug, Clone, Copy, Default)]
+struct Paths {
+    /// The page `GET /` answers with.
     index: Option<&'static str>,
+    /// Another path answered as `/readyz`.
+    ready: Option<&'static str>,
+}
+
+impl Paths {
+    /// The request target as [`respond`] takes it: the readiness path is `/readyz`.
+    fn target<'a>(&self, target: &'a str) -> &'a str {
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        match self.ready {
+            Some(ready) if ready == path => "/readyz",
+            _ => target,
+        }
+    }
 }
 
 /// An admin listener could not be bound.
@@ -182,14 +203,21 @@ impl AdminServer {
             .collect::<Result<_, _>>()?;
         Ok(AdminServer {
             listeners,
-            index: None,
+            paths: Paths::default(),
         })
     }
 
     /// Answers `GET /` with `html` (a page linking `/metrics`, as exporters have) instead of
     /// 404.
     pub fn with_index(mut self, html: &'static str) -> AdminServer {
-        self.index = Some(html);
+        self.paths.index = Some(html);
+        self
+    }
+
+    /// Answers `path` as `/readyz` too (Envoy's admin `/ready`, which Gardener's probes of the
+    /// apiserver-proxy ask for).
+    pub fn with_ready_path(mut self, path: &'static str) -> AdminServer {
+        self.paths.ready = Some(path);
         self
     }
 
@@ -205,7 +233,7 @@ impl AdminServer {
     /// progress has ended.
     pub async fn serve(self, parts: Vec<Arc<dyn AdminState>>, shutdown: CancellationToken) {
         let parts: Arc<[Arc<dyn AdminState>]> = parts.into();
-        let index = self.index;
+        let paths = self.paths;
         let slots = Arc::new(Semaphore::new(MAX_CONCURRENT));
         let tracker = TaskTracker::new();
         for listener in self.listeners {
@@ -222,7 +250,7 @@ impl AdminServer {
                     };
                     let parts = Arc::clone(&parts);
                     requests.spawn(async move {
-                        let answer = answer(stream, &parts, index);
+                        let answer = answer(stream, &parts, paths);
                         let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer).await;
                         drop(slot);
                     });
@@ -239,7 +267,7 @@ impl AdminServer {
 async fn answer(
     mut stream: TcpStream,
     parts: &[Arc<dyn AdminState>],
-    index: Option<&'static str>,
+    paths: Paths,
 ) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(1024);
     let head = loop {
@@ -254,7 +282,7 @@ async fn answer(
     };
     let response = match head {
         None => Response::plain(400, "Bad Request", ""),
-        Some(h) => respond(&h.method, &h.target, parts, index),
+        Some(h) => respond(&h.method, paths.target(&h.target), parts, paths.index),
     };
     stream.write_all(&response.encode()).await?;
     stream.shutdown().await
@@ -422,6 +450,19 @@ mod tests {
         );
         assert_eq!(respond("GET", "/metrics", &parts, Some(html)).status, 200);
         assert_eq!(respond("GET", "/", &parts, None).status, 404);
+    }
+
+    #[test]
+    fn a_readiness_path_of_the_binary() {
+        let paths = Paths {
+            index: None,
+            ready: Some("/ready"),
+        };
+        assert_eq!(paths.target("/ready"), "/readyz");
+        assert_eq!(paths.target("/ready?verbose"), "/readyz");
+        assert_eq!(paths.target("/readyx"), "/readyx");
+        assert_eq!(paths.target("/metrics"), "/metrics");
+        assert_eq!(Paths::default().target("/ready"), "/ready");
     }
 
     #[test]

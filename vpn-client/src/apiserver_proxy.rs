@@ -18,25 +18,26 @@
 //! start, as the ingress would refuse every connection. The request target is the ingress
 //! host with port 443, as Gardener's Envoy sends it (the ingress ignores it).
 //!
-//! The ingress name is resolved for every connection (its addresses may change). Defaults
-//! follow Gardener's Envoy apiserver-proxy: upstream connect timeout 5 s, at most 10,000
-//! connections (more are closed at accept), 32 KiB buffers per direction, TCP keepalive on the
-//! connection to the ingress after 7200 s idle, probing every 55 s.
+//! The data path is [`netio::tunnel_proxy`] (which `vpn-server`'s Envoy mode drives from
+//! Gardener's apiserver-proxy envoy.yaml); this module holds Gardener's defaults, the check of
+//! the header value and the CLI. Defaults follow Gardener's Envoy apiserver-proxy: upstream
+//! connect timeout 5 s, at most 10,000 connections (more are closed at accept), 32 KiB
+//! buffers per direction, TCP keepalive on the connection to the ingress after 7200 s idle,
+//! probing every 55 s, the ingress name looked up again when a connection needs it and the
+//! last lookup is 5 s old (its addresses may change).
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use netio::http::route::{RouteError, RouteValue, Service};
 use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
-use netio::http_connect::{connect_via_proxy, ConnectError};
-use netio::relay::{relay, RelayConfig, DEFAULT_BUFFER_SIZE};
-use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use netio::relay::DEFAULT_BUFFER_SIZE;
+use netio::tunnel_proxy::{
+    AddressFamily, Keepalive, Outcome, TunnelEvents, TunnelProxy, TunnelProxyConfig,
+    TunnelProxyError, TunnelReport,
+};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 /// The routing header Gardener's apiserver-proxy sends.
@@ -51,6 +52,8 @@ pub const KEEPALIVE_TIME: Duration = Duration::from_secs(7200);
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(55);
 /// Envoy's TCP proxy idle timeout (1 h).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long the ingress's addresses are reused (Envoy's default `dns_refresh_rate`).
+pub const DNS_REFRESH: Duration = Duration::from_secs(5);
 
 /// The apiserver-proxy's settings.
 #[derive(Debug, Clone)]
@@ -100,6 +103,35 @@ impl ApiserverProxyConfig {
         });
         req
     }
+
+    /// The tunnel proxy these settings describe, with Gardener's keepalive and buffers.
+    fn tunnel(&self) -> Result<TunnelProxyConfig, ApiserverProxyError> {
+        let proxy = ingress_host(&self.ingress);
+        let port = self
+            .ingress
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .filter(|_| proxy != self.ingress)
+            .ok_or_else(|| ApiserverProxyError::Ingress {
+                value: self.ingress.clone(),
+            })?;
+        Ok(TunnelProxyConfig {
+            listen: self.listen.clone(),
+            proxy: (proxy.to_owned(), port),
+            family: AddressFamily::Any,
+            refresh: DNS_REFRESH,
+            request: self.request(),
+            connect_timeout: self.connect_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            keepalive: Some(Keepalive {
+                time: Some(KEEPALIVE_TIME),
+                interval: Some(KEEPALIVE_INTERVAL),
+                probes: None,
+            }),
+        })
+    }
 }
 
 /// The host of `host:port` (`[v6]:port` without the brackets); the whole text without a port.
@@ -128,15 +160,6 @@ fn check_route(value: &str) -> Result<RouteValue, ApiserverProxyError> {
 /// Why the apiserver-proxy could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiserverProxyError {
-    /// A listen address could not be bound.
-    #[error("cannot listen on {addr}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
     /// The CONNECT request cannot be built from the settings (a control byte in the header
     /// value, ...).
     #[error("invalid CONNECT request settings")]
@@ -156,13 +179,22 @@ pub enum ApiserverProxyError {
         /// The value.
         value: String,
     },
+    /// The ingress is not `host:port`.
+    #[error("ingress {value:?} is not host:port")]
+    Ingress {
+        /// The value.
+        value: String,
+    },
+    /// A listen address could not be bound.
+    #[error(transparent)]
+    Listen(#[from] TunnelProxyError),
 }
 
-/// A bound apiserver-proxy; [`ApiserverProxy::run`] serves.
+/// A bound apiserver-proxy ([`netio::tunnel_proxy`] with Gardener's settings);
+/// [`ApiserverProxy::run`] serves.
 #[derive(Debug)]
 pub struct ApiserverProxy {
-    config: Arc<ApiserverProxyConfig>,
-    listeners: Vec<TcpListener>,
+    inner: TunnelProxy,
 }
 
 impl ApiserverProxy {
@@ -175,127 +207,45 @@ impl ApiserverProxy {
             .to_bytes()
             .map_err(ApiserverProxyError::Request)?;
         check_route(&config.header_value)?;
-        let mut listeners = Vec::new();
-        for addr in &config.listen {
-            let l = TcpListener::bind(addr)
-                .await
-                .map_err(|source| ApiserverProxyError::Bind {
-                    addr: *addr,
-                    source,
-                })?;
-            info!(addr = %l.local_addr().unwrap_or(*addr), ingress = %config.ingress, "apiserver-proxy listening");
-            listeners.push(l);
+        let inner = TunnelProxy::bind(config.tunnel()?, Arc::new(LogEvents))?;
+        for addr in inner.local_addrs() {
+            info!(%addr, ingress = %config.ingress, "apiserver-proxy listening");
         }
-        Ok(ApiserverProxy {
-            config: Arc::new(config),
-            listeners,
-        })
+        Ok(ApiserverProxy { inner })
     }
 
     /// The bound listen addresses.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners
-            .iter()
-            .filter_map(|l| l.local_addr().ok())
-            .collect()
+        self.inner.local_addrs()
     }
 
     /// Serves until `shutdown`; then closes every connection and returns.
     pub async fn run(self, shutdown: CancellationToken) {
-        let tracker = TaskTracker::new();
-        let permits = Arc::new(Semaphore::new(self.config.max_connections));
-        for listener in self.listeners {
-            let config = Arc::clone(&self.config);
-            let permits = Arc::clone(&permits);
-            let shutdown = shutdown.clone();
-            let inner = tracker.clone();
-            tracker.spawn(async move {
-                while let Some((client, peer)) = netio::listen::accept(&listener, &shutdown).await {
-                    let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-                        warn!(%peer, "apiserver-proxy connection limit reached; closed");
-                        continue;
-                    };
-                    let config = Arc::clone(&config);
-                    let shutdown = shutdown.clone();
-                    inner.spawn(async move {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => {}
-                            r = tunnel(&config, client) => match r {
-                                Ok((up, down)) => debug!(%peer, up, down, "apiserver-proxy connection closed"),
-                                Err(e) => info!(%peer, error = %e, "apiserver-proxy connection failed"),
-                            }
-                        }
-                        drop(permit);
-                    });
-                }
-            });
+        self.inner.run(shutdown).await;
+    }
+}
+
+/// The apiserver-proxy's log: a refused connection at warn, a failed one at info.
+#[derive(Debug)]
+struct LogEvents;
+
+impl TunnelEvents for LogEvents {
+    fn overflowed(&self, peer: SocketAddr) {
+        warn!(%peer, "apiserver-proxy connection limit reached; closed");
+    }
+
+    fn closed(&self, r: &TunnelReport) {
+        let peer = r.peer;
+        match r.outcome {
+            Outcome::Relayed(_) => debug!(
+                %peer,
+                up = r.to_proxy,
+                down = r.from_proxy,
+                "apiserver-proxy connection closed"
+            ),
+            ref failed => info!(%peer, error = %failed, "apiserver-proxy connection failed"),
         }
-        shutdown.cancelled().await;
-        tracker.close();
-        tracker.wait().await;
     }
-}
-
-/// Why one tunnel failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TunnelError {
-    /// The ingress name did not resolve.
-    #[error("cannot resolve the ingress {ingress}")]
-    Resolve {
-        /// The ingress.
-        ingress: String,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The CONNECT exchange failed.
-    #[error("CONNECT through the ingress failed")]
-    Connect(#[from] ConnectError),
-    /// Relaying failed.
-    #[error("relay failed")]
-    Relay(#[from] netio::relay::RelayError),
-    /// Writing to the local client failed.
-    #[error("writing to the local client failed")]
-    Client(#[source] io::Error),
-}
-
-/// Tunnels one local connection; returns the bytes (client→ingress, ingress→client).
-async fn tunnel(
-    config: &ApiserverProxyConfig,
-    mut client: TcpStream,
-) -> Result<(u64, u64), TunnelError> {
-    let _ = client.set_nodelay(true);
-    let ingress: Vec<SocketAddr> = tokio::net::lookup_host(config.ingress.as_str())
-        .await
-        .map_err(|source| TunnelError::Resolve {
-            ingress: config.ingress.clone(),
-            source,
-        })?
-        .collect();
-    let proxied = connect_via_proxy(&ingress, &config.request(), config.connect_timeout).await?;
-    let mut upstream = proxied.stream;
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(KEEPALIVE_TIME)
-        .with_interval(KEEPALIVE_INTERVAL);
-    if let Err(e) = socket2::SockRef::from(&upstream).set_tcp_keepalive(&keepalive) {
-        debug!(error = %e, "cannot set TCP keepalive towards the ingress");
-    }
-    if !proxied.leftover.is_empty() {
-        client
-            .write_all(&proxied.leftover)
-            .await
-            .map_err(TunnelError::Client)?;
-    }
-    let stats = relay(
-        &mut client,
-        &mut upstream,
-        RelayConfig {
-            idle_timeout: config.idle_timeout,
-            buffer_size: DEFAULT_BUFFER_SIZE,
-        },
-    )
-    .await?;
-    Ok((stats.a_to_b, stats.b_to_a + proxied.leftover.len() as u64))
 }
 
 /// The `vpn-client apiserver-proxy` flags (each also an environment variable).

@@ -9,6 +9,7 @@
 //! | `vpn-server readiness` | exec readiness probe of `vpn-seed-server` ([`probes`]) | vpn2 env (`OPENVPN_STATUS_PATH`; `IS_HA`, `POD_NAME`, `HA_VPN_CLIENTS`), the status file | 0 ready; 1 with the reason on stdout |
 //! | `vpn-server liveness` | exec liveness probe: the status file's `TIME` at most 17 s old ([`probes`]) | the same | 0 alive; 1 with the reason on stdout |
 //! | `vpn-server exporter` | the HA `openvpn-exporter` container: `/metrics` on port 15000 ([`exporter`]) | `OPENVPN_STATUS_PATH`, `/proc/net/snmp`, `--listen` | runs until SIGTERM / SIGINT (0); 1 if the environment is invalid or a listener cannot be bound |
+//! | `envoy` (a link to the binary; or `vpn-server envoy`) | Envoy mode, Gardener's `envoy-proxy` image: the VPN pods' CONNECT sidecar, or the shoot's apiserver-proxy DaemonSet (`netio::tunnel_proxy` with Envoy's series and `/ready`), whichever the bootstrap file's structure is ([`sidecar::envoy`]) | `-c envoy.yaml`, `--concurrency`, `--log-level` | runs until SIGTERM / SIGINT (0); 1 naming the file, line and path of what it cannot honour; 2 for a flag Envoy mode does not take |
 //!
 //! # A packet's way, file by file
 //!

@@ -5,9 +5,10 @@
 //! tells the clients, drains and exits 0. Errors are one line naming the file (and line).
 //!
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
-//! `vpn-server sidecar` runs it alone. Started as `envoy` (a link named so, Gardener's
-//! `envoy-proxy` container), or as `vpn-server envoy`, it runs the sidecar in Envoy mode
-//! with Envoy's flags (`vpn_server::sidecar::envoy`).
+//! `vpn-server sidecar` runs it alone. Started as `envoy` (a link named so: Gardener's
+//! `envoy-proxy` image), or as `vpn-server envoy`, it runs in Envoy mode with Envoy's flags:
+//! the sidecar, or the shoot's apiserver-proxy, as the bootstrap file says
+//! (`vpn_server::sidecar::envoy`).
 //!
 //! Gardener's other uses of the vpn2 image: `vpn-server readiness` and `vpn-server liveness`
 //! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`) and
@@ -77,7 +78,7 @@ struct Cli {
 #[command(
     name = "envoy",
     version,
-    about = "The CONNECT sidecar of vpn-server in Envoy mode (Gardener's envoy-proxy container)"
+    about = "vpn-server in Envoy mode (Gardener's envoy-proxy image: the CONNECT sidecar, or the apiserver-proxy)"
 )]
 struct EnvoyCli {
     #[command(flatten)]
@@ -89,7 +90,8 @@ struct EnvoyCli {
 enum Command {
     /// Run only the CONNECT sidecar (the mTLS HTTP CONNECT proxy that replaces Envoy).
     Sidecar(SidecarArgs),
-    /// Run only the CONNECT sidecar, configured as Envoy is: `envoy -c envoy.yaml`.
+    /// Run as Gardener's envoy-proxy image: `envoy -c envoy.yaml` (the CONNECT sidecar, or the
+    /// shoot's apiserver-proxy).
     Envoy(EnvoyArgs),
     /// vpn2's init step: switch IPv6 on in the pod if it is off (needs privileges).
     Setup,
@@ -168,11 +170,11 @@ fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
 }
 
 fn envoy_mode(args: &EnvoyArgs) -> Result<(), Box<dyn Error>> {
-    let config = args.resolve(std::env::vars())?;
+    let mode = args.resolve(std::env::vars())?;
     // The envoy-proxy container's log is read with Gardener's `envoy-proxy` parser.
     init_logging(Format::default_for(Format::Envoy), args.log_filter())?;
     let workers = args.concurrency.map(usize::from);
-    serve_on(workers, |shutdown| launch::run_sidecar(config, shutdown))
+    serve_on(workers, |shutdown| envoy::run(mode, shutdown))
 }
 
 fn setup(cli: &Cli) -> Result<(), Box<dyn Error>> {

@@ -362,7 +362,8 @@ impl Histogram {
         );
     }
 
-    fn write(&self, name: &str, label: (&str, &str), out: &mut Exposition) {
+    /// Writes `name_bucket`, `name_sum` and `name_count` with `label`.
+    pub(crate) fn write(&self, name: &str, label: (&str, &str), out: &mut Exposition) {
         let (bucket, sum, count) = (
             format!("{name}_bucket"),
             format!("{name}_sum"),

@@ -1,6 +1,7 @@
-//! Reading an Envoy bootstrap file of the shape Gardener's `envoy-proxy` container gets
-//! (`/etc/envoy/envoy.yaml`): what the sidecar takes from it, and a refusal for anything it
-//! cannot honour.
+//! Reading an Envoy bootstrap file of the shape Gardener's `envoy-proxy` container gets in
+//! the VPN pods (`/etc/envoy/envoy.yaml`): what the sidecar takes from it, and a refusal for
+//! anything it cannot honour. (The apiserver-proxy's file is read by [`super::tunnel`]; the
+//! helpers both readers share are here.)
 //!
 //! Taken:
 //!
@@ -32,7 +33,7 @@ use crate::sidecar::access_log::{AccessLog, Comparison, LogFilter, LogFormat, Op
 use crate::sidecar::dns::{DnsSettings, LookupFamily};
 
 /// Envoy's defaults for fields the file may leave out.
-const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const ENVOY_MAX_CONNECTIONS: u64 = 1024;
 const ENVOY_MAX_HOSTS: u64 = 1024;
 
@@ -44,11 +45,11 @@ const TLS_SOCKET: (&str, &str) = (
     "envoy.transport_sockets.tls",
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
 );
-const HCM: (&str, &str) = (
+pub(super) const HCM: (&str, &str) = (
     "envoy.filters.network.http_connection_manager",
     "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
 );
-const STDOUT_LOG: (&str, &str) = (
+pub(super) const STDOUT_LOG: (&str, &str) = (
     "envoy.access_loggers.stdout",
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
 );
@@ -56,13 +57,22 @@ const DFP_FILTER: (&str, &str) = (
     "envoy.filters.http.dynamic_forward_proxy",
     "type.googleapis.com/envoy.extensions.filters.http.dynamic_forward_proxy.v3.FilterConfig",
 );
-const ROUTER: (&str, &str) = (
+pub(super) const ROUTER: (&str, &str) = (
     "envoy.filters.http.router",
     "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
 );
 const DFP_CLUSTER: (&str, &str) = (
     "envoy.clusters.dynamic_forward_proxy",
     "type.googleapis.com/envoy.extensions.clusters.dynamic_forward_proxy.v3.ClusterConfig",
+);
+/// The apiserver-proxy's filter ([`super::tunnel`]).
+pub(super) const TCP_PROXY: (&str, &str) = (
+    "envoy.filters.network.tcp_proxy",
+    "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+);
+const RAW_BUFFER: (&str, &str) = (
+    "envoy.transport_sockets.raw_buffer",
+    "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer",
 );
 
 /// What the sidecar takes from the file.
@@ -123,7 +133,11 @@ struct ConnectManager {
 /// Reads the bootstrap `text`.
 pub fn parse(text: &str) -> Result<Bootstrap, YamlError> {
     let doc = yaml::load(text)?;
-    let root = Node::root(&doc);
+    from_root(&Node::root(&doc))
+}
+
+/// Reads the loaded document `root`.
+pub fn from_root(root: &Node<'_, '_>) -> Result<Bootstrap, YamlError> {
     let mut top = root.map()?;
     let mut resources = top.req("static_resources")?.map()?;
     if let Some(admin) = top.get("admin") {
@@ -229,7 +243,7 @@ pub fn parse(text: &str) -> Result<Bootstrap, YamlError> {
 
 /// A `name` + `typed_config` pair that must be `want` (the `@type` checked, the rest of the
 /// typed config handed back).
-fn typed<'a, 'i>(
+pub(super) fn typed<'a, 'i>(
     node: &Node<'a, 'i>,
     want: (&'static str, &'static str),
 ) -> Result<Option<Map<'a, 'i>>, YamlError> {
@@ -247,7 +261,7 @@ fn typed<'a, 'i>(
     Ok(config)
 }
 
-fn typed_req<'a, 'i>(
+pub(super) fn typed_req<'a, 'i>(
     node: &Node<'a, 'i>,
     want: (&'static str, &'static str),
 ) -> Result<Map<'a, 'i>, YamlError> {
@@ -257,14 +271,7 @@ fn typed_req<'a, 'i>(
 fn listener(node: &Node<'_, '_>) -> Result<Listener, YamlError> {
     let mut m = node.map()?;
     m.ignore("name");
-    let mut listen = vec![socket_address(&m.req("address")?)?];
-    if let Some(extra) = m.get("additional_addresses") {
-        for a in extra.seq()? {
-            let mut a = a.map()?;
-            listen.push(socket_address(&a.req("address")?)?);
-            a.finish()?;
-        }
-    }
+    let listen = addresses(&mut m)?;
     if let Some(filters) = m.get("listener_filters") {
         for f in filters.seq()? {
             if let Some(config) = typed(&f, TLS_INSPECTOR)? {
@@ -292,6 +299,19 @@ fn listener(node: &Node<'_, '_>) -> Result<Listener, YamlError> {
     })
 }
 
+/// A listener's `address` and `additional_addresses`.
+pub(super) fn addresses(m: &mut Map<'_, '_>) -> Result<Vec<SocketAddr>, YamlError> {
+    let mut listen = vec![socket_address(&m.req("address")?)?];
+    if let Some(extra) = m.get("additional_addresses") {
+        for a in extra.seq()? {
+            let mut a = a.map()?;
+            listen.push(socket_address(&a.req("address")?)?);
+            a.finish()?;
+        }
+    }
+    Ok(listen)
+}
+
 fn socket_address(node: &Node<'_, '_>) -> Result<SocketAddr, YamlError> {
     let mut m = node.map()?;
     let mut sa = m.req("socket_address")?.map()?;
@@ -310,7 +330,7 @@ fn socket_address(node: &Node<'_, '_>) -> Result<SocketAddr, YamlError> {
     Ok(SocketAddr::new(ip, port))
 }
 
-fn pipe_address(node: &Node<'_, '_>) -> Result<String, YamlError> {
+pub(super) fn pipe_address(node: &Node<'_, '_>) -> Result<String, YamlError> {
     let mut m = node.map()?;
     let mut pipe = m.req("pipe")?.map()?;
     m.finish()?;
@@ -359,15 +379,8 @@ fn connect_manager(mut hcm: Map<'_, '_>) -> Result<ConnectManager, YamlError> {
         }
     }
     // The one route: any CONNECT to the forward proxy cluster, the CONNECT terminated here.
-    let mut routes = hcm.req("route_config")?.map()?;
-    routes.ignore("name");
-    let mut host = routes.req("virtual_hosts")?.one()?.map()?;
-    routes.finish()?;
-    host.ignore("name");
-    let domains = host.req("domains")?;
-    domains.one()?.expect_str("*")?;
-    let mut route = host.req("routes")?.one()?.map()?;
-    host.finish()?;
+    let route_list = routes(&mut hcm)?;
+    let mut route = route_list.one()?.map()?;
     let mut matcher = route.req("match")?.map()?;
     matcher.req("connect_matcher")?.empty()?;
     matcher.finish()?;
@@ -427,7 +440,20 @@ fn connect_manager(mut hcm: Map<'_, '_>) -> Result<ConnectManager, YamlError> {
     })
 }
 
-fn access_log(node: &Node<'_, '_>) -> Result<AccessLog, YamlError> {
+/// The routes of a connection manager's one virtual host, which takes every domain.
+pub(super) fn routes<'a, 'i>(hcm: &mut Map<'a, 'i>) -> Result<Node<'a, 'i>, YamlError> {
+    let mut config = hcm.req("route_config")?.map()?;
+    config.ignore("name");
+    let mut host = config.req("virtual_hosts")?.one()?.map()?;
+    config.finish()?;
+    host.ignore("name");
+    host.req("domains")?.one()?.expect_str("*")?;
+    let routes = host.req("routes")?;
+    host.finish()?;
+    Ok(routes)
+}
+
+pub(super) fn access_log(node: &Node<'_, '_>) -> Result<AccessLog, YamlError> {
     let mut m = node.map()?;
     m.req("name")?.expect_str(STDOUT_LOG.0)?;
     let filter = match m.get("filter") {
@@ -519,14 +545,7 @@ fn dns_cache(node: &Node<'_, '_>) -> Result<DnsSettings, YamlError> {
 
 fn metrics_manager(mut hcm: Map<'_, '_>) -> Result<(String, usize, String), YamlError> {
     hcm.ignore("stat_prefix");
-    let mut routes = hcm.req("route_config")?.map()?;
-    routes.ignore("name");
-    let mut host = routes.req("virtual_hosts")?.one()?.map()?;
-    routes.finish()?;
-    host.ignore("name");
-    host.req("domains")?.one()?.expect_str("*")?;
-    let mut route = host.req("routes")?.one()?.map()?;
-    host.finish()?;
+    let mut route = routes(&mut hcm)?.one()?.map()?;
     let mut matcher = route.req("match")?.map()?;
     matcher.req("prefix")?.expect_str("/metrics")?;
     if let Some(headers) = matcher.get("headers") {
@@ -582,18 +601,7 @@ fn cluster(node: &Node<'_, '_>) -> Result<Cluster, YamlError> {
         if !kind.str()?.eq_ignore_ascii_case("static") {
             return Err(kind.unsupported("STATIC (for the admin stats cluster)"));
         }
-        let mut assignment = m.req("load_assignment")?.map()?;
-        m.ignore("lb_policy");
-        m.finish()?;
-        assignment.ignore("cluster_name");
-        let mut endpoints = assignment.req("endpoints")?.one()?.map()?;
-        assignment.finish()?;
-        let mut lb = endpoints.req("lb_endpoints")?.one()?.map()?;
-        endpoints.finish()?;
-        let mut endpoint = lb.req("endpoint")?.map()?;
-        lb.finish()?;
-        pipe_address(&endpoint.req("address")?)?;
-        endpoint.finish()?;
+        pipe_cluster(m)?;
         return Ok(Cluster::AdminStats(name));
     }
     let mut max_connections = ENVOY_MAX_CONNECTIONS;
@@ -619,6 +627,38 @@ fn cluster(node: &Node<'_, '_>) -> Result<Cluster, YamlError> {
         max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
         dns,
     }))
+}
+
+/// The rest of a static cluster (after `name`, `connect_timeout` and `type`) whose one
+/// endpoint is the admin interface's pipe: its path. `lb_policy` makes no difference with one
+/// endpoint, and a raw-buffer transport socket is what a cluster has without one.
+pub(super) fn pipe_cluster(mut m: Map<'_, '_>) -> Result<String, YamlError> {
+    let mut assignment = m.req("load_assignment")?.map()?;
+    m.ignore("lb_policy");
+    if let Some(socket) = m.get("transport_socket") {
+        if let Some(config) = typed(&socket, RAW_BUFFER)? {
+            config.finish()?;
+        }
+    }
+    m.finish()?;
+    assignment.ignore("cluster_name");
+    let endpoint = single_endpoint(assignment)?;
+    pipe_address(&endpoint)
+}
+
+/// The address of the one endpoint of a `load_assignment`.
+pub(super) fn single_endpoint<'a, 'i>(
+    mut assignment: Map<'a, 'i>,
+) -> Result<Node<'a, 'i>, YamlError> {
+    let mut endpoints = assignment.req("endpoints")?.one()?.map()?;
+    assignment.finish()?;
+    let mut lb = endpoints.req("lb_endpoints")?.one()?.map()?;
+    endpoints.finish()?;
+    let mut endpoint = lb.req("endpoint")?.map()?;
+    lb.finish()?;
+    let address = endpoint.req("address")?;
+    endpoint.finish()?;
+    Ok(address)
 }
 
 #[cfg(test)]

@@ -1,7 +1,20 @@
-//! Envoy mode: the sidecar as Gardener's `envoy-proxy` container runs it, unchanged.
+//! Envoy mode: what Gardener's `envoy-proxy` image runs, started as Gardener starts it. One
+//! image-vector entry serves two configurations, told apart by their structure
+//! ([`EnvoyArgs::resolve`]):
 //!
-//! Gardener starts `envoy --concurrency 2 -c /etc/envoy/envoy.yaml` with no environment, as
-//! the image's non-root user (65532) in group 31415, all capabilities dropped, with the
+//! * the VPN pods' CONNECT sidecar (an HTTP connection manager with a CONNECT route behind a
+//!   TLS listener, [`bootstrap`]): this sidecar, below;
+//! * the shoot's apiserver-proxy DaemonSet (a `tcp_proxy` with a `tunneling_config`,
+//!   [`tunnel`]): [`netio::tunnel_proxy`] with Envoy's series and access log ([`tcp_stats`]).
+//!   Gardener starts `envoy --concurrency 2 --use-dynamic-base-id -c
+//!   /etc/apiserver-proxy/envoy.yaml` as uid 0 with `NET_BIND_SERVICE` in the host network;
+//!   the proxy listens on `<advertise address>:443`, and the stats listener on 16910 answers
+//!   `/metrics` and the probes' `/ready` itself (no admin interface, no pipe in
+//!   `/etc/admin-uds`).
+//!
+//! The CONNECT sidecar: Gardener starts `envoy --concurrency 2 -c /etc/envoy/envoy.yaml` with
+//! no environment, as the image's non-root user (65532) in group 31415, all capabilities
+//! dropped, with the
 //! certificates at `/srv/secrets/envoy-proxy` and the ConfigMap at `/etc/envoy`. Our image
 //! links `envoy` to `vpn-server`, which runs this mode when its program name is `envoy`
 //! (or as `vpn-server envoy -c FILE …`):
@@ -22,15 +35,25 @@
 //!   privilege.
 
 pub mod bootstrap;
+pub mod tcp_stats;
+pub mod tunnel;
 pub mod yaml;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use ipnet::IpNet;
+use netio::admin::{AdminBindError, AdminServer, AdminState};
+use netio::tunnel_proxy::{TunnelProxy, TunnelProxyError};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
 
 use super::cli::{env_networks, read_tls, vpn2_shoot_networks, SidecarConfigError};
 use super::{DestinationPolicy, External, SidecarConfig};
+use crate::launch::LaunchError;
+use tcp_stats::{TcpLabels, TcpProxyStats};
+use tunnel::TunnelBootstrap;
 
 /// The program name that selects Envoy mode.
 pub const PROGRAM_NAME: &str = "envoy";
@@ -101,10 +124,75 @@ pub enum EnvoyModeError {
     Config(#[from] SidecarConfigError),
 }
 
+/// What the bootstrap file asks this process to be.
+#[derive(Debug)]
+pub enum EnvoyMode {
+    /// The VPN pods' CONNECT sidecar.
+    Sidecar(Box<SidecarConfig>),
+    /// The shoot's apiserver-proxy.
+    ApiserverProxy(Box<TunnelBootstrap>),
+}
+
+/// Why Envoy mode stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvoyRunError {
+    /// The CONNECT sidecar could not start.
+    #[error(transparent)]
+    Sidecar(#[from] LaunchError),
+    /// The apiserver-proxy's listener could not be bound.
+    #[error(transparent)]
+    Tunnel(#[from] TunnelProxyError),
+    /// Its stats listener could not be bound.
+    #[error(transparent)]
+    Stats(#[from] AdminBindError),
+}
+
+/// Runs `mode` until `shutdown`.
+pub async fn run(mode: EnvoyMode, shutdown: CancellationToken) -> Result<(), EnvoyRunError> {
+    match mode {
+        EnvoyMode::Sidecar(config) => Ok(crate::launch::run_sidecar(*config, shutdown).await?),
+        EnvoyMode::ApiserverProxy(b) => run_apiserver_proxy(&b, shutdown).await,
+    }
+}
+
+/// The apiserver-proxy: the tunnel proxy, counted by [`TcpProxyStats`], and its stats
+/// listener.
+async fn run_apiserver_proxy(
+    b: &TunnelBootstrap,
+    shutdown: CancellationToken,
+) -> Result<(), EnvoyRunError> {
+    super::raise_nofile_limit();
+    let labels = TcpLabels::new(b.listen.first().copied(), &b.stat_prefix, &b.cluster);
+    let stats = Arc::new(TcpProxyStats::new(labels, b.access_logs.clone()));
+    let proxy = TunnelProxy::bind(b.tunnel_config(), stats.clone())?;
+    let mut admin = AdminServer::bind(&b.stats_listen)?;
+    if b.ready {
+        admin = admin.with_ready_path(tunnel::READY_PATH);
+    }
+    let ingress = format!("{}:{}", b.proxy.0, b.proxy.1);
+    for addr in proxy.local_addrs() {
+        info!(%addr, %ingress, "apiserver-proxy listening");
+    }
+    let parts: Vec<Arc<dyn AdminState>> = vec![stats.clone()];
+    stats.set_serving(true);
+    let serving = async {
+        shutdown.cancelled().await;
+        stats.set_serving(false);
+    };
+    tokio::join!(
+        proxy.run(shutdown.clone()),
+        admin.serve(parts, shutdown.clone()),
+        serving
+    );
+    info!("apiserver-proxy stopped");
+    Ok(())
+}
+
 impl EnvoyArgs {
-    /// The sidecar's configuration: the bootstrap file, the certificates it names, and the
-    /// optional variables of the module docs from `env`.
-    pub fn resolve<I>(&self, env: I) -> Result<SidecarConfig, EnvoyModeError>
+    /// What to run: the bootstrap file read by the reader its structure asks for (a
+    /// `tcp_proxy` listener: the apiserver-proxy; else the CONNECT sidecar, with the
+    /// certificates the file names and the optional variables of the module docs from `env`).
+    pub fn resolve<I>(&self, env: I) -> Result<EnvoyMode, EnvoyModeError>
     where
         I: IntoIterator<Item = (String, String)>,
     {
@@ -113,10 +201,17 @@ impl EnvoyArgs {
             path: path.clone(),
             source,
         })?;
-        let b = bootstrap::parse(&text).map_err(|source| EnvoyModeError::Bootstrap {
+        let in_file = |source| EnvoyModeError::Bootstrap {
             path: path.clone(),
             source,
-        })?;
+        };
+        let doc = yaml::load(&text).map_err(in_file)?;
+        let root = yaml::Node::root(&doc);
+        if tunnel::recognised(&root) {
+            let b = tunnel::from_root(&root).map_err(in_file)?;
+            return Ok(EnvoyMode::ApiserverProxy(Box::new(b)));
+        }
+        let b = bootstrap::from_root(&root).map_err(in_file)?;
         let (identity, trust) = read_tls(&b.cert_chain, &b.private_key, &b.trusted_ca)?;
         let env: HashMap<String, String> = env.into_iter().collect();
         let mut seed = self.deny.clone();
@@ -133,7 +228,7 @@ impl EnvoyArgs {
         config.dns = b.dns;
         config.stat_prefix = b.stat_prefix;
         config.access_logs = b.access_logs;
-        Ok(config)
+        Ok(EnvoyMode::Sidecar(Box::new(config)))
     }
 
     /// Our log filter for Envoy's `--log-level`.
@@ -222,6 +317,13 @@ mod tests {
         path
     }
 
+    fn sidecar(mode: EnvoyMode) -> SidecarConfig {
+        match mode {
+            EnvoyMode::Sidecar(c) => *c,
+            other => panic!("not the sidecar: {other:?}"),
+        }
+    }
+
     #[test]
     fn the_kube_apiserver_pods_certificates_chain_including_the_ca() {
         // HA with overlapping networks: the `kube-apiserver-http-proxy` secret's chain
@@ -234,7 +336,7 @@ mod tests {
         std::fs::write(dir.path().join("tls.key"), pki.server.key_pem().unwrap()).unwrap();
         std::fs::write(dir.path().join("ca.crt"), pki.bundle.to_pem().unwrap()).unwrap();
         let args = parse(&["-c", &bootstrap_in(dir.path()).display().to_string()]).unwrap();
-        let c = args.resolve(Vec::new()).unwrap();
+        let c = sidecar(args.resolve(Vec::new()).unwrap());
         assert_eq!(c.identity.chain().len(), 2);
         assert_eq!(c.client_cert, ClientCertMode::Optional);
         assert_eq!(c.stat_prefix, "ingress_http");
@@ -244,12 +346,49 @@ mod tests {
         assert_eq!(c.policy.external(), External::Allow);
         // No environment: no seed network known; vpn2's default shoot networks.
         assert!(c.policy.seed().is_empty());
-        let seeded = args
-            .resolve([("SEED_POD_NETWORK".to_owned(), "10.1.0.0/16".to_owned())])
-            .unwrap();
+        let seeded = sidecar(
+            args.resolve([("SEED_POD_NETWORK".to_owned(), "10.1.0.0/16".to_owned())])
+                .unwrap(),
+        );
         assert_eq!(
             seeded.policy.seed(),
             &["10.1.0.0/16".parse::<IpNet>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn the_apiserver_proxy_file_is_told_apart_by_its_structure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("envoy.yaml");
+        let text = include_str!("../../../tests/fixtures/gardener-apiserver-proxy.yaml");
+        std::fs::write(&path, text).unwrap();
+        let args = parse(&[
+            "--concurrency",
+            "2",
+            "--use-dynamic-base-id",
+            "-c",
+            &path.display().to_string(),
+        ])
+        .unwrap();
+        let EnvoyMode::ApiserverProxy(b) = args.resolve(Vec::new()).unwrap() else {
+            panic!("not the apiserver-proxy");
+        };
+        assert_eq!(b.listen, ["240.168.102.23:443".parse().unwrap()]);
+        // No certificate is read, and the sidecar's variables play no part.
+        let odd = [("SEED_POD_NETWORK".to_owned(), "not a network".to_owned())];
+        assert!(args.resolve(odd).is_ok());
+        std::fs::write(
+            &path,
+            text.replace("connect_timeout: 5s", "connect_timeout: 5"),
+        )
+        .unwrap();
+        let e = netio::report::chain(&args.resolve(Vec::new()).unwrap_err());
+        assert!(
+            e.starts_with(&format!(
+                "{}: line 122: static_resources.clusters[0].connect_timeout: expected a string",
+                path.display()
+            )),
+            "{e}"
         );
     }
 

@@ -334,7 +334,7 @@ fn join(path: &str, key: &str) -> String {
 }
 
 /// `maxConnections` → `max_connections`; snake case and `@type` stay as they are.
-fn snake_case(key: &str) -> String {
+pub(super) fn snake_case(key: &str) -> String {
     let mut out = String::with_capacity(key.len() + 4);
     for c in key.chars() {
         if c.is_ascii_uppercase() {

@@ -237,8 +237,9 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
             (status, got)
         })
         .expect("run in seed");
-    pod_server.join().expect("pod server");
+    // The status first: a refused CONNECT never reaches the pod, whose accept would wait.
     assert_eq!(status, Some(200));
+    pod_server.join().expect("pod server");
     assert_eq!(got.len(), LEN, "bytes through the sidecar and the tunnel");
     assert!(
         sha256(&got) == want,
@@ -266,8 +267,8 @@ fn in_process_sidecar_carries_64_mib_through_the_tunnel_and_refuses_fast_when_it
             (status, got)
         })
         .expect("run in seed");
-    mapped_server.join().expect("mapped server");
     assert_eq!(status, Some(200));
+    mapped_server.join().expect("mapped server");
     assert_eq!(got, b"reached at the mapped address");
 
     // The tunnel goes down: the client stops, the server forgets its iroute.

@@ -8,13 +8,15 @@
 //! 2. **always denied**: unspecified (`0.0.0.0/8`, `::`), loopback (`127.0.0.0/8`, `::1`),
 //!    link-local (`169.254.0.0/16`, `fe80::/10`, where cloud metadata services live),
 //!    multicast and the IPv4 broadcast address;
-//! 3. **denied**: the configured seed networks. The proxy checks an address as it will dial
-//!    it: with vpn2's [`Netmap`] a shoot address inside an overlapping seed network is dialed
-//!    (and checked) in its mapped range and reaches the shoot, as Envoy's connections did
-//!    through vpn2's NETMAP rules; without a mapping the seed wins over the overlap;
-//! 4. **shoot**: the configured shoot networks (pod, service, node CIDRs and their mapped
+//! 3. **shoot, mapped**: with vpn2's [`Netmap`] ([`DestinationPolicy::check_with`]), an
+//!    address the mapping rewrites lies in a shoot network and is dialed in its mapped range,
+//!    so it reaches the shoot even inside an overlapping seed network, as Envoy's connections
+//!    did through vpn2's NETMAP rules;
+//! 4. **denied**: the configured seed networks (without a mapping they win over an
+//!    overlapping shoot network);
+//! 5. **shoot**: the configured shoot networks (pod, service, node CIDRs and their mapped
 //!    ranges): dialed, the kernel routes them into the tunnel;
-//! 5. **external**: everything else, dialed directly if [`External::Allow`], else denied.
+//! 6. **external**: everything else, dialed directly if [`External::Allow`], else denied.
 //!
 //! A name is checked after resolution, address by address. The proxy also refuses an
 //! external address that belongs to this host (`Denied::Local`: the pod's own listeners).
@@ -143,9 +145,20 @@ impl DestinationPolicy {
 
     /// Whether the sidecar may dial `addr`, and where it goes.
     pub fn check(&self, addr: IpAddr) -> Result<Destination, Denied> {
+        self.check_with(addr, &Netmap::none())
+    }
+
+    /// [`DestinationPolicy::check`] for a sidecar that rewrites with `netmap` before dialing:
+    /// an address `netmap` maps lies in a shoot network and is dialed in its mapped range, so
+    /// it goes to the shoot even where a seed network overlaps it (as Envoy's connections
+    /// did through vpn2's NETMAP rules); only the always-denied ranges apply to it.
+    pub fn check_with(&self, addr: IpAddr, netmap: &Netmap) -> Result<Destination, Denied> {
         let addr = addr.to_canonical();
         if let Some(reason) = always_denied(addr) {
             return Err(reason);
+        }
+        if netmap.map(addr) != addr {
+            return Ok(Destination::Shoot);
         }
         if let Some(network) = self.seed.iter().find(|n| n.contains(&addr)) {
             return Err(Denied::SeedNetwork { network: *network });
@@ -209,6 +222,37 @@ mod tests {
             &[n("10.250.0.0/16")],
             vec![n("10.0.0.0/8"), n("100.96.5.0/24")],
         )
+    }
+
+    #[test]
+    fn with_vpn2s_mapping_the_overlap_goes_to_the_shoot_and_the_rest_of_the_seed_stays_denied() {
+        // The seed's pod network overlaps the shoot's (Gardener allows it without HA).
+        let seed = vec![n("100.96.0.0/11"), n("10.0.0.0/8")];
+        let p = DestinationPolicy::from_shoot_networks(
+            &[n("100.96.0.0/11")],
+            &[n("100.64.0.0/13")],
+            &[],
+            seed,
+        );
+        let netmap = Netmap::vpn2(&[n("100.96.0.0/11")], &[n("100.64.0.0/13")], &[]).unwrap();
+        assert_eq!(
+            p.check_with(a("100.96.20.20"), &netmap),
+            Ok(Destination::Shoot)
+        );
+        assert_eq!(
+            p.check(a("100.96.20.20")),
+            Err(Denied::SeedNetwork {
+                network: n("100.96.0.0/11")
+            }),
+            "without the mapping the seed wins"
+        );
+        assert_eq!(
+            p.check_with(a("10.1.2.3"), &netmap),
+            Err(Denied::SeedNetwork {
+                network: n("10.0.0.0/8")
+            })
+        );
+        assert_eq!(p.check_with(a("127.0.0.1"), &netmap), Err(Denied::Loopback));
     }
 
     #[test]

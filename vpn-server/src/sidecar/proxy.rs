@@ -354,12 +354,9 @@ async fn destinations(
     let allowed: Vec<(SocketAddr, Destination)> = resolved
         .into_iter()
         .filter_map(|ip| {
-            // Checked as it will be dialed: with vpn2's mapping, a shoot address that overlaps
-            // a seed network is dialed in 242-244/8 and reaches the shoot, as Envoy's did
-            // through vpn2's NETMAP rules.
             let checked = config
                 .policy
-                .check(config.netmap.map(ip))
+                .check_with(ip, &config.netmap)
                 .and_then(|d| match d {
                     Destination::External if is_local(ip) => Err(Denied::Local),
                     d => Ok(d),

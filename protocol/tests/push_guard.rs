@@ -6,12 +6,13 @@
 //!
 //! * a misaligned `route` / `route-ipv6` is never accepted, an aligned one always is (no
 //!   filters), so the property is not met by refusing everything;
-//! * `ping 0` / `ping-restart 0` are never accepted, a `ping-restart` below the floor is
-//!   accepted raised to it, any other value as pushed;
+//! * `ping 0` / `ping-restart 0` are never accepted, a `ping-restart` below the floor or below
+//!   twice the `ping` pushed with it (in the same part or another) is accepted raised to that,
+//!   any other value as pushed;
 //! * after the path guard no accepted route contains an address of the path, and every route
 //!   that contains none is still there (an integer oracle decides);
 //! * in a session: a client with its own `ping-restart` keeps it when the server pushes
-//!   `ping-restart 0`, and a pushed `ping-restart 2` restarts only after the floor.
+//!   `ping-restart 0`, and a pushed `ping 4`, `ping-restart 1` restarts after 8 s.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap (the workspace lint targets library code)
 
@@ -207,6 +208,39 @@ proptest! {
     }
 
     #[test]
+    fn ping_restart_is_at_least_twice_the_ping_pushed_with_it(
+        (l, q, s1, _) in spelling(),
+        ping in 1u32..100,
+        restart in 1u32..300,
+        restart_first in any::<bool>(),
+        split in any::<bool>(),
+    ) {
+        let p = format!("{l}{}{s1}{}", spell("ping", q), spell(&ping.to_string(), q / 3));
+        let r = format!("{}{s1}{}", spell("ping-restart", q / 9), restart);
+        let (first, second) = if restart_first { (r, p) } else { (p, r) };
+        for policy in modes() {
+            // One part, or two with push-continuation: the rule sees the complete push.
+            let out = if split {
+                let mut c = PushCollector::new();
+                let none = c
+                    .push_part(&policy, &format!("{first},push-continuation 2"))
+                    .unwrap();
+                prop_assert!(none.is_none());
+                c.push_part(&policy, &format!("{second},push-continuation 1")).unwrap().unwrap()
+            } else {
+                receive(&policy, &format!("{first},{second}"))
+            };
+            let applied = out.accepted.iter().find_map(|o| match o {
+                PushedOption::PingRestart(v) => Some(*v),
+                _ => None,
+            });
+            let want = restart.max(PING_RESTART_FLOOR).max(2 * ping);
+            prop_assert_eq!(applied, Some(want), "{:?} / {:?}", first, second);
+            prop_assert_eq!(out.adjusted.len(), usize::from(want != restart));
+        }
+    }
+
+    #[test]
     fn no_accepted_route_contains_a_path_address(
         routes in prop::collection::vec((any::<u32>(), 0u32..=32, any::<bool>()), 1..8),
         path in prop::collection::vec(any::<u32>(), 1..3),
@@ -362,27 +396,26 @@ fn a_pushed_ping_restart_0_leaves_the_clients_own_in_force() {
 }
 
 #[test]
-fn a_pushed_ping_restart_below_the_floor_fires_at_the_floor() {
+fn a_pushed_ping_restart_below_twice_the_ping_fires_at_twice_the_ping() {
     let mut setup = Setup::new(42);
     setup.server.keepalive = None;
     setup
         .server
         .push
-        .extend(["ping 1".to_owned(), "ping-restart 2".to_owned()]);
+        .extend(["ping 4".to_owned(), "ping-restart 1".to_owned()]);
     let mut pair = setup.build();
     pair.connect();
     let push = connected_push(&pair.client_events);
     assert_eq!(push.adjusted.len(), 1);
-    assert_eq!(push.adjusted[0].applied, PING_RESTART_FLOOR);
+    assert_eq!((push.adjusted[0].pushed, push.adjusted[0].applied), (1, 8));
     let cut = pair.elapsed;
     pair.blackhole_s2c = true;
     assert!(pair.run_until(Duration::from_secs(30), |p| p.client_closed()));
     let silence = pair.elapsed - cut;
     match close_reason(&pair.client_events) {
         Some(CloseReason::PingRestart(d)) => {
-            let floor = Duration::from_secs(PING_RESTART_FLOOR.into());
-            assert!(*d >= floor, "{d:?}");
-            assert!(silence <= floor + Duration::from_secs(1), "{silence:?}");
+            assert!(*d >= Duration::from_secs(8), "{d:?}");
+            assert!(silence <= Duration::from_secs(9), "{silence:?}");
         }
         other => panic!("unexpected close {other:?}"),
     }

@@ -370,7 +370,7 @@ fn log_push(push: &PushOutcome) {
             option = a.text,
             pushed = a.pushed,
             applied = a.applied,
-            "pushed {} raised to the push guard's floor",
+            "pushed {} raised by the push guard",
             a.option
         );
     }

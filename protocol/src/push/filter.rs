@@ -12,7 +12,9 @@
 //! 5. argument checks into a typed [`PushedOption`]; malformed ones are dropped with their
 //!    [`OptionError`], unknown names are dropped and reported with their text;
 //! 6. the push guard ([`super::guard::check`]): misaligned routes and keepalive switched off
-//!    are refused, a too short `ping-restart` is raised, in every mode;
+//!    are refused, a `ping-restart` below the floor is raised, in every mode (the
+//!    [`super::PushCollector`] then applies [`super::guard::finish`] to the complete push:
+//!    `ping-restart` at least twice the pushed `ping`);
 //! 7. our strict mode, if configured ([`StrictPolicy`]).
 //!
 //! The guard's last rule, no route over the path to the server, needs the addresses the

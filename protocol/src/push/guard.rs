@@ -11,7 +11,7 @@
 //! | a `route` whose NETWORK has bits outside its NETMASK (`route 10.252.9.9 255.0.0.0`) is refused | [`check`], inside [`super::PullPolicy::process`] | the kernel refuses the route (`EINVAL`): not installed |
 //! | a `route-ipv6` whose address has bits outside its prefix (`route-ipv6 fd00::1/64`) is refused | [`check`] | masked and installed (`fd00::/64`) |
 //! | `ping 0` and `ping-restart 0` are refused: the client keeps its own value, or none | [`check`] | applied: pings, or the restart on silence, switched off |
-//! | a pushed `ping-restart` below [`PING_RESTART_FLOOR`] seconds is raised to it | [`check`] | applied as pushed |
+//! | a pushed `ping-restart` below [`PING_RESTART_FLOOR`] seconds, or below twice the `ping` pushed with it, is raised to that | [`check`], then [`finish`] on the complete push | applied as pushed |
 //! | a `route`, `route-ipv6`, or the subnet of an `ifconfig` / `ifconfig-ipv6`, that contains an address the client dials (the server, or the HTTP proxy) is refused | [`PathGuard::apply`], by the client's driver with the addresses it dialed | IPv4: installed, and the tunnel carries its own packets until it dies; IPv6: installed with a host route to the server via the old gateway |
 //!
 //! Every rule decides on the typed option, after the text was tokenised and parsed as it would
@@ -20,14 +20,17 @@
 //!
 //! Why these keepalive bounds: `ping 0` / `ping-restart 0` mean "off", so refusing them leaves
 //! the client with its own `ping` / `ping-restart` when it configured one and with nothing when
-//! it did not, which is what accepting them would have given it then. A `ping-restart` of a few
-//! seconds restarts a healthy tunnel on an ordinary stall (a TCP retransmission after a lost
-//! segment, a slow proxy, a TLS renegotiation on a busy host) and sends a reconnecting client
-//! at the server in a loop; raising it only makes the client notice a dead peer later, it never
-//! restarts a healthy tunnel. `ping` has no floor above 1 s and neither value a ceiling: the
-//! client's `ping` is what keeps the *server's* restart timer (twice the pushed `ping-restart`,
-//! at least four times the pushed `ping`) satisfied, and a lowered `ping-restart` could fire
-//! between the pings of a server that pings rarely, so either change could cut a healthy tunnel.
+//! it did not, which is what accepting them would have given it then. A server sends a ping
+//! when it sent nothing else for its `ping` seconds, and upstream's `keepalive N M` pushes that
+//! N as `ping N`; a `ping-restart` not longer than that interval restarts a healthy idle tunnel
+//! between two pings, again and again, and sends the client at the server in a loop. So a
+//! pushed `ping-restart` is raised to twice the pushed `ping` (upstream's own `keepalive` rule,
+//! M >= 2N) and to at least [`PING_RESTART_FLOOR`] (twice the shortest ping interval there
+//! is). Raising it only makes the client notice a dead peer later; it never restarts a healthy
+//! tunnel. The reverse changes are not made: `ping` has no floor above 1 s and neither value a
+//! ceiling, because the client's `ping` is what keeps the *server's* restart timer (twice the
+//! pushed `ping-restart`) satisfied, and a lowered `ping-restart` could fire between the pings
+//! of a server that pings rarely; either could cut a healthy tunnel.
 //!
 //! `redirect-gateway`, `redirect-private` and routes via `net_gateway` / `remote_host` never take
 //! effect on our client at all (DEVIATIONS P7), so they are not the guard's business.
@@ -39,8 +42,9 @@ use ipnet::{IpNet, Ipv4Net};
 use super::filter::{DropReason, DroppedOption, PushOutcome};
 use super::options::{OptionKind, PushedOption, RouteVia, Topology};
 
-/// The least `ping-restart` a push may set, in seconds; a lower pushed value is raised to it.
-pub const PING_RESTART_FLOOR: u32 = 5;
+/// The least `ping-restart` a push may set, in seconds (twice the shortest `ping`, 1 s); a lower
+/// pushed value is raised to it.
+pub const PING_RESTART_FLOOR: u32 = 2;
 
 /// Why the guard refused a pushed option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -126,6 +130,43 @@ pub fn check(option: PushedOption) -> Verdict {
             applied: PING_RESTART_FLOOR,
         },
         _ => Verdict::Keep(option),
+    }
+}
+
+/// The rules on the complete push (all its parts), once every option passed [`check`]: each
+/// accepted `ping-restart` below twice the push's `ping` (the last one pushed, as it is the one
+/// in force) is raised to that, and recorded in `outcome.adjusted` (its entry updated when
+/// [`check`] had already raised it).
+pub fn finish(outcome: &mut PushOutcome) {
+    let Some(ping) = outcome.accepted.iter().rev().find_map(|o| match o {
+        PushedOption::Ping(n) => Some(*n),
+        _ => None,
+    }) else {
+        return;
+    };
+    let least = ping.saturating_mul(2);
+    for (i, option) in outcome.accepted.iter_mut().enumerate() {
+        let PushedOption::PingRestart(n) = option else {
+            continue;
+        };
+        if *n >= least {
+            continue;
+        }
+        let text = outcome.accepted_texts.get(i).cloned().unwrap_or_default();
+        match outcome
+            .adjusted
+            .iter_mut()
+            .find(|a| a.option == OptionKind::PingRestart && a.text == text && a.applied == *n)
+        {
+            Some(earlier) => earlier.applied = least,
+            None => outcome.adjusted.push(AdjustedOption {
+                text,
+                option: OptionKind::PingRestart,
+                pushed: *n,
+                applied: least,
+            }),
+        }
+        *n = least;
     }
 }
 
@@ -286,26 +327,55 @@ mod tests {
                 option: OptionKind::PingRestart
             })
         );
-        let out = one("ping 1,ping-restart 2,ping-restart 5,ping-restart 3600");
+        let out = one("ping-restart 1,ping-restart 2,ping-restart 3600");
         assert_eq!(
             out.accepted,
             [
-                PushedOption::Ping(1),
                 PushedOption::PingRestart(PING_RESTART_FLOOR),
-                PushedOption::PingRestart(5),
+                PushedOption::PingRestart(2),
                 PushedOption::PingRestart(3600)
             ]
         );
         assert_eq!(
             out.adjusted,
             [AdjustedOption {
-                text: "ping-restart 2".into(),
+                text: "ping-restart 1".into(),
                 option: OptionKind::PingRestart,
-                pushed: 2,
+                pushed: 1,
                 applied: PING_RESTART_FLOOR
             }]
         );
-        assert_eq!(out.accepted_texts[1], "ping-restart 2");
+        assert_eq!(out.accepted_texts[0], "ping-restart 1");
+    }
+
+    #[test]
+    fn ping_restart_is_raised_to_twice_the_last_pushed_ping() {
+        let mut out = one("ping-restart 1,ping 5,ping-restart 12,ping 10,ping-restart 30");
+        finish(&mut out);
+        assert_eq!(
+            out.accepted,
+            [
+                PushedOption::PingRestart(20),
+                PushedOption::Ping(5),
+                PushedOption::PingRestart(20),
+                PushedOption::Ping(10),
+                PushedOption::PingRestart(30)
+            ]
+        );
+        let adjusted: Vec<(&str, u32, u32)> = out
+            .adjusted
+            .iter()
+            .map(|a| (a.text.as_str(), a.pushed, a.applied))
+            .collect();
+        assert_eq!(
+            adjusted,
+            [("ping-restart 1", 1, 20), ("ping-restart 12", 12, 20)]
+        );
+        // Without a pushed ping only the floor holds.
+        let mut out = one("ping-restart 3");
+        finish(&mut out);
+        assert_eq!(out.accepted, [PushedOption::PingRestart(3)]);
+        assert!(out.adjusted.is_empty());
     }
 
     #[test]

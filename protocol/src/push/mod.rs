@@ -34,7 +34,8 @@
 //! * an option of 256 bytes or more is dropped whole instead of being cut into pieces;
 //! * a push may have at most [`MAX_PUSH_REPLY_PARTS`] parts;
 //! * the push guard ([`guard`]) refuses misaligned routes, routes over the path to the server,
-//!   `ping 0` / `ping-restart 0`, and raises a short `ping-restart`.
+//!   `ping 0` / `ping-restart 0`, and raises a `ping-restart` below 2 s or below twice the
+//!   pushed `ping`.
 
 pub mod filter;
 pub mod guard;
@@ -209,6 +210,8 @@ impl PushCollector {
             return Ok(None);
         }
         self.parts = 0;
-        Ok(Some(std::mem::take(&mut self.pending)))
+        let mut outcome = std::mem::take(&mut self.pending);
+        guard::finish(&mut outcome);
+        Ok(Some(outcome))
     }
 }

@@ -20,8 +20,9 @@ pub(crate) struct Dialed {
     pub leftover: BytesMut,
     /// The addresses on the path to the server, which no pushed route may put into the tunnel
     /// (`protocol::push::PathGuard`): every address this attempt resolved for the host it
-    /// dials (the server's, or the proxy's), the one it connected to, and the remote's own
-    /// address when the remote is written as one (through a proxy too).
+    /// dials (the server's, or the proxy's), the one it connected to, and every `remote` and
+    /// the `http-proxy` written as an address (through a proxy too, and the remotes of later
+    /// attempts: the routes of this push stay while the client reconnects).
     pub path: Vec<IpAddr>,
 }
 
@@ -46,7 +47,7 @@ pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed,
                 .await
                 .map_err(|_| DialError::Timeout { after: timeout })??;
             tracing::info!("TCP connected");
-            let path = path(&stream, &addrs, remote);
+            let path = path(&stream, &addrs, settings);
             Ok(Dialed {
                 stream,
                 leftover: BytesMut::new(),
@@ -68,7 +69,7 @@ pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed,
                 reason = tunnel.response.reason,
                 "proxy answered 200: tunnel to the server open"
             );
-            let path = path(&tunnel.stream, &addrs, remote);
+            let path = path(&tunnel.stream, &addrs, settings);
             Ok(Dialed {
                 stream: tunnel.stream,
                 leftover: tunnel.leftover,
@@ -79,10 +80,15 @@ pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed,
 }
 
 /// See [`Dialed::path`].
-fn path(stream: &TcpStream, resolved: &[SocketAddr], remote: &Remote) -> Vec<IpAddr> {
+fn path(stream: &TcpStream, resolved: &[SocketAddr], settings: &Settings) -> Vec<IpAddr> {
     let mut path: Vec<IpAddr> = resolved.iter().map(SocketAddr::ip).collect();
     path.extend(stream.peer_addr().ok().map(|a| a.ip()));
-    path.extend(remote.host.parse::<IpAddr>().ok());
+    let named = settings
+        .remotes
+        .iter()
+        .map(|r| r.host.as_str())
+        .chain(settings.http_proxy.as_ref().map(|p| p.host.as_str()));
+    path.extend(named.filter_map(|host| host.parse::<IpAddr>().ok()));
     path
 }
 
@@ -134,6 +140,7 @@ pub(crate) enum DialError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{HttpProxy, TlsMaterial};
 
     #[tokio::test]
     async fn the_path_holds_what_was_resolved_connected_and_named() {
@@ -141,15 +148,43 @@ mod tests {
         let to = listener.local_addr().unwrap();
         let stream = TcpStream::connect(to).await.unwrap();
         let resolved: Vec<SocketAddr> = vec!["127.0.0.2:1194".parse().unwrap(), to];
-        // Through a proxy the remote is only named; a literal address is still on the path.
-        let got = path(&stream, &resolved, &Remote::new("192.0.2.9", 1194));
-        let want: Vec<IpAddr> = ["127.0.0.2", "127.0.0.1", "127.0.0.1", "192.0.2.9"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
+        let tls = TlsMaterial::Pem {
+            ca: Vec::new(),
+            cert: Vec::new(),
+            key: Vec::new(),
+            peer: pki::tls::PeerPolicy::default(),
+        };
+        let protection = protocol::session::ControlProtection::None;
+        let remotes = vec![
+            Remote::new("vpn-seed-server", 1194),
+            Remote::new("192.0.2.9", 1194),
+            Remote::new("2001:db8::9", 1194),
+        ];
+        let mut settings = Settings::new(remotes, tls, protection);
+        // Every remote written as an address is on the path, the one dialed or not.
+        let got = path(&stream, &resolved, &settings);
+        let want: Vec<IpAddr> = [
+            "127.0.0.2",
+            "127.0.0.1",
+            "127.0.0.1",
+            "192.0.2.9",
+            "2001:db8::9",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
         assert_eq!(got, want);
-        let named = path(&stream, &[], &Remote::new("vpn-seed-server", 1194));
-        assert_eq!(named, [IpAddr::from([127, 0, 0, 1])]);
+        // Through a proxy named by its address, that address too.
+        settings.http_proxy = Some(HttpProxy::new("198.51.100.3", 3128));
+        settings.remotes.truncate(1);
+        let got = path(&stream, &[], &settings);
+        assert_eq!(
+            got,
+            [
+                IpAddr::from([127, 0, 0, 1]),
+                IpAddr::from([198, 51, 100, 3])
+            ]
+        );
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //! | AES-256-GCM, tls-auth SHA256                          | renegotiation every 5 s for 60 s under a transfer, by the server; by the client |
 //! | AES-256-GCM, tls-auth SHA256                          | keepalive expiry on a blackholed path, reconnect |
 //! | AES-256-GCM, tls-crypt                                | server restart, reconnect |
-//! | AES-256-GCM, tls-auth SHA256                          | push/pull: same routes for both clients (redirect-gateway ignored by the filters; and accepted) |
+//! | AES-256-GCM, tls-auth SHA256                          | push/pull: same routes for both clients (redirect-gateway ignored by the filters; and accepted; misaligned routes and names in the wrong case applied by neither) |
+//! | AES-256-GCM, tls-auth SHA256                          | a pushed route over the path to the server: upstream's tunnel stops, ours refuses it (P9) |
 //!
 //! `MATRIX_FILTER=text` runs only the cases whose line contains `text`; `MATRIX_JOBS=N`
 //! sets how many run at once (default 3: most of a case is waiting); `MATRIX_VERBOSE=1`
@@ -139,12 +140,16 @@ fn cases() -> Vec<Case> {
         }
     }
     // Push/pull: each server with each client; the two clients' routes are compared.
-    for redirect in [false, true] {
+    for scenario in [
+        Scenario::Push { redirect: false },
+        Scenario::Push { redirect: true },
+        Scenario::PushOverPath,
+    ] {
         for pair in Pair::ALL {
             cases.push(Case {
                 pair,
                 options: gcm(TlsAuth),
-                scenario: Scenario::Push { redirect },
+                scenario,
             });
         }
     }

@@ -20,9 +20,16 @@
 //! The client address is the PROXY header's source when a `PROXY` command carried an inet
 //! address, else the TCP peer; an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is reported as
 //! IPv4 so IPv4 CIDRs match it.
+//!
+//! A PROXY header must describe a TCP connection (`ProxyHeader::check_tcp_listener`): version 2
+//! `PROXY` only with `STREAM` over `AF_INET`/`AF_INET6`, `LOCAL` with anything, version 1 as
+//! parsed. Any other header, like a malformed or missing one, is a protocol error: the
+//! connection is closed unanswered ([`IngressError::Proxy`], no status), the caller logs its
+//! one line, and [`proxy_headers_refused`] counts it.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -40,6 +47,15 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const LINGER_BYTES: usize = 64 * 1024;
 /// ... for at most this long, so the client reads the answer instead of a reset.
 pub const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// PROXY headers refused in this process: see [`proxy_headers_refused`].
+static PROXY_HEADERS_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// How many connections this process closed for their PROXY header (missing, malformed, or not
+/// a TCP connection's), on every listener that requires one, since it started.
+pub fn proxy_headers_refused() -> u64 {
+    PROXY_HEADERS_REFUSED.load(Ordering::Relaxed)
+}
 
 /// Whether a listener expects a PROXY protocol header.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -183,8 +199,13 @@ async fn read_proxy_header<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
 ) -> Result<ProxyHeader, IngressError> {
+    let refused = |e: ProxyError| {
+        PROXY_HEADERS_REFUSED.fetch_add(1, Ordering::Relaxed);
+        IngressError::Proxy(e)
+    };
     loop {
-        if let Some((header, used)) = proxy_protocol::parse(buf).map_err(IngressError::Proxy)? {
+        if let Some((header, used)) = proxy_protocol::parse(buf).map_err(refused)? {
+            header.check_tcp_listener().map_err(refused)?;
             buf.drain(..used);
             return Ok(header);
         }
@@ -342,6 +363,54 @@ mod tests {
         let twice = b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\nPROXY TCP4 9.9.9.9 5.6.7.8 1 2\r\nCONNECT a:1 HTTP/1.0\r\n\r\n";
         let err = run(twice, &required()).await.unwrap_err();
         assert_eq!(err.status(), Some(Status::BAD_REQUEST));
+    }
+
+    /// A version 2 header: signature, `ver_cmd`, `fam`, the body's length, the body.
+    fn v2(ver_cmd: u8, fam: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = proxy_protocol::V2_SIGNATURE.to_vec();
+        out.extend_from_slice(&[ver_cmd, fam]);
+        out.extend_from_slice(&u16::try_from(body.len()).unwrap().to_be_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    #[tokio::test]
+    async fn only_stream_over_inet_or_local_passes_a_tcp_listener() {
+        // 192.0.2.7:5000 -> 198.51.100.1:8443
+        let inet = [192, 0, 2, 7, 198, 51, 100, 1, 0x13, 0x88, 0x20, 0xfb];
+        let connect = b"CONNECT a:1 HTTP/1.0\r\n\r\n";
+        let with = |header: Vec<u8>| [header, connect.to_vec()].concat();
+
+        let got = run(&with(v2(0x21, 0x11, &inet)), &required())
+            .await
+            .unwrap();
+        assert_eq!(got.client, IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)));
+        // LOCAL: the block is ignored whatever it says (here UDP over IPv4); the peer is the
+        // client.
+        let got = run(&with(v2(0x20, 0x12, &inet)), &required())
+            .await
+            .unwrap();
+        assert_eq!(got.client, PEER.parse::<SocketAddr>().unwrap().ip());
+
+        for (fam, body) in [
+            (0x12, inet.to_vec()),   // UDP over IPv4
+            (0x22, vec![0; 36]),     // UDP over IPv6
+            (0x31, vec![b'/'; 216]), // AF_UNIX stream
+            (0x32, vec![b'/'; 216]), // AF_UNIX datagram
+            (0x00, vec![]),          // PROXY with AF_UNSPEC
+            (0x10, inet.to_vec()),   // IPv4 with an unspecified transport
+        ] {
+            let before = proxy_headers_refused();
+            let err = run(&with(v2(0x21, fam, &body)), &required())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(err, IngressError::Proxy(ProxyError::V2NotTcp { .. })),
+                "{fam:#04x}: {err:?}"
+            );
+            assert_eq!(err.status(), None, "closed unanswered");
+            assert!(proxy_headers_refused() > before, "counted");
+        }
     }
 
     #[tokio::test]

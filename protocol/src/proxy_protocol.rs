@@ -32,6 +32,12 @@
 //! [`parse`] looks at a byte prefix of the stream: `Ok(None)` means "need more bytes",
 //! `Ok(Some((header, consumed)))` a complete header of `consumed` bytes, `Err` a malformed one
 //! (the connection should be closed). Nothing past the header is ever read.
+//!
+//! The codec takes every family and transport the protocol defines. A TCP listener must then
+//! also check that the header can describe the connection it accepted
+//! ([`ProxyHeader::check_tcp_listener`]): a version 2 `PROXY` header is only valid there with
+//! `STREAM` over `AF_INET` or `AF_INET6`; `LOCAL` (whose address block the receiver ignores)
+//! and version 1 (`TCP4`, `TCP6`, `UNKNOWN`) always are.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
@@ -206,6 +212,25 @@ impl ProxyHeader {
                 v1_trailer: Vec::new(),
             },
             tlvs: Vec::new(),
+        }
+    }
+
+    /// Whether this header can describe a connection accepted on a TCP listener: version 1
+    /// (`TCP4`, `TCP6`, `UNKNOWN`), version 2 `LOCAL` (the address block is ignored), or
+    /// version 2 `PROXY` with `STREAM` over `AF_INET` / `AF_INET6`. A `PROXY` header declaring
+    /// a datagram or unspecified transport, or an `AF_UNIX` or `AF_UNSPEC` family, is
+    /// [`ProxyError::V2NotTcp`]: a load balancer in front of a TCP listener cannot have relayed
+    /// such a connection, so the header is forged or the sender misconfigured.
+    pub fn check_tcp_listener(&self) -> Result<(), ProxyError> {
+        if self.version == Version::V1 || self.command == Command::Local {
+            return Ok(());
+        }
+        match (&self.addresses, self.transport) {
+            (Addresses::Ipv4 { .. } | Addresses::Ipv6 { .. }, Transport::Stream) => Ok(()),
+            (addresses, transport) => Err(ProxyError::V2NotTcp {
+                family: addresses.v2_family(),
+                transport,
+            }),
         }
     }
 
@@ -473,6 +498,16 @@ pub enum ProxyError {
         needed: usize,
         /// Bytes left in the header from `offset`.
         available: usize,
+    },
+    /// A version 2 `PROXY` header a TCP listener cannot have received: a transport other than
+    /// `STREAM`, or a family other than `AF_INET` / `AF_INET6`
+    /// ([`ProxyHeader::check_tcp_listener`]).
+    #[error("PROXY v2: PROXY command with family {family} and transport {transport:?} on a TCP listener (only STREAM over INET/INET6)")]
+    V2NotTcp {
+        /// The family nibble (`AF_UNSPEC` 0, `AF_INET` 1, `AF_INET6` 2, `AF_UNIX` 3).
+        family: u8,
+        /// The transport.
+        transport: Transport,
     },
     /// The header cannot be expressed in version 1 (LOCAL, TLVs, AF_UNIX, DGRAM, or a
     /// transport/address mismatch).

@@ -24,6 +24,7 @@ use netio::report::chain;
 use netio::tun::{PacketLayout, RecvPool, Tun};
 use protocol::data::DATA_TAILROOM;
 use protocol::opcode::{P_ACK_V1, P_OPCODE_SHIFT};
+use protocol::push::{DropReason, PathGuard, PushOutcome};
 use protocol::session::{ClientSession, CloseReason, Event, SessionError, SEND_HEADROOM};
 use tokio_util::sync::CancellationToken;
 
@@ -79,11 +80,18 @@ pub(crate) struct Connection {
     hold_lone_acks: bool,
     /// Until when the lone P_ACK_V1 queued waits.
     ack_hold: Option<Instant>,
+    /// The addresses this connection dialed, which no pushed route may capture.
+    path: PathGuard,
 }
 
 impl Connection {
     /// A new session over the dialed socket.
-    pub fn new(session: ClientSession, (stream, leftover): Dialed, settings: &Settings) -> Self {
+    pub fn new(session: ClientSession, dialed: Dialed, settings: &Settings) -> Self {
+        let Dialed {
+            stream,
+            leftover,
+            path,
+        } = dialed;
         let (read, write) = stream.into_split();
         let mut reader = FrameReader::new(read, leftover, settings.tun.mtu);
         // During the handshake always (a delayed ACK stalls a peer that writes its handshake
@@ -96,6 +104,7 @@ impl Connection {
             up: false,
             hold_lone_acks: settings.http_proxy.is_some(),
             ack_hold: None,
+            path: PathGuard::new(path),
         }
     }
 
@@ -134,23 +143,24 @@ impl Connection {
                 match event {
                     Event::Connected(c) => {
                         self.reader.set_quickack(settings.http_proxy.is_some());
+                        let mut push = c.push;
+                        self.path.apply(&mut push);
                         tracing::info!(
                             cipher = c.cipher.name(),
                             peer_id = ?c.peer_id.map(|p| p.get()),
                             tls_ekm = c.tls_ekm,
                             dyn_tls_crypt = c.dyn_tls_crypt,
+                            accepted = push.accepted.len(),
+                            dropped = push.dropped.len(),
+                            refused = push.refused_by_guard().count(),
+                            adjusted = push.adjusted.len(),
                             "TLS up, keys exchanged, push received"
                         );
-                        for option in &c.push.accepted {
-                            tracing::info!(?option, "pushed option accepted");
-                        }
-                        for dropped in &c.push.dropped {
-                            tracing::info!(option = dropped.text, reason = ?dropped.reason, "pushed option dropped");
-                        }
-                        tunnel.apply(&Plan::from_push(&c.push.accepted)).await?;
+                        log_push(&push);
+                        tunnel.apply(&Plan::from_push(&push.accepted)).await?;
                         if up_ran.is_none() {
                             let dev = tunnel.tun().map(Tun::name).unwrap_or_default();
-                            let info = TunInfo::from_push(dev, tunnel.mtu(), &c.push.accepted);
+                            let info = TunInfo::from_push(dev, tunnel.mtu(), &push.accepted);
                             if let Some(up) = &settings.scripts.up {
                                 run_script(ScriptType::Up, up, &info)
                                     .await
@@ -345,6 +355,32 @@ impl Connection {
                 tracing::warn!(reason = %chain(&other), "session ended");
                 self.retry(false)
             }
+        }
+    }
+}
+
+/// One line per pushed option: accepted, adjusted or refused by the push guard (a warning, with
+/// the option's text and why), dropped otherwise.
+fn log_push(push: &PushOutcome) {
+    for option in &push.accepted {
+        tracing::info!(?option, "pushed option accepted");
+    }
+    for a in &push.adjusted {
+        tracing::warn!(
+            option = a.text,
+            pushed = a.pushed,
+            applied = a.applied,
+            "pushed {} raised by the push guard",
+            a.option
+        );
+    }
+    for dropped in &push.dropped {
+        match &dropped.reason {
+            DropReason::Guard(refusal) => tracing::warn!(
+                option = dropped.text,
+                "pushed option refused by the push guard: {refusal}"
+            ),
+            reason => tracing::info!(option = dropped.text, ?reason, "pushed option dropped"),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! header, all within `connect-timeout`.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -11,9 +11,20 @@ use tokio::net::TcpStream;
 
 use crate::settings::{Remote, Settings};
 
-/// An open connection to the server, and the bytes a proxy sent after its `200` (the start of
-/// the server's stream).
-pub(crate) type Dialed = (TcpStream, BytesMut);
+/// An open connection to the server.
+#[derive(Debug)]
+pub(crate) struct Dialed {
+    /// The socket (to the server, or to the proxy that tunnels to it).
+    pub stream: TcpStream,
+    /// The bytes a proxy sent after its `200` (the start of the server's stream).
+    pub leftover: BytesMut,
+    /// The addresses on the path to the server, which no pushed route may put into the tunnel
+    /// (`protocol::push::PathGuard`): every address this attempt resolved for the host it
+    /// dials (the server's, or the proxy's), the one it connected to, and every `remote` and
+    /// the `http-proxy` written as an address (through a proxy too, and the remotes of later
+    /// attempts: the routes of this push stay while the client reconnects).
+    pub path: Vec<IpAddr>,
+}
 
 /// Connects to `remote`, directly or through the proxy, with `connect-timeout`.
 pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed, DialError> {
@@ -24,19 +35,24 @@ pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed,
             let attempt = async {
                 let addrs = resolve(settings, &remote.host, remote.port).await?;
                 let mut last = DialError::NoAddress;
-                for addr in addrs {
+                for &addr in &addrs {
                     match netio::tcp::connect_nodelay(addr).await {
-                        Ok(stream) => return Ok(stream),
+                        Ok(stream) => return Ok((stream, addrs)),
                         Err(source) => last = DialError::Connect { addr, source },
                     }
                 }
                 Err(last)
             };
-            let stream = tokio::time::timeout(timeout, attempt)
+            let (stream, addrs) = tokio::time::timeout(timeout, attempt)
                 .await
                 .map_err(|_| DialError::Timeout { after: timeout })??;
             tracing::info!("TCP connected");
-            Ok((stream, BytesMut::new()))
+            let path = path(&stream, &addrs, settings);
+            Ok(Dialed {
+                stream,
+                leftover: BytesMut::new(),
+                path,
+            })
         }
         Some(proxy) => {
             tracing::info!("connecting through the HTTP proxy");
@@ -53,9 +69,27 @@ pub(crate) async fn dial(settings: &Settings, remote: &Remote) -> Result<Dialed,
                 reason = tunnel.response.reason,
                 "proxy answered 200: tunnel to the server open"
             );
-            Ok((tunnel.stream, tunnel.leftover))
+            let path = path(&tunnel.stream, &addrs, settings);
+            Ok(Dialed {
+                stream: tunnel.stream,
+                leftover: tunnel.leftover,
+                path,
+            })
         }
     }
+}
+
+/// See [`Dialed::path`].
+fn path(stream: &TcpStream, resolved: &[SocketAddr], settings: &Settings) -> Vec<IpAddr> {
+    let mut path: Vec<IpAddr> = resolved.iter().map(SocketAddr::ip).collect();
+    path.extend(stream.peer_addr().ok().map(|a| a.ip()));
+    let named = settings
+        .remotes
+        .iter()
+        .map(|r| r.host.as_str())
+        .chain(settings.http_proxy.as_ref().map(|p| p.host.as_str()));
+    path.extend(named.filter_map(|host| host.parse::<IpAddr>().ok()));
+    path
 }
 
 /// The addresses `host` resolves to that `proto tcp4-client|tcp6-client` allows.
@@ -106,6 +140,52 @@ pub(crate) enum DialError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{HttpProxy, TlsMaterial};
+
+    #[tokio::test]
+    async fn the_path_holds_what_was_resolved_connected_and_named() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let to = listener.local_addr().unwrap();
+        let stream = TcpStream::connect(to).await.unwrap();
+        let resolved: Vec<SocketAddr> = vec!["127.0.0.2:1194".parse().unwrap(), to];
+        let tls = TlsMaterial::Pem {
+            ca: Vec::new(),
+            cert: Vec::new(),
+            key: Vec::new(),
+            peer: pki::tls::PeerPolicy::default(),
+        };
+        let protection = protocol::session::ControlProtection::None;
+        let remotes = vec![
+            Remote::new("vpn-seed-server", 1194),
+            Remote::new("192.0.2.9", 1194),
+            Remote::new("2001:db8::9", 1194),
+        ];
+        let mut settings = Settings::new(remotes, tls, protection);
+        // Every remote written as an address is on the path, the one dialed or not.
+        let got = path(&stream, &resolved, &settings);
+        let want: Vec<IpAddr> = [
+            "127.0.0.2",
+            "127.0.0.1",
+            "127.0.0.1",
+            "192.0.2.9",
+            "2001:db8::9",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        assert_eq!(got, want);
+        // Through a proxy named by its address, that address too.
+        settings.http_proxy = Some(HttpProxy::new("198.51.100.3", 3128));
+        settings.remotes.truncate(1);
+        let got = path(&stream, &[], &settings);
+        assert_eq!(
+            got,
+            [
+                IpAddr::from([127, 0, 0, 1]),
+                IpAddr::from([198, 51, 100, 3])
+            ]
+        );
+    }
 
     #[test]
     fn the_protocol_family_filters_addresses() {

@@ -21,6 +21,7 @@
 //! | tun → packets (batches, offloads cut to the MTU) | [`netio::tun::Tun::recv_many`] |
 //! | packet → framed wire packet (encrypted in place) | `ClientSession::send_tun_packet` |
 //! | wire packets → socket (one vectored write) | [`netio::framed::FrameWriter`] |
+//! | pushed routes over the dialed path refused (`protocol::push::PathGuard`) | [`connection`] |
 //! | addresses and routes from the push | [`tunnel`] |
 //!
 //! The session stays owned by one task (no lock), and the binary runs it on a current-thread

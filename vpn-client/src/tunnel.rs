@@ -8,6 +8,10 @@
 //! While the client reconnects, packets routed into the device wait in its queue (and are
 //! dropped by the kernel once it is full). [`Tunnel::teardown`] removes what we added and
 //! closes the device when the client stops.
+//!
+//! What reaches [`Plan::from_push`] has passed the pull policy and the push guard
+//! (`protocol::push::guard`): no route wider than the server named, none that contains an
+//! address the connection dialed (the connection applies the `PathGuard` before the plan).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;

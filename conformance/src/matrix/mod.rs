@@ -5,7 +5,8 @@
 //! A [`Case`] is a [`Pair`] (which implementation serves, which dials), the [`Options`] both
 //! configs share (data ciphers, `auth`, control-channel wrapping, transport) and a
 //! [`Scenario`] (plain traffic, no common cipher, renegotiation under load, keepalive expiry
-//! on a blackholed path, server restart, push/pull). [`run`] builds a fresh [`lab::Lab`] for
+//! on a blackholed path, server restart, push/pull, a pushed route over the path to the
+//! server). [`run`] builds a fresh [`lab::Lab`] for
 //! it, starts both peers from config files, drives the scenario and returns an [`Outcome`]:
 //! what each side negotiated (cipher, key derivation) read from the logs, and on failure the
 //! reason and the tail of both logs.
@@ -110,6 +111,11 @@ pub enum Scenario {
         /// it, ours never does: DEVIATIONS.md P7).
         redirect: bool,
     },
+    /// A pushed route that contains the server's transport address (SEED's link), beside an
+    /// ordinary one, no pull-filters: upstream's client installs it and its tunnel then
+    /// carries its own packets; ours refuses it, applies the rest, and the tunnel works
+    /// (DEVIATIONS.md P9).
+    PushOverPath,
 }
 
 impl fmt::Display for Scenario {
@@ -124,6 +130,7 @@ impl fmt::Display for Scenario {
             Scenario::ServerRestart => f.write_str("server-restart"),
             Scenario::Push { redirect: false } => f.write_str("push-pull"),
             Scenario::Push { redirect: true } => f.write_str("push-pull-redirect-accepted"),
+            Scenario::PushOverPath => f.write_str("push-over-path"),
         }
     }
 }

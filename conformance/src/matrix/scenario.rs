@@ -39,6 +39,15 @@ pub const PUSHES: &[&str] = &[
     r#"push "route  10.250.2.0 255.255.255.0""#,
     r#"push "redirect-gateway def1""#,
     r#"push "route 10.253.0.0 255.255.0.0 net_gateway""#,
+    // Network bits outside the mask, through the filters' text prefixes: upstream's kernel
+    // refuses each route, our push guard refuses the option (masked, the first would be
+    // 10.0.0.0/8).
+    r#"push "route 10.252.9.9 255.0.0.0""#,
+    r#"push "route 10.250.3.1  \"255.255.255.0\"""#,
+    r#"push "route 10.250.7.1 255.255.255.0 vpn_gateway""#,
+    // Option names are case-sensitive: unknown options, applied by neither client.
+    r#"push "ROUTE 10.250.5.0 255.255.255.0""#,
+    r#"push "Route 10.250.6.0 255.255.255.0""#,
 ];
 
 /// The client's pull-filters of [`Scenario::Push`] (the first only without `redirect`).
@@ -51,7 +60,22 @@ pub const PULL_FILTERS: &[&str] = &[
 
 /// Routes a client must install from [`PUSHES`] under [`PULL_FILTERS`], and must not.
 const PUSH_WANTED: &[&str] = &["10.250.0.0/16", "10.250.1.0/24", "10.252.0.0/16"];
-const PUSH_UNWANTED: &[&str] = &["10.99.0.0/16", "10.250.2.0/24"];
+const PUSH_UNWANTED: &[&str] = &[
+    "10.99.0.0/16",
+    "10.250.2.0/24",
+    "10.0.0.0/8",
+    "10.250.3.0/24",
+    "10.250.7.0/24",
+    "10.250.5.0/24",
+    "10.250.6.0/24",
+];
+
+/// [`Scenario::PushOverPath`]: a route that contains the server's transport address
+/// (10.200.2.2), and one that does not.
+pub const PUSHES_OVER_PATH: &[&str] = &[
+    r#"push "route 10.200.2.0 255.255.255.0""#,
+    r#"push "route 10.250.0.0 255.255.0.0""#,
+];
 /// What `redirect-gateway def1` and the `net_gateway` route install (upstream only, and only
 /// with `redirect`).
 const REDIRECT_ROUTES: &[&str] = &["0.0.0.0/1", "128.0.0.0/1", "10.253.0.0/16"];
@@ -165,6 +189,11 @@ fn extras(case: &Case) -> (Vec<String>, Vec<String>) {
             (vec!["keepalive 10 60".into(), srv], vec![cli])
         }
         Scenario::KeepaliveExpiry => (s(&["keepalive 2 6"]), vec![]),
+        Scenario::PushOverPath => {
+            let mut srv = s(&["keepalive 10 60"]);
+            srv.extend(s(PUSHES_OVER_PATH));
+            (srv, vec![])
+        }
         Scenario::Push { redirect } => {
             let mut srv = s(&["keepalive 10 60"]);
             srv.extend(s(PUSHES));
@@ -246,6 +275,9 @@ impl<'l> Run<'l> {
         };
         if s_kdf != want_kdf {
             return Err(format!("expected key derivation {want_kdf}: {summary}"));
+        }
+        if case.scenario == Scenario::PushOverPath {
+            return self.push_over_path(c_imp, routes, summary);
         }
         let client_tun = self.ping_both()?;
         if let Some(proxy) = &self.proxy {
@@ -384,7 +416,58 @@ impl<'l> Run<'l> {
                     });
                 }
             }
-            Scenario::NoCommonCipher => {}
+            Scenario::NoCommonCipher | Scenario::PushOverPath => {}
+        }
+        Ok(summary)
+    }
+
+    /// [`Scenario::PushOverPath`] once the client reported its tunnel up (after its routes).
+    fn push_over_path(
+        &self,
+        c_imp: Impl,
+        routes: &mut Vec<String>,
+        mut summary: String,
+    ) -> Result<String, String> {
+        *routes = self.routes()?;
+        let has = |dst: &str| routes.iter().any(|r| r.starts_with(&format!("{dst} ")));
+        let (over, ordinary) = ("10.200.2.0/24", "10.250.0.0/16");
+        match c_imp {
+            Impl::Upstream => {
+                if !has(over) {
+                    return Err(format!("upstream did not install {over}: {routes:?}"));
+                }
+                // Its own TCP connection now goes into its tun device.
+                if ping(
+                    &self.lab.shoot,
+                    IpAddr::V4(SERVER_TUN),
+                    Duration::from_secs(5),
+                )
+                .is_ok()
+                {
+                    return Err(format!("upstream's tunnel survived {over}: {routes:?}"));
+                }
+                summary.push_str(&format!(
+                    ", upstream installed {over} over its path and its tunnel stopped (P9)"
+                ));
+            }
+            Impl::Ours => {
+                if has(over) || !has(ordinary) {
+                    return Err(format!("expected {ordinary} and not {over}: {routes:?}"));
+                }
+                self.ping_both()?;
+                let log = self.client_log();
+                let refused = log.lines().any(|l| {
+                    l.contains("refused by the push guard")
+                        && l.contains("route 10.200.2.0 255.255.255.0")
+                        && l.contains("10.200.2.2")
+                });
+                if !refused {
+                    return Err("our client did not log the refusal with the option's text".into());
+                }
+                summary.push_str(&format!(
+                    ", {over} refused (logged with its text), {ordinary} applied, ping ok (P9)"
+                ));
+            }
         }
         Ok(summary)
     }

@@ -11,7 +11,15 @@
 //!    `route-nopull` also the route and DHCP/DNS classes, are dropped;
 //! 5. argument checks into a typed [`PushedOption`]; malformed ones are dropped with their
 //!    [`OptionError`], unknown names are dropped and reported with their text;
-//! 6. our strict mode, if configured ([`StrictPolicy`]).
+//! 6. the push guard ([`super::guard::check`]): misaligned routes and keepalive switched off
+//!    are refused, a `ping-restart` below the floor is raised, in every mode (the
+//!    [`super::PushCollector`] then applies [`super::guard::finish`] to the complete push:
+//!    `ping-restart` at least twice the pushed `ping`);
+//! 7. our strict mode, if configured ([`StrictPolicy`]).
+//!
+//! The guard's last rule, no route over the path to the server, needs the addresses the
+//! client dialed and is applied by the client's driver to the complete push
+//! ([`super::guard::PathGuard`]).
 //!
 //! Where upstream only logs (ignored, unknown, not permitted, malformed), we drop the option
 //! and say why in [`PushOutcome::dropped`].
@@ -21,6 +29,7 @@
 //! option of 256 bytes or more as a whole ([`DropReason::TooLong`]), after the pull-filters
 //! (which see the same prefix either way).
 
+use super::guard::{self, AdjustedOption, GuardRefusal, Verdict};
 use super::options::{KnownName, OptionClass, OptionError, PushedOption};
 use super::strict::{StrictPolicy, StrictRefusal};
 use super::tokenize::{self, OPTION_PARM_SIZE};
@@ -87,8 +96,32 @@ pub struct PullPolicy {
 pub struct PushOutcome {
     /// Options to apply, in the order they were pushed.
     pub accepted: Vec<PushedOption>,
+    /// The text of each accepted option (after the leading whitespace), in the same order as
+    /// `accepted`; empty for an outcome assembled without [`PullPolicy::process`].
+    pub accepted_texts: Vec<String>,
     /// Options not applied, in the order they were pushed, with the reason.
     pub dropped: Vec<DroppedOption>,
+    /// Accepted options whose value the push guard changed (also in `accepted`, with the value
+    /// in force).
+    pub adjusted: Vec<AdjustedOption>,
+}
+
+impl PushOutcome {
+    /// The options the push guard refused, with their text and reason.
+    pub fn refused_by_guard(&self) -> impl Iterator<Item = (&str, &GuardRefusal)> {
+        self.dropped.iter().filter_map(|d| match &d.reason {
+            DropReason::Guard(refusal) => Some((d.text.as_str(), refusal)),
+            _ => None,
+        })
+    }
+
+    /// Appends `other` (the next part of the same push).
+    pub fn extend(&mut self, other: PushOutcome) {
+        self.accepted.extend(other.accepted);
+        self.accepted_texts.extend(other.accepted_texts);
+        self.dropped.extend(other.dropped);
+        self.adjusted.extend(other.adjusted);
+    }
 }
 
 /// A pushed option that was not applied.
@@ -122,6 +155,8 @@ pub enum DropReason {
         /// Its length.
         len: usize,
     },
+    /// Refused by the push guard (every mode).
+    Guard(GuardRefusal),
     /// Refused by strict mode.
     Strict(StrictRefusal),
 }
@@ -190,14 +225,27 @@ impl PullPolicy {
             match self.decide(line) {
                 Decision::Nothing => {}
                 Decision::Continuation(n) => part.continuation = n,
-                Decision::Accept(opt) => part.outcome.accepted.push(opt),
+                Decision::Accept(opt) => {
+                    part.outcome.accepted.push(opt);
+                    part.outcome.accepted_texts.push(line.to_owned());
+                }
+                Decision::Adjust(opt, (pushed, applied)) => {
+                    part.outcome.adjusted.push(AdjustedOption {
+                        text: line.to_owned(),
+                        option: opt.kind(),
+                        pushed,
+                        applied,
+                    });
+                    part.outcome.accepted.push(opt);
+                    part.outcome.accepted_texts.push(line.to_owned());
+                }
                 Decision::Drop(reason) => part.outcome.dropped.push(drop(reason)),
             }
         }
         Ok(part)
     }
 
-    /// Steps 3 to 6 for one option line that passed the pull-filters.
+    /// Steps 3 to 7 for one option line that passed the pull-filters.
     fn decide(&self, line: &str) -> Decision {
         let tokens = match tokenize::tokenize(line) {
             Ok(t) => t,
@@ -229,12 +277,24 @@ impl PullPolicy {
         if let PushedOption::PushContinuation(n) = opt {
             return Decision::Continuation(n);
         }
+        let (opt, pushed) = match guard::check(opt) {
+            Verdict::Keep(opt) => (opt, None),
+            Verdict::Adjust {
+                option,
+                pushed,
+                applied,
+            } => (option, Some((pushed, applied))),
+            Verdict::Refuse(refusal) => return Decision::Drop(DropReason::Guard(refusal)),
+        };
         if let Some(strict) = &self.strict {
             if let Err(refusal) = strict.check(&opt) {
                 return Decision::Drop(DropReason::Strict(refusal));
             }
         }
-        Decision::Accept(opt)
+        match pushed {
+            Some(pushed) => Decision::Adjust(opt, pushed),
+            None => Decision::Accept(opt),
+        }
     }
 }
 
@@ -242,5 +302,7 @@ enum Decision {
     Nothing,
     Continuation(u8),
     Accept(PushedOption),
+    /// Accepted with a value the guard changed: the values pushed and in force.
+    Adjust(PushedOption, (u32, u32)),
     Drop(DropReason),
 }

@@ -16,7 +16,9 @@
 //! Client side: [`PushCollector`] takes the options text of each `PUSH_REPLY` part (from
 //! [`crate::control_msg::ControlMessage::PushReply`]) and runs it through a [`PullPolicy`]:
 //! upstream's `pull-filter` and permission mask, then the typed model ([`PushedOption`]), then
-//! optionally our strict mode ([`StrictPolicy`]); see [`filter`] for the exact order. Nothing
+//! our push guard ([`guard`]: in every mode, no route wider than pushed, none over the path to
+//! the server, keepalive never switched off), then optionally our strict mode
+//! ([`StrictPolicy`]); see [`filter`] for the exact order. Nothing
 //! takes effect until the last part arrived: the collector hands out one [`PushOutcome`], the
 //! accepted typed options plus what was dropped and why, or a [`PushError`] when a `reject`
 //! filter matched anywhere.
@@ -30,9 +32,13 @@
 //!   netmasks, at most 16 tokens) and a malformed or unknown option is dropped and reported,
 //!   never half-applied;
 //! * an option of 256 bytes or more is dropped whole instead of being cut into pieces;
-//! * a push may have at most [`MAX_PUSH_REPLY_PARTS`] parts.
+//! * a push may have at most [`MAX_PUSH_REPLY_PARTS`] parts;
+//! * the push guard ([`guard`]) refuses misaligned routes, routes over the path to the server,
+//!   `ping 0` / `ping-restart 0`, and raises a `ping-restart` below 2 s or below twice the
+//!   pushed `ping`.
 
 pub mod filter;
+pub mod guard;
 pub mod options;
 pub mod strict;
 pub mod tokenize;
@@ -41,6 +47,7 @@ pub use self::filter::{
     DropReason, DroppedOption, FilterAction, PartOutcome, PullFilter, PullPolicy, PushError,
     PushOutcome,
 };
+pub use self::guard::{AdjustedOption, GuardRefusal, PathGuard, PING_RESTART_FLOOR};
 pub use self::options::{OptionClass, OptionError, OptionKind, PushedOption};
 pub use self::strict::{StrictPolicy, StrictRefusal};
 
@@ -198,12 +205,13 @@ impl PushCollector {
                 return Err(e);
             }
         };
-        self.pending.accepted.extend(part.outcome.accepted);
-        self.pending.dropped.extend(part.outcome.dropped);
+        self.pending.extend(part.outcome);
         if part.continuation == 2 {
             return Ok(None);
         }
         self.parts = 0;
-        Ok(Some(std::mem::take(&mut self.pending)))
+        let mut outcome = std::mem::take(&mut self.pending);
+        guard::finish(&mut outcome);
+        Ok(Some(outcome))
     }
 }

@@ -19,12 +19,17 @@
 //! Case: option names are case-sensitive as upstream (`ROUTE` is an unknown option, dropped
 //! before strict mode sees it), so a change of case can never turn text into a route.
 //!
-//! Strict mode runs after upstream's pull-filters and permission mask
-//! ([`super::PullPolicy`]); an option must pass all three.
+//! Strict mode runs after upstream's pull-filters, permission mask and the push guard
+//! ([`super::PullPolicy`]); an option must pass all of them.
+//!
+//! The push guard ([`super::guard`]) holds in every mode: misaligned routes and keepalive
+//! switched off are refused before strict mode; routes over the path to the server are
+//! refused after it, by the client's driver ([`super::guard::PathGuard`]).
 //!
 //! Not covered: `ifconfig`/`ifconfig-ipv6` with a wide netmask or prefix also make the kernel
-//! add a connected route for that subnet. Allow those kinds only from servers whose address
-//! pool you trust, or check the prefix yourself.
+//! add a connected route for that subnet. The push guard refuses one that contains the
+//! server's or the proxy's address; any other subnet passes. Allow those kinds only from
+//! servers whose address pool you trust, or check the prefix yourself.
 
 use std::collections::BTreeSet;
 

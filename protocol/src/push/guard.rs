@@ -1,0 +1,441 @@
+//! The push guard: what no server may push, whatever the client's pull-filters, `route-nopull`
+//! or strict mode accept, and in every mode (a config file without filters, vpn2's
+//! environment, strict).
+//!
+//! Nothing the server pushes may give the client a route wider than the server literally
+//! named, put the path to the server or the proxy into the tunnel, or switch the client's
+//! liveness check off:
+//!
+//! | rule | decided by | upstream 2.6 with the same push |
+//! |---|---|---|
+//! | a `route` whose NETWORK has bits outside its NETMASK (`route 10.252.9.9 255.0.0.0`) is refused | [`check`], inside [`super::PullPolicy::process`] | the kernel refuses the route (`EINVAL`): not installed |
+//! | a `route-ipv6` whose address has bits outside its prefix (`route-ipv6 fd00::1/64`) is refused | [`check`] | masked and installed (`fd00::/64`) |
+//! | `ping 0` and `ping-restart 0` are refused: the client keeps its own value, or none | [`check`] | applied: pings, or the restart on silence, switched off |
+//! | a pushed `ping-restart` below [`PING_RESTART_FLOOR`] seconds, or below twice the `ping` pushed with it, is raised to that | [`check`], then [`finish`] on the complete push | applied as pushed |
+//! | a `route`, `route-ipv6`, or the subnet of an `ifconfig` / `ifconfig-ipv6`, that contains an address the client dials (the server, or the HTTP proxy) is refused | [`PathGuard::apply`], by the client's driver with the addresses it dialed | IPv4: installed, and the tunnel carries its own packets until it dies; IPv6: installed with a host route to the server via the old gateway |
+//!
+//! Every rule decides on the typed option, after the text was tokenised and parsed as it would
+//! take effect, so whitespace, quoting and case in the pushed text cannot get around it (an
+//! option name in the wrong case is an unknown option and never takes effect at all).
+//!
+//! Why these keepalive bounds: `ping 0` / `ping-restart 0` mean "off", so refusing them leaves
+//! the client with its own `ping` / `ping-restart` when it configured one and with nothing when
+//! it did not, which is what accepting them would have given it then. A server sends a ping
+//! when it sent nothing else for its `ping` seconds, and upstream's `keepalive N M` pushes that
+//! N as `ping N`; a `ping-restart` not longer than that interval restarts a healthy idle tunnel
+//! between two pings, again and again, and sends the client at the server in a loop. So a
+//! pushed `ping-restart` is raised to twice the pushed `ping` (upstream's own `keepalive` rule,
+//! M >= 2N) and to at least [`PING_RESTART_FLOOR`] (twice the shortest ping interval there
+//! is). Raising it only makes the client notice a dead peer later; it never restarts a healthy
+//! tunnel. The reverse changes are not made: `ping` has no floor above 1 s and neither value a
+//! ceiling, because the client's `ping` is what keeps the *server's* restart timer (twice the
+//! pushed `ping-restart`) satisfied, and a lowered `ping-restart` could fire between the pings
+//! of a server that pings rarely; either could cut a healthy tunnel.
+//!
+//! `redirect-gateway`, `redirect-private` and routes via `net_gateway` / `remote_host` never take
+//! effect on our client at all (DEVIATIONS P7), so they are not the guard's business.
+
+use std::net::IpAddr;
+
+use ipnet::{IpNet, Ipv4Net};
+
+use super::filter::{DropReason, DroppedOption, PushOutcome};
+use super::options::{OptionKind, PushedOption, RouteVia, Topology};
+
+/// The least `ping-restart` a push may set, in seconds (twice the shortest `ping`, 1 s); a lower
+/// pushed value is raised to it.
+pub const PING_RESTART_FLOOR: u32 = 2;
+
+/// Why the guard refused a pushed option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GuardRefusal {
+    /// A route whose network has bits outside its prefix: installed, it would be the wider,
+    /// masked route.
+    #[error("{network} has bits outside its /{} prefix: the route would be wider than pushed", network.prefix_len())]
+    Misaligned {
+        /// The network as pushed, host bits included.
+        network: IpNet,
+    },
+    /// `ping 0` or `ping-restart 0`.
+    #[error("{option} 0 would switch the client's keepalive off")]
+    KeepaliveOff {
+        /// [`OptionKind::Ping`] or [`OptionKind::PingRestart`].
+        option: OptionKind,
+    },
+    /// A route (or an interface subnet) into the tunnel that contains an address the client
+    /// dials.
+    #[error("{network} contains {path}, on the path to the server: the tunnel would carry itself")]
+    CapturesPath {
+        /// The route's destination, or the interface's subnet.
+        network: IpNet,
+        /// The address of the server or the proxy it contains.
+        path: IpAddr,
+    },
+}
+
+/// A pushed value the guard changed before it took effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustedOption {
+    /// The option text, after the leading whitespace.
+    pub text: String,
+    /// Which option.
+    pub option: OptionKind,
+    /// The value pushed.
+    pub pushed: u32,
+    /// The value in force instead.
+    pub applied: u32,
+}
+
+/// What [`check`] decided for one option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Take it as it is.
+    Keep(PushedOption),
+    /// Take it with a changed value.
+    Adjust {
+        /// The option with the value in force.
+        option: PushedOption,
+        /// The value pushed.
+        pushed: u32,
+        /// The value in force.
+        applied: u32,
+    },
+    /// Refuse it.
+    Refuse(GuardRefusal),
+}
+
+/// The rules that need nothing but the option itself (the first four of the module docs).
+pub fn check(option: PushedOption) -> Verdict {
+    let refuse = Verdict::Refuse;
+    match &option {
+        PushedOption::Route(r) if r.net().addr() != r.net().network() => {
+            refuse(GuardRefusal::Misaligned {
+                network: IpNet::V4(r.net()),
+            })
+        }
+        PushedOption::RouteIpv6(r) if r.network.addr() != r.network.network() => {
+            refuse(GuardRefusal::Misaligned {
+                network: IpNet::V6(r.network),
+            })
+        }
+        PushedOption::Ping(0) => refuse(GuardRefusal::KeepaliveOff {
+            option: OptionKind::Ping,
+        }),
+        PushedOption::PingRestart(0) => refuse(GuardRefusal::KeepaliveOff {
+            option: OptionKind::PingRestart,
+        }),
+        PushedOption::PingRestart(n) if *n < PING_RESTART_FLOOR => Verdict::Adjust {
+            option: PushedOption::PingRestart(PING_RESTART_FLOOR),
+            pushed: *n,
+            applied: PING_RESTART_FLOOR,
+        },
+        _ => Verdict::Keep(option),
+    }
+}
+
+/// The rules on the complete push (all its parts), once every option passed [`check`]: each
+/// accepted `ping-restart` below twice the push's `ping` (the last one pushed, as it is the one
+/// in force) is raised to that, and recorded in `outcome.adjusted` (its entry updated when
+/// [`check`] had already raised it).
+pub fn finish(outcome: &mut PushOutcome) {
+    let Some(ping) = outcome.accepted.iter().rev().find_map(|o| match o {
+        PushedOption::Ping(n) => Some(*n),
+        _ => None,
+    }) else {
+        return;
+    };
+    let least = ping.saturating_mul(2);
+    for (i, option) in outcome.accepted.iter_mut().enumerate() {
+        let PushedOption::PingRestart(n) = option else {
+            continue;
+        };
+        if *n >= least {
+            continue;
+        }
+        let text = outcome.accepted_texts.get(i).cloned().unwrap_or_default();
+        match outcome
+            .adjusted
+            .iter_mut()
+            .find(|a| a.option == OptionKind::PingRestart && a.text == text && a.applied == *n)
+        {
+            Some(earlier) => earlier.applied = least,
+            None => outcome.adjusted.push(AdjustedOption {
+                text,
+                option: OptionKind::PingRestart,
+                pushed: *n,
+                applied: least,
+            }),
+        }
+        *n = least;
+    }
+}
+
+/// The last rule: no route into the tunnel may contain an address on the path to the server.
+/// Only the client's driver knows that path (the addresses it resolved and dialed: the
+/// server's, or the HTTP proxy's), so it builds a guard per connection and applies it to the
+/// complete push before anything is installed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PathGuard {
+    path: Vec<IpAddr>,
+}
+
+impl PathGuard {
+    /// A guard for these addresses (IPv4-mapped IPv6 addresses are taken as IPv4).
+    pub fn new(path: impl IntoIterator<Item = IpAddr>) -> PathGuard {
+        let mut addrs: Vec<IpAddr> = path.into_iter().map(canonical).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        PathGuard { path: addrs }
+    }
+
+    /// The addresses guarded.
+    pub fn path(&self) -> &[IpAddr] {
+        &self.path
+    }
+
+    /// Moves every accepted option that would route an address of the path into the tunnel
+    /// from `outcome.accepted` to `outcome.dropped` ([`GuardRefusal::CapturesPath`]), keeping
+    /// the order of the rest. `texts` gives each accepted option's text, in the same order
+    /// (see [`PushOutcome::accepted_texts`]); the topology is the push's own.
+    ///
+    /// Considered: `route` through the tunnel (no gateway, `vpn_gateway` or an address),
+    /// `route-ipv6`, and the subnet an `ifconfig` / `ifconfig-ipv6` puts on the device (with
+    /// `topology net30` / `p2p` the local address and the peer address).
+    pub fn apply(&self, outcome: &mut PushOutcome) {
+        if self.path.is_empty() {
+            return;
+        }
+        let topology = Topology::of_push(&outcome.accepted);
+        let accepted = std::mem::take(&mut outcome.accepted);
+        let texts = std::mem::take(&mut outcome.accepted_texts);
+        let mut texts = texts.into_iter();
+        for option in accepted {
+            let text = texts.next().unwrap_or_default();
+            match self.captured(&option, topology) {
+                Some(refusal) => outcome.dropped.push(DroppedOption {
+                    text,
+                    reason: DropReason::Guard(refusal),
+                }),
+                None => {
+                    outcome.accepted.push(option);
+                    outcome.accepted_texts.push(text);
+                }
+            }
+        }
+    }
+
+    /// The refusal for `option`, if it routes a path address into the tunnel.
+    pub fn captured(&self, option: &PushedOption, topology: Topology) -> Option<GuardRefusal> {
+        let nets: Vec<IpNet> = match option {
+            PushedOption::Route(r) => match r.gateway {
+                Some(RouteVia::NetGateway | RouteVia::RemoteHost) => return None,
+                _ => vec![IpNet::V4(r.net().trunc())],
+            },
+            PushedOption::RouteIpv6(r) => vec![IpNet::V6(r.network.trunc())],
+            PushedOption::Ifconfig {
+                local,
+                remote_netmask,
+            } => match topology {
+                Topology::Subnet => {
+                    let len = u32::from(*remote_netmask).leading_ones();
+                    let len = u8::try_from(len).unwrap_or(32);
+                    let subnet = Ipv4Net::new(*local, len).unwrap_or_else(|_| host4(*local));
+                    vec![IpNet::V4(subnet.trunc())]
+                }
+                Topology::Net30 | Topology::P2p => {
+                    vec![IpNet::V4(host4(*local)), IpNet::V4(host4(*remote_netmask))]
+                }
+            },
+            PushedOption::IfconfigIpv6 { local, .. } => vec![IpNet::V6(local.trunc())],
+            _ => return None,
+        };
+        nets.into_iter().find_map(|network| {
+            self.path
+                .iter()
+                .find(|a| network.contains(*a))
+                .map(|&path| GuardRefusal::CapturesPath { network, path })
+        })
+    }
+}
+
+fn host4(addr: std::net::Ipv4Addr) -> Ipv4Net {
+    Ipv4Net::from(addr)
+}
+
+fn canonical(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
+        IpAddr::V4(_) => addr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::push::PullPolicy;
+
+    fn one(text: &str) -> PushOutcome {
+        PullPolicy::default().process(text).unwrap().outcome
+    }
+
+    fn refusal(text: &str) -> Option<GuardRefusal> {
+        one(text).refused_by_guard().map(|(_, r)| *r).next()
+    }
+
+    #[test]
+    fn misaligned_routes_are_refused_aligned_ones_kept() {
+        assert_eq!(
+            refusal("route 10.252.9.9 255.0.0.0"),
+            Some(GuardRefusal::Misaligned {
+                network: "10.252.9.9/8".parse().unwrap()
+            })
+        );
+        assert_eq!(
+            refusal("route-ipv6 fd00::1/64"),
+            Some(GuardRefusal::Misaligned {
+                network: "fd00::1/64".parse().unwrap()
+            })
+        );
+        // `route 10.0.0.0 0.0.0.0` names 10.0.0.0 with a /0 mask: everything.
+        assert!(refusal("route 10.0.0.0 0.0.0.0").is_some());
+        for aligned in [
+            "route 10.252.0.0 255.255.0.0",
+            "route 10.1.2.3",
+            "route 10.1.2.3 default vpn_gateway",
+            "route 0.0.0.0 0.0.0.0",
+            "route-ipv6 fd00::/64",
+            "route-ipv6 fd00::1",
+            "route-ipv6 ::/0",
+        ] {
+            let out = one(aligned);
+            assert_eq!(out.accepted.len(), 1, "{aligned}: {:?}", out.dropped);
+        }
+    }
+
+    #[test]
+    fn keepalive_off_is_refused_and_a_short_restart_raised() {
+        assert_eq!(
+            refusal("ping 0"),
+            Some(GuardRefusal::KeepaliveOff {
+                option: OptionKind::Ping
+            })
+        );
+        assert_eq!(
+            refusal("ping-restart 00"),
+            Some(GuardRefusal::KeepaliveOff {
+                option: OptionKind::PingRestart
+            })
+        );
+        let out = one("ping-restart 1,ping-restart 2,ping-restart 3600");
+        assert_eq!(
+            out.accepted,
+            [
+                PushedOption::PingRestart(PING_RESTART_FLOOR),
+                PushedOption::PingRestart(2),
+                PushedOption::PingRestart(3600)
+            ]
+        );
+        assert_eq!(
+            out.adjusted,
+            [AdjustedOption {
+                text: "ping-restart 1".into(),
+                option: OptionKind::PingRestart,
+                pushed: 1,
+                applied: PING_RESTART_FLOOR
+            }]
+        );
+        assert_eq!(out.accepted_texts[0], "ping-restart 1");
+    }
+
+    #[test]
+    fn ping_restart_is_raised_to_twice_the_last_pushed_ping() {
+        let mut out = one("ping-restart 1,ping 5,ping-restart 12,ping 10,ping-restart 30");
+        finish(&mut out);
+        assert_eq!(
+            out.accepted,
+            [
+                PushedOption::PingRestart(20),
+                PushedOption::Ping(5),
+                PushedOption::PingRestart(20),
+                PushedOption::Ping(10),
+                PushedOption::PingRestart(30)
+            ]
+        );
+        let adjusted: Vec<(&str, u32, u32)> = out
+            .adjusted
+            .iter()
+            .map(|a| (a.text.as_str(), a.pushed, a.applied))
+            .collect();
+        assert_eq!(
+            adjusted,
+            [("ping-restart 1", 1, 20), ("ping-restart 12", 12, 20)]
+        );
+        // Without a pushed ping only the floor holds.
+        let mut out = one("ping-restart 3");
+        finish(&mut out);
+        assert_eq!(out.accepted, [PushedOption::PingRestart(3)]);
+        assert!(out.adjusted.is_empty());
+    }
+
+    #[test]
+    fn the_path_guard_refuses_what_routes_the_server_into_the_tunnel() {
+        let guard = PathGuard::new([
+            "10.200.2.2".parse().unwrap(),
+            "::ffff:10.200.1.1".parse().unwrap(),
+            "fd00:200::2".parse().unwrap(),
+        ]);
+        assert_eq!(
+            guard.path(),
+            [
+                "10.200.1.1".parse::<IpAddr>().unwrap(),
+                "10.200.2.2".parse().unwrap(),
+                "fd00:200::2".parse().unwrap()
+            ]
+        );
+        let mut out = one(
+            "topology subnet,route 10.200.0.0 255.255.0.0,route 10.250.0.0 255.255.0.0,\
+             route 10.200.2.2 255.255.255.255 net_gateway,route 0.0.0.0 128.0.0.0,\
+             route 0.0.0.0 0.0.0.0 vpn_gateway,route-ipv6 fd00:200::/64,route-ipv6 fd00:201::/64,\
+             ifconfig 10.200.1.5 255.255.255.0,ifconfig-ipv6 fd00:200::1000/96 fd00:200::1",
+        );
+        guard.apply(&mut out);
+        let kept: Vec<&str> = out.accepted_texts.iter().map(String::as_str).collect();
+        assert_eq!(
+            kept,
+            [
+                "topology subnet",
+                "route 10.250.0.0 255.255.0.0",
+                "route 10.200.2.2 255.255.255.255 net_gateway",
+                "route-ipv6 fd00:201::/64"
+            ]
+        );
+        assert_eq!(out.accepted.len(), kept.len());
+        let refused: Vec<String> = out
+            .refused_by_guard()
+            .map(|(t, r)| format!("{t}: {r}"))
+            .collect();
+        assert_eq!(refused.len(), 6, "{refused:?}");
+        assert_eq!(
+            refused[0],
+            "route 10.200.0.0 255.255.0.0: 10.200.0.0/16 contains 10.200.1.1, on the path to \
+             the server: the tunnel would carry itself"
+        );
+        assert!(refused[4].starts_with("ifconfig 10.200.1.5 255.255.255.0: 10.200.1.0/24"));
+    }
+
+    #[test]
+    fn net30_ifconfig_is_checked_by_its_two_host_addresses() {
+        let guard = PathGuard::new(["10.8.0.5".parse().unwrap()]);
+        let mut out = one("ifconfig 10.8.0.6 10.8.0.5");
+        guard.apply(&mut out);
+        assert!(out.accepted.is_empty());
+        let mut out = one("ifconfig 10.8.0.10 10.8.0.9");
+        guard.apply(&mut out);
+        assert_eq!(out.accepted.len(), 1);
+        // No path known: nothing to guard.
+        let mut out = one("route 0.0.0.0 0.0.0.0");
+        PathGuard::default().apply(&mut out);
+        assert_eq!(out.accepted.len(), 1);
+    }
+}

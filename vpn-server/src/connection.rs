@@ -3,16 +3,26 @@
 //!
 //! The loop follows the session's driving contract: after every input it queues what
 //! `poll_transmit` returns on the [`FrameWriter`] and handles `poll_event` until both are
-//! quiet, writes (one vectored write), then waits on five sources: shutdown, being replaced
-//! (same CN, no `duplicate-cn`), framed packets from the socket ([`FrameReader`]), packets
-//! for this client from the tun reader or another client, and the session's timer.
+//! quiet, writes (one vectored write), then waits on six sources: shutdown, being replaced
+//! (same CN, no `duplicate-cn`), being evicted (while pending), framed packets from the socket
+//! ([`FrameReader`]), packets for this client from the tun reader or another client, and the
+//! session's timer with the connection's deadlines.
 //!
-//! On `ClientIdentified` the registry admits the client ([`Registry::admit`]) and the
-//! session pushes what it got; a refusal goes to the client with `AUTH_FAILED`. A connection
-//! must bring its tunnel up within `handshake_timeout`. On shutdown an established client gets
-//! `RESTART` and has `drain_timeout` to leave.
+//! Before authentication ([`admission`]): the first frame must be a client hard reset the
+//! session accepts (tls-auth / tls-crypt verified), else the connection is closed at once; it
+//! must arrive within `first_packet_timeout`; until `ClientIdentified` the connection holds a
+//! pending place, which a newer connection may take. On `ClientIdentified` it takes a
+//! `max-clients` slot (none free: closed without an answer, as upstream closes at accept), the
+//! registry admits the client ([`Registry::admit`]) and the session pushes what it got; a
+//! refusal goes to the client with `AUTH_FAILED`. A connection must bring its tunnel up
+//! within `handshake_timeout`. On shutdown an established client gets `RESTART` and has
+//! `drain_timeout` to leave.
+//!
+//! Connections closed before their first valid packet (bogus, silent, evicted) log at debug
+//! and, per kind, one line a second at most: a flood must not flood the log.
 //!
 //! [`Registry::admit`]: crate::registry::Registry::admit
+//! [`admission`]: crate::registry::admission
 
 use std::io;
 use std::net::SocketAddr;
@@ -23,6 +33,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use netio::clock::unix_now;
 use netio::framed::{FrameReadError, FrameReader, FrameWriter};
+use netio::listen::PendingGuard;
 use netio::report::chain;
 use protocol::control_msg::ServerSignal;
 use protocol::data::DATA_TAILROOM;
@@ -32,6 +43,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument as _, Span};
 
+use crate::registry::admission::{self, BogusFirstPacket, Deadlines, Expired, PreAuthEvent};
 use crate::registry::{ClientId, ConnHandle, Refused, Slot, Traffic};
 use crate::server::{lock, Shared};
 use crate::spoof::{SourceFilter, SpoofVerdict};
@@ -58,6 +70,14 @@ enum Ended {
     Read(#[source] FrameReadError),
     #[error("write failed")]
     Write(#[source] io::Error),
+    #[error("bogus first packet")]
+    BadFirstPacket(#[source] BogusFirstPacket),
+    #[error("no valid first packet within {0:?}")]
+    FirstPacketTimeout(Duration),
+    #[error("evicted while pending, for a newer connection (max_pending)")]
+    Evicted,
+    #[error("authenticated, but max-clients clients are connected")]
+    MaxClients(#[source] Refused),
     #[error("no tunnel within {0:?} (handshake deadline)")]
     HandshakeTimeout(Duration),
     #[error("drain timeout after RESTART")]
@@ -68,13 +88,13 @@ enum Ended {
     ShuttingDown,
 }
 
-/// Serves one accepted connection to its end, inside its `client` span; `slot`
-/// (`max-clients`) is freed then.
+/// Serves one accepted connection to its end, inside its `client` span; `pending` (its place
+/// among the connections not yet authenticated) is given up at authentication, or at the end.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    slot: Slot,
+    pending: PendingGuard,
     shutdown: CancellationToken,
 ) {
     let id = shared.next_client_id();
@@ -85,7 +105,7 @@ pub(crate) async fn serve(
         cn = tracing::field::Empty,
         peer_id = tracing::field::Empty
     );
-    run(shared, id, stream, peer, slot, shutdown)
+    run(shared, id, stream, peer, pending, shutdown)
         .instrument(span)
         .await;
 }
@@ -95,10 +115,10 @@ async fn run(
     id: ClientId,
     stream: TcpStream,
     peer: SocketAddr,
-    slot: Slot,
+    pending: PendingGuard,
     shutdown: CancellationToken,
 ) {
-    info!("connection accepted");
+    debug!("connection accepted");
     let start = Instant::now();
     let session = lock(&shared.endpoint).new_session(netio::rng::session_rng(), start);
     let peer_id = session.peer_id();
@@ -112,26 +132,78 @@ async fn run(
         traffic: Arc::new(Traffic::default()),
     };
     let (read, write) = stream.into_split();
+    let settings = &shared.settings;
     let mut conn = Connection {
         shared: Arc::clone(&shared),
         id,
         session,
         handle,
         filter: None,
-        established: false,
-        reader: FrameReader::new(read, BytesMut::new(), shared.settings.tun_mtu),
+        deadlines: Deadlines::new(
+            start,
+            settings.first_packet_timeout,
+            settings.handshake_timeout,
+        ),
+        pending: Some(pending),
+        slot: None,
+        closing: None,
+        reader: FrameReader::new(read, BytesMut::new(), settings.tun_mtu),
         writer: FrameWriter::new(write),
     };
-    let ended = conn.drive(rx, start, &shutdown).await;
+    let ended = conn.drive(rx, &shutdown).await;
+    let _ = conn.writer.shutdown().await;
+    let admitted = lock(&shared.registry).remove(id).is_some();
+    lock(&shared.endpoint).release(peer_id);
+    drop(conn.slot.take());
+    drop(conn.pending.take());
+    if conn.deadlines.awaiting_first_packet() {
+        // Bogus, silent or evicted: nothing a client would do; the log stays quiet.
+        ended_before_first_packet(&shared, &ended);
+        return;
+    }
     let mut reason = chain(&ended);
     if let Some(refused) = conn.session.rejection() {
         reason = format!("refused: {} ({reason})", chain(refused));
     }
-    let _ = conn.writer.shutdown().await;
-    let admitted = lock(&shared.registry).remove(id).is_some();
-    lock(&shared.endpoint).release(peer_id);
-    drop(slot);
     info!(%reason, admitted, "client disconnected");
+}
+
+/// The end of a connection that never sent a valid packet: counted, and logged at most once
+/// a second per kind (else at debug).
+fn ended_before_first_packet(shared: &Shared, ended: &Ended) {
+    let metrics = &shared.metrics;
+    let (event, total) = match ended {
+        Ended::BadFirstPacket(_) => {
+            metrics.bad_first_packet();
+            (PreAuthEvent::BadFirstPacket, metrics.bad_first_packets())
+        }
+        Ended::FirstPacketTimeout(_) => {
+            metrics.first_packet_timed_out();
+            (PreAuthEvent::NoFirstPacket, metrics.first_packet_timeouts())
+        }
+        // Counted where it was evicted (the accept loop); a peer that left is no event.
+        _ => {
+            debug!(reason = %chain(ended), "connection closed before its first packet");
+            return;
+        }
+    };
+    match shared.log_pre_auth(event) {
+        Some(unlogged) => warn!(
+            reason = %chain(ended),
+            closed_total = total,
+            unlogged,
+            "connection closed before authentication"
+        ),
+        None => debug!(reason = %chain(ended), "connection closed before authentication"),
+    }
+}
+
+/// Completes when the pending connection is evicted; never once it is authenticated.
+async fn evicted(pending: Option<&PendingGuard>) {
+    match pending {
+        Some(p) => p.evicted().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// One TCP connection and its session.
@@ -142,7 +214,14 @@ struct Connection {
     handle: ConnHandle,
     /// The sources this client may send from, once admitted.
     filter: Option<SourceFilter>,
-    established: bool,
+    /// The first packet's and the tunnel's deadlines.
+    deadlines: Deadlines,
+    /// Its place among the pending connections, until authenticated.
+    pending: Option<PendingGuard>,
+    /// Its `max-clients` slot, once authenticated.
+    slot: Option<Slot>,
+    /// Set when an event decided to close the connection.
+    closing: Option<Ended>,
     reader: FrameReader,
     writer: FrameWriter,
 }
@@ -151,12 +230,10 @@ impl Connection {
     async fn drive(
         &mut self,
         mut rx: mpsc::Receiver<BytesMut>,
-        start: Instant,
         shutdown: &CancellationToken,
     ) -> Ended {
         let shared = Arc::clone(&self.shared);
         let settings = &shared.settings;
-        let handshake_deadline = start + settings.handshake_timeout;
         let mut drain_deadline: Option<Instant> = None;
         let mut to_tun: Vec<BytesMut> = Vec::with_capacity(RECV_BATCH);
         loop {
@@ -164,14 +241,17 @@ impl Connection {
                 let _ = self.flush().await;
                 return Ended::Session(reason);
             }
+            if let Some(ended) = self.closing.take() {
+                return ended;
+            }
             if let Err(e) = self.flush().await {
                 return Ended::Write(e);
             }
             let mut wake = self.session.poll_timeout();
-            if !self.established {
-                wake = Some(wake.map_or(handshake_deadline, |w| w.min(handshake_deadline)));
-            }
-            if let Some(d) = drain_deadline {
+            for d in [self.deadlines.next(), drain_deadline]
+                .into_iter()
+                .flatten()
+            {
                 wake = Some(wake.map_or(d, |w| w.min(d)));
             }
             let sleep = async {
@@ -182,7 +262,7 @@ impl Connection {
             };
             tokio::select! {
                 _ = shutdown.cancelled(), if drain_deadline.is_none() => {
-                    if !self.established {
+                    if self.deadlines.next().is_some() {
                         return Ended::ShuttingDown;
                     }
                     self.session.send_restart(ServerSignal::default());
@@ -190,22 +270,27 @@ impl Connection {
                     info!("told client: RESTART");
                 }
                 _ = self.handle.kicked.cancelled() => return Ended::Replaced,
+                () = evicted(self.pending.as_ref()) => return Ended::Evicted,
                 r = self.reader.next() => match r {
                     Ok(Some(packet)) => {
-                        if let Err(e) = self.receive(packet, &mut to_tun) {
-                            return Ended::Read(e);
+                        if let Err(ended) = self.receive(packet, &mut to_tun) {
+                            return ended;
                         }
                         shared.tun_writer.write(&mut to_tun).await;
                     }
                     Ok(None) => return Ended::PeerClosed,
-                    Err(e) => return Ended::Read(e),
+                    Err(e) => return self.read_failed(e),
                 },
                 Some(packet) = rx.recv() => self.send_queued(packet, &mut rx),
                 _ = sleep => {
                     let now = Instant::now();
-                    if !self.established && now >= handshake_deadline {
-                        shared.metrics.handshake_timed_out();
-                        return Ended::HandshakeTimeout(settings.handshake_timeout);
+                    match self.deadlines.expired(now) {
+                        Some(Expired::FirstPacket(after)) => return Ended::FirstPacketTimeout(after),
+                        Some(Expired::Handshake(after)) => {
+                            shared.metrics.handshake_timed_out();
+                            return Ended::HandshakeTimeout(after);
+                        }
+                        None => {}
                     }
                     if drain_deadline.is_some_and(|d| now >= d) {
                         return Ended::DrainTimeout;
@@ -216,8 +301,19 @@ impl Connection {
         }
     }
 
+    /// A read error: on the first frame, a bogus first packet (a length no client sends).
+    fn read_failed(&self, e: FrameReadError) -> Ended {
+        match e {
+            FrameReadError::Frame(_) if self.deadlines.awaiting_first_packet() => {
+                Ended::BadFirstPacket(BogusFirstPacket::Framing(e))
+            }
+            e => Ended::Read(e),
+        }
+    }
+
     /// Queues the session's control packets and handles its events until both are quiet;
-    /// the reason when the session closed.
+    /// the reason when the session closed. An event that closes the connection otherwise
+    /// leaves its reason in `closing`.
     fn output(&mut self) -> Option<CloseReason> {
         let now = Instant::now();
         let mut closed = None;
@@ -233,6 +329,19 @@ impl Connection {
                     Event::ClientIdentified(identity) => {
                         if let Some(cn) = &identity.common_name {
                             Span::current().record("cn", cn.as_str());
+                        }
+                        // Authenticated: from a pending place to a `max-clients` slot.
+                        match self.shared.slots.take() {
+                            Ok(slot) => {
+                                self.slot = Some(slot);
+                                self.pending = None;
+                            }
+                            Err(refused) => {
+                                self.shared.metrics.max_clients_reached();
+                                warn!(reason = %refused, "authenticated client closed");
+                                self.closing = Some(Ended::MaxClients(refused));
+                                return closed;
+                            }
                         }
                         let admitted = lock(&self.shared.registry).admit(
                             &self.shared.settings,
@@ -252,6 +361,8 @@ impl Connection {
                                 self.session.accept_client(now, a.settings);
                             }
                             Err(refused) => {
+                                // It lingers only to deliver AUTH_FAILED: its slot is free.
+                                self.slot = None;
                                 match refused {
                                     Refused::PoolExhausted { .. } => {
                                         self.shared.metrics.refused_pool_exhausted();
@@ -265,7 +376,7 @@ impl Connection {
                         }
                     }
                     Event::Connected(c) => {
-                        self.established = true;
+                        self.deadlines.established();
                         self.shared.metrics.tunnel_established();
                         lock(&self.shared.registry).established(
                             self.id,
@@ -304,30 +415,44 @@ impl Connection {
     }
 
     /// Handles `first` and every packet already buffered behind it (at most
-    /// [`RECV_BATCH`]); the decrypted packets bound for the tun device go to `to_tun`.
-    fn receive(
-        &mut self,
-        first: BytesMut,
-        to_tun: &mut Vec<BytesMut>,
-    ) -> Result<(), FrameReadError> {
+    /// [`RECV_BATCH`]); the decrypted packets bound for the tun device go to `to_tun`. The
+    /// connection's first packet must be a valid client hard reset, else it ends here.
+    fn receive(&mut self, first: BytesMut, to_tun: &mut Vec<BytesMut>) -> Result<(), Ended> {
         let now = Instant::now();
         let mut next = Some(first);
         let mut handled = 0;
         while let Some(packet) = next.take() {
-            match self.session.handle_packet(now, packet) {
-                Ok(Some(payload)) => self.forward_from_client(payload, to_tun),
-                Ok(None) => {}
-                Err(e) => debug!(error = %e, "packet dropped"),
+            if self.deadlines.awaiting_first_packet() {
+                self.first_packet(now, packet)
+                    .map_err(Ended::BadFirstPacket)?;
+            } else {
+                match self.session.handle_packet(now, packet) {
+                    Ok(Some(payload)) => self.forward_from_client(payload, to_tun),
+                    Ok(None) => {}
+                    Err(e) => debug!(error = %e, "packet dropped"),
+                }
             }
             handled += 1;
             if handled < RECV_BATCH {
-                next = self.reader.buffered()?;
+                next = self.reader.buffered().map_err(|e| self.read_failed(e))?;
             }
         }
         self.handle
             .traffic
             .received
             .store(self.reader.received(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The connection's first packet: a client hard reset that the session accepts (its
+    /// tls-auth HMAC or tls-crypt tag verified), which proves the connection.
+    fn first_packet(&mut self, now: Instant, packet: BytesMut) -> Result<(), BogusFirstPacket> {
+        admission::first_packet(&mut self.session, now, packet)?;
+        self.deadlines.first_packet_arrived();
+        if let Some(p) = &self.pending {
+            p.prove();
+        }
+        debug!("client hard reset received");
         Ok(())
     }
 

@@ -8,10 +8,13 @@
 //! ([`FrameReader`]), packets for this client from the tun reader or another client, and the
 //! session's timer with the connection's deadlines.
 //!
-//! Before authentication ([`admission`]): the first frame must be a client hard reset the
-//! session accepts (tls-auth / tls-crypt verified), else the connection is closed at once; it
-//! must arrive within `first_packet_timeout`; until `ClientIdentified` the connection holds a
-//! pending place, which a newer connection may take. On `ClientIdentified` it takes a
+//! Before authentication ([`admission`]): the first frame must arrive within
+//! `first_packet_timeout` and be a client hard reset the session accepts (tls-auth /
+//! tls-crypt verified), else the connection is closed at once; the session (its TLS state and
+//! peer id) is made only for that frame, and the reader's buffer is small until then, so a
+//! silent connection costs little more than a task and a socket.
+//! Until `ClientIdentified` the connection holds a pending place, which a newer connection may
+//! take. On `ClientIdentified` it takes a
 //! `max-clients` slot (none free: closed without an answer, as upstream closes at accept), the
 //! registry admits the client ([`Registry::admit`]) and the session pushes what it got; a
 //! refusal goes to the client with `AUTH_FAILED`. A connection must bring its tunnel up
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
-use netio::framed::{FrameReadError, FrameReader, FrameWriter};
+use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
 use netio::listen::PendingGuard;
 use netio::report::chain;
 use protocol::control_msg::ServerSignal;
@@ -120,52 +123,113 @@ async fn run(
 ) {
     debug!("connection accepted");
     let start = Instant::now();
-    let session = lock(&shared.endpoint).new_session(netio::rng::session_rng(), start);
+    let settings = &shared.settings;
+    let (read, write) = stream.into_split();
+    let mut reader = FrameReader::new(read, BytesMut::new(), settings.tun_mtu);
+    reader.set_read_chunk(FIRST_READ_CHUNK);
+    let mut writer = FrameWriter::new(write);
+    let mut deadlines = Deadlines::new(
+        start,
+        settings.first_packet_timeout,
+        settings.handshake_timeout,
+    );
+    // No session (TLS state, peer id) until a first frame arrived: a silent connection costs
+    // a task and its socket only.
+    let first = match first_frame(&mut reader, &deadlines, &pending, &shutdown).await {
+        Ok(frame) => frame,
+        Err(ended) => {
+            let _ = writer.shutdown().await;
+            return ended_before_first_packet(&shared, &ended);
+        }
+    };
+    let now = Instant::now();
+    let mut session = lock(&shared.endpoint).new_session(netio::rng::session_rng(), now);
     let peer_id = session.peer_id();
+    if let Err(bogus) = admission::first_packet(&mut session, now, first) {
+        drop(session);
+        lock(&shared.endpoint).release(peer_id);
+        let _ = writer.shutdown().await;
+        return ended_before_first_packet(&shared, &Ended::BadFirstPacket(bogus));
+    }
+    deadlines.first_packet_arrived();
+    pending.prove();
+    reader.set_read_chunk(READ_CHUNK);
+    debug!("client hard reset received");
     Span::current().record("peer_id", peer_id.get());
     let (tx, rx) = mpsc::channel::<BytesMut>(TUN_QUEUE);
-    let handle = ConnHandle {
-        peer,
-        peer_id: peer_id.get(),
-        tx,
-        kicked: CancellationToken::new(),
-        traffic: Arc::new(Traffic::default()),
-    };
-    let (read, write) = stream.into_split();
-    let settings = &shared.settings;
-    let mut conn = Connection {
+    let conn = Connection {
         shared: Arc::clone(&shared),
         id,
         session,
-        handle,
+        handle: ConnHandle {
+            peer,
+            peer_id: peer_id.get(),
+            tx,
+            kicked: CancellationToken::new(),
+            traffic: Arc::new(Traffic::default()),
+        },
         filter: None,
-        deadlines: Deadlines::new(
-            start,
-            settings.first_packet_timeout,
-            settings.handshake_timeout,
-        ),
+        deadlines,
         pending: Some(pending),
         slot: None,
         closing: None,
-        reader: FrameReader::new(read, BytesMut::new(), settings.tun_mtu),
-        writer: FrameWriter::new(write),
+        reader,
+        writer,
     };
+    // The session's part on the heap: a task that waits for its first frame stays small
+    // (a thousand of them are what a flood holds).
+    Box::pin(serve_session(conn, rx, shutdown)).await;
+}
+
+/// The rest of a connection's life once its first packet was accepted: the session's loop,
+/// then the registry, the peer id and the slot freed.
+async fn serve_session(
+    mut conn: Connection,
+    rx: mpsc::Receiver<BytesMut>,
+    shutdown: CancellationToken,
+) {
     let ended = conn.drive(rx, &shutdown).await;
     let _ = conn.writer.shutdown().await;
-    let admitted = lock(&shared.registry).remove(id).is_some();
-    lock(&shared.endpoint).release(peer_id);
+    let shared = Arc::clone(&conn.shared);
+    let admitted = lock(&shared.registry).remove(conn.id).is_some();
+    lock(&shared.endpoint).release(conn.session.peer_id());
     drop(conn.slot.take());
     drop(conn.pending.take());
-    if conn.deadlines.awaiting_first_packet() {
-        // Bogus, silent or evicted: nothing a client would do; the log stays quiet.
-        ended_before_first_packet(&shared, &ended);
-        return;
-    }
     let mut reason = chain(&ended);
     if let Some(refused) = conn.session.rejection() {
         reason = format!("refused: {} ({reason})", chain(refused));
     }
     info!(%reason, admitted, "client disconnected");
+}
+
+/// Waits for a new connection's first frame: at most until the first-packet deadline, while
+/// not evicted and not shutting down. A length prefix no packet has is a bogus first packet.
+async fn first_frame(
+    reader: &mut FrameReader,
+    deadlines: &Deadlines,
+    pending: &PendingGuard,
+    shutdown: &CancellationToken,
+) -> Result<BytesMut, Ended> {
+    loop {
+        let deadline = deadlines.next().unwrap_or_else(Instant::now);
+        tokio::select! {
+            () = shutdown.cancelled() => return Err(Ended::ShuttingDown),
+            () = pending.evicted() => return Err(Ended::Evicted),
+            () = tokio::time::sleep_until(deadline.into()) => match deadlines.expired(Instant::now()) {
+                Some(Expired::FirstPacket(after)) => return Err(Ended::FirstPacketTimeout(after)),
+                Some(Expired::Handshake(after)) => return Err(Ended::HandshakeTimeout(after)),
+                None => {}
+            },
+            r = reader.next() => return match r {
+                Ok(Some(frame)) => Ok(frame),
+                Ok(None) => Err(Ended::PeerClosed),
+                Err(e @ FrameReadError::Frame(_)) => {
+                    Err(Ended::BadFirstPacket(BogusFirstPacket::Framing(e)))
+                }
+                Err(e) => Err(Ended::Read(e)),
+            },
+        }
+    }
 }
 
 /// The end of a connection that never sent a valid packet: counted, and logged at most once
@@ -180,6 +244,11 @@ fn ended_before_first_packet(shared: &Shared, ended: &Ended) {
         Ended::FirstPacketTimeout(_) => {
             metrics.first_packet_timed_out();
             (PreAuthEvent::NoFirstPacket, metrics.first_packet_timeouts())
+        }
+        // A hand-window shorter than the first-packet deadline.
+        Ended::HandshakeTimeout(_) => {
+            metrics.handshake_timed_out();
+            (PreAuthEvent::NoFirstPacket, metrics.handshake_timeouts())
         }
         // Counted where it was evicted (the accept loop); a peer that left is no event.
         _ => {
@@ -273,13 +342,13 @@ impl Connection {
                 () = evicted(self.pending.as_ref()) => return Ended::Evicted,
                 r = self.reader.next() => match r {
                     Ok(Some(packet)) => {
-                        if let Err(ended) = self.receive(packet, &mut to_tun) {
-                            return ended;
+                        if let Err(e) = self.receive(packet, &mut to_tun) {
+                            return Ended::Read(e);
                         }
                         shared.tun_writer.write(&mut to_tun).await;
                     }
                     Ok(None) => return Ended::PeerClosed,
-                    Err(e) => return self.read_failed(e),
+                    Err(e) => return Ended::Read(e),
                 },
                 Some(packet) = rx.recv() => self.send_queued(packet, &mut rx),
                 _ = sleep => {
@@ -298,16 +367,6 @@ impl Connection {
                     self.session.handle_timeout(now);
                 }
             }
-        }
-    }
-
-    /// A read error: on the first frame, a bogus first packet (a length no client sends).
-    fn read_failed(&self, e: FrameReadError) -> Ended {
-        match e {
-            FrameReadError::Frame(_) if self.deadlines.awaiting_first_packet() => {
-                Ended::BadFirstPacket(BogusFirstPacket::Framing(e))
-            }
-            e => Ended::Read(e),
         }
     }
 
@@ -415,44 +474,30 @@ impl Connection {
     }
 
     /// Handles `first` and every packet already buffered behind it (at most
-    /// [`RECV_BATCH`]); the decrypted packets bound for the tun device go to `to_tun`. The
-    /// connection's first packet must be a valid client hard reset, else it ends here.
-    fn receive(&mut self, first: BytesMut, to_tun: &mut Vec<BytesMut>) -> Result<(), Ended> {
+    /// [`RECV_BATCH`]); the decrypted packets bound for the tun device go to `to_tun`.
+    fn receive(
+        &mut self,
+        first: BytesMut,
+        to_tun: &mut Vec<BytesMut>,
+    ) -> Result<(), FrameReadError> {
         let now = Instant::now();
         let mut next = Some(first);
         let mut handled = 0;
         while let Some(packet) = next.take() {
-            if self.deadlines.awaiting_first_packet() {
-                self.first_packet(now, packet)
-                    .map_err(Ended::BadFirstPacket)?;
-            } else {
-                match self.session.handle_packet(now, packet) {
-                    Ok(Some(payload)) => self.forward_from_client(payload, to_tun),
-                    Ok(None) => {}
-                    Err(e) => debug!(error = %e, "packet dropped"),
-                }
+            match self.session.handle_packet(now, packet) {
+                Ok(Some(payload)) => self.forward_from_client(payload, to_tun),
+                Ok(None) => {}
+                Err(e) => debug!(error = %e, "packet dropped"),
             }
             handled += 1;
             if handled < RECV_BATCH {
-                next = self.reader.buffered().map_err(|e| self.read_failed(e))?;
+                next = self.reader.buffered()?;
             }
         }
         self.handle
             .traffic
             .received
             .store(self.reader.received(), Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The connection's first packet: a client hard reset that the session accepts (its
-    /// tls-auth HMAC or tls-crypt tag verified), which proves the connection.
-    fn first_packet(&mut self, now: Instant, packet: BytesMut) -> Result<(), BogusFirstPacket> {
-        admission::first_packet(&mut self.session, now, packet)?;
-        self.deadlines.first_packet_arrived();
-        if let Some(p) = &self.pending {
-            p.prove();
-        }
-        debug!("client hard reset received");
         Ok(())
     }
 

@@ -51,6 +51,9 @@
 //!   networks and only with a header; Istio's listener filter also accepts connections without
 //!   one, which lets a client spoof its address (reference section 2.5). Hairpin traffic that
 //!   bypasses the load balancer needs its own listener with `"off"`.
+//! * At most `max_pending` connections wait for their head; a newcomer beyond evicts the
+//!   oldest. Envoy (Istio's gateway) has no bound of its own on connections before their
+//!   request by default; a connection limit, where one is configured, refuses newcomers.
 //! * Allow-lists are keyed by the exact routing value (the ACL extension matches the header
 //!   with `.<id>.` anchors to the same effect), and only ALLOW semantics exist.
 //!

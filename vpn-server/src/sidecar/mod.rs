@@ -44,10 +44,10 @@
 //! **Pending connections.** Until its CONNECT head has arrived a connection holds a place among
 //! at most `max_pending` ([`netio::listen::PendingSet`]). A newcomer to a full set evicts the
 //! oldest connection still in its TLS handshake, or, when every pending one has finished it,
-//! the oldest of those; it is closed unanswered. Envoy has no such bound by default (its
-//! overload manager's connection limit refuses newcomers); refusing the newcomer, as this
-//! sidecar did, let a thousand silent connections keep the kube-apiserver out for the header
-//! timeout, again and again. A completed handshake means a client certificate the CA signed
+//! the oldest of those; it is closed unanswered. Envoy has no such bound by default (a
+//! connection limit, where one is configured, refuses newcomers); refusing the newcomer, as
+//! this sidecar did, let a thousand silent connections keep the kube-apiserver out for the
+//! header timeout, again and again. A completed handshake means a client certificate the CA signed
 //! (unless `--sidecar-client-cert optional`), so a flood that cannot present one only ever
 //! evicts itself. Evictions, timeouts and failed handshakes are counted
 //! (`vpn_sidecar_pending_closed_total`, `vpn_sidecar_tls_handshake_failures_total`) and logged

@@ -8,7 +8,6 @@ use super::flood::{
     TINYPROXY_MAX_CLIENTS,
 };
 use super::report::{first_line, spread_cell, Machine};
-use super::stats::median;
 use super::Options;
 
 /// The heading of the flood part's section; `--only flood` replaces the section under it.
@@ -84,14 +83,14 @@ pub fn flood_section(
         let unloaded: Vec<f64> = ok.iter().map(|s| ms(s.unloaded)).collect();
         let flooded: Vec<f64> = ok.iter().filter_map(|s| s.flooded.map(ms)).collect();
         let up = ok.iter().filter(|s| s.flooded.is_some()).count();
-        let mut ratios: Vec<f64> = ok
+        let ratios: Vec<f64> = ok
             .iter()
             .filter_map(|s| Some(ms(s.flooded?) / ms(s.unloaded).max(1e-9)))
             .collect();
         let ratio = match (up, ok.len()) {
             (0, _) => "–".to_owned(),
-            (u, n) if u == n => format!("{:.2}", median(&mut ratios)),
-            _ => format!("{:.2} (of the rounds it came up)", median(&mut ratios)),
+            (u, n) if u == n => spread_cell(&ratios, 2),
+            _ => format!("{} (the rounds it came up)", spread_cell(&ratios, 2)),
         };
         let flooded_cell = if up == ok.len() {
             spread_cell(&flooded, 0)

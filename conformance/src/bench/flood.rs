@@ -12,8 +12,9 @@
 //! ```
 //!
 //! Each [`Target`] runs twice per round, each time with every process started afresh: once
-//! without the flood (**unloaded**), once with it (**flooded**): the flood starts, every slot
-//! has connected once and one more second passed, then the client starts; the time from the
+//! without the flood (**unloaded**: the client starts 2 s after the server, `WARMUP`), once with
+//! it (**flooded**): the flood starts, every slot has connected once and one more second
+//! passed, then the client starts; the time from the
 //! client's start to the first echo reply through the tunnel is measured, bounded by
 //! [`FLOODED_LIMIT`] (a client that is not up by then counts as locked out).
 //!
@@ -66,6 +67,10 @@ pub const UNLOADED_LIMIT: Duration = Duration::from_secs(20);
 pub const POPULATE_LIMIT: Duration = Duration::from_secs(15);
 /// After the first pass, before the client starts.
 const SETTLE: Duration = Duration::from_secs(1);
+/// Without the flood, between the server's (and proxy's) start and the client's: about what
+/// the flood's first pass and [`SETTLE`] take, so both clients meet a server of the same age
+/// (a process's first connections are slower: lazy set-up, cold caches).
+const WARMUP: Duration = Duration::from_secs(2);
 /// Bound on one connect, and on a proxy's answer to a CONNECT.
 const STEP_TIMEOUT: Duration = Duration::from_secs(5);
 /// A slot whose connect failed waits this long before the next.
@@ -649,6 +654,7 @@ fn measure_target(
     // Unloaded.
     let unloaded = {
         let seed = start_seed(lab, opts, target)?;
+        std::thread::sleep(WARMUP);
         let (up, log) = client_up(lab, opts, target, &seed, UNLOADED_LIMIT)?;
         up.ok_or_else(|| {
             BenchError::unexpected(

@@ -47,8 +47,9 @@ pub fn flood_section(
          (`max-clients` 1024; ours also: at most 1024 connections not yet authenticated, the \
          oldest evicted first, 5 s for the first packet). Each setup runs twice per round, \
          every process started afresh each time: **unloaded**, the time from the client's \
-         start to the first echo reply through its tunnel; **flooded**, the same while a \
-         flood from the shoot holds {FLOOD_IDLE} silent and {FLOOD_BOGUS} bogus connections \
+         start (2 s after the server's) to the first echo reply through its tunnel (pings \
+         every 2 ms from the seed, as above); **flooded**, the same while a flood from the \
+         shoot holds {FLOOD_IDLE} silent and {FLOOD_BOGUS} bogus connections \
          against the server, or against the proxy in front of it (started first; the client \
          starts once every flood connection has connected once, and one second later). A \
          connection the other side closes is opened again at once, all together at most \

@@ -1,6 +1,8 @@
-//! `max-clients` and the handshake deadline: idle TCP connections fill every slot, a further
-//! connection is closed at once, the idle ones are closed by the deadline, and then an
-//! upstream OpenVPN 2.6 client gets in (so half-open connections cannot lock clients out).
+//! `max-clients`, the pending bound and the deadline before authentication: idle TCP
+//! connections fill every pending place, a further one evicts the oldest, the idle ones are
+//! closed by the deadline, an upstream OpenVPN 2.6 client gets in (so half-open connections
+//! cannot lock clients out), and with `max-clients` clients authenticated a further
+//! connection is closed at once (as upstream).
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
@@ -21,7 +23,9 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 fn settings(pki: &TestPki) -> Settings {
     let mut s = pki.our_server_settings(PORT).expect("server settings");
-    s.max_clients = 2;
+    s.max_clients = 1;
+    s.max_pending = 2;
+    s.first_packet_timeout = HANDSHAKE;
     s.handshake_timeout = HANDSHAKE;
     s
 }
@@ -69,7 +73,8 @@ fn idle_connections_cannot_lock_clients_out() {
                 .expect("run in shoot")
                 .expect("connect")
         };
-        // Two idle connections take both slots (give the accept loop a moment for each).
+        // Two idle connections take both pending places (give the accept loop a moment for
+        // each).
         let mut idle: Vec<TcpStream> = (0..2)
             .map(|_| {
                 let s = connect();
@@ -77,18 +82,24 @@ fn idle_connections_cannot_lock_clients_out() {
                 s
             })
             .collect();
-        // A third is closed at once.
-        let mut third = connect();
-        let t = closed_within(&mut third, Duration::from_secs(1)).expect("third connection closed");
+        // A third evicts the oldest, which is closed at once.
+        let third = connect();
+        let t = closed_within(&mut idle[0], Duration::from_secs(1)).expect("oldest evicted");
         assert!(t < Duration::from_secs(1));
-        assert_eq!(stats.refused_max_clients(), 1);
-        // The idle ones are closed by the handshake deadline.
+        assert_eq!(stats.evicted(), 1);
+        assert_eq!(stats.refused_max_clients(), 0);
+        idle[0] = third;
+        // The idle ones are closed by the deadline.
         for s in &mut idle {
             closed_within(s, HANDSHAKE + Duration::from_secs(3))
                 .expect("idle connection closed by the deadline");
         }
-        assert_eq!(stats.handshake_timeouts(), 2);
-        // Keep the idle sockets open on our side: the slots were freed by the server anyway.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while stats.first_packet_timeouts() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(stats.first_packet_timeouts(), 2);
+        // Keep the idle sockets open on our side: the server let go of them anyway.
         let config = tcp_client_config(
             &pki,
             PORT,
@@ -104,6 +115,11 @@ fn idle_connections_cannot_lock_clients_out() {
             .wait_for_log(INITIALIZED_MARKER, TIMEOUT)
             .expect("client gets in");
         assert_eq!(stats.connected(), 1);
+        // Its max-clients slot is taken: a further connection is closed at once.
+        let mut over = connect();
+        let t = closed_within(&mut over, Duration::from_secs(1)).expect("closed at accept");
+        assert!(t < Duration::from_secs(1));
+        assert_eq!(stats.refused_max_clients(), 1);
         server.stop().result.expect("run failed");
         drop(idle);
         drop(client);

@@ -23,6 +23,12 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 /// Bytes reserved in the receive buffer before each read that waits.
 pub const READ_CHUNK: usize = 64 * 1024;
 
+/// What a reader reserves before each read while it waits for a connection's first packet
+/// ([`FrameReader::set_read_chunk`]): a client's first packet (its hard reset) is well under
+/// 100 bytes and no packet is longer than this, while a server may hold a thousand silent
+/// connections.
+pub const FIRST_READ_CHUNK: usize = 2 * 1024;
+
 /// Most bytes one read of what has already arrived takes ([`FrameReader::buffered_or_arrived`];
 /// a peer's TLS flight is a few kilobytes).
 pub const ARRIVED_CHUNK: usize = 16 * 1024;
@@ -39,6 +45,7 @@ pub struct FrameReader {
     decoder: FrameDecoder,
     quickack: bool,
     received: u64,
+    chunk: usize,
 }
 
 impl FrameReader {
@@ -52,7 +59,14 @@ impl FrameReader {
             decoder: FrameDecoder::with_max_len(stream_max_len(tun_mtu)),
             quickack: false,
             received: 0,
+            chunk: READ_CHUNK,
         }
+    }
+
+    /// Reserve `chunk` bytes before each read that waits ([`READ_CHUNK`] unless set; a
+    /// packet longer than the buffer still arrives whole, over several reads).
+    pub fn set_read_chunk(&mut self, chunk: usize) {
+        self.chunk = chunk.max(1);
     }
 
     /// Acknowledge every read at once (`TCP_QUICKACK`, which the kernel clears again by
@@ -75,7 +89,7 @@ impl FrameReader {
             if let Some(packet) = self.decoder.decode(&mut self.buf)? {
                 return Ok(Some(packet));
             }
-            self.buf.reserve(READ_CHUNK);
+            self.buf.reserve(self.chunk);
             let n = self.io.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return if self.buf.is_empty() {
@@ -261,6 +275,17 @@ mod tests {
         assert_eq!(reader.received(), 11);
         raw.shutdown().await.unwrap();
         assert!(reader.next().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_small_read_chunk_still_takes_a_long_packet_whole() {
+        let (ours, mut raw) = pair().await;
+        let mut reader = FrameReader::new(ours.into_split().0, BytesMut::new(), 1500);
+        reader.set_read_chunk(16);
+        let packet: Vec<u8> = (0..1000u16).map(|i| i as u8).collect();
+        raw.write_all(&1000u16.to_be_bytes()).await.unwrap();
+        raw.write_all(&packet).await.unwrap();
+        assert_eq!(&reader.next().await.unwrap().unwrap()[..], &packet[..]);
     }
 
     #[tokio::test]

@@ -1,9 +1,13 @@
 //! Listening sockets and the accept step every server loop of ours shares (the OpenVPN server,
-//! the CONNECT sidecar, the ingress router, the apiserver-proxy, the admin endpoint).
+//! the CONNECT sidecar, the ingress router, the apiserver-proxy, the admin endpoint); the
+//! bound on connections that have not yet proven anything ([`PendingSet`]) and the log
+//! limiter for the events a flood brings ([`LogLimiter`]).
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -66,9 +70,301 @@ pub async fn accept(
     }
 }
 
+/// Connections accepted but not yet past their first step (an OpenVPN connection before its
+/// client is authenticated, a CONNECT head before it is routed, a TLS handshake), bounded apart
+/// from the established ones so that silent or bogus connections never take an established
+/// connection's place.
+///
+/// When the bound is reached, a newcomer is not refused: the oldest pending connection is
+/// evicted to make room (its [`PendingGuard::evicted`] fires; its task closes it). Pending
+/// connections come in two classes: *unproven* ones, and those that have shown something an
+/// attacker without credentials cannot (a first packet whose tls-auth HMAC verifies, a completed
+/// mutual TLS handshake; [`PendingGuard::prove`]). Unproven ones go first, oldest first; a proven
+/// one is evicted, oldest first, only when none is unproven. So a flood of connections that
+/// cannot prove anything only ever evicts itself, and a real client, which proves itself
+/// within a round trip of its accept, keeps its place whatever the flood's rate.
+///
+/// Accept order decides "oldest"; no clock is read. The drivers keep their own deadlines.
+#[derive(Debug, Clone)]
+pub struct PendingSet {
+    inner: Arc<Mutex<PendingInner>>,
+}
+
+#[derive(Debug)]
+struct PendingInner {
+    max: usize,
+    next: u64,
+    unproven: BTreeMap<u64, CancellationToken>,
+    proven: BTreeMap<u64, CancellationToken>,
+}
+
+/// What [`PendingSet::admit`] did.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The newcomer's place; leaving it (drop) frees it.
+    pub guard: PendingGuard,
+    /// The connection evicted to make room, if the set was full.
+    pub evicted: Option<Evicted>,
+}
+
+/// A pending connection evicted for a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    /// Its place in accept order (the first admitted is 0).
+    pub seq: u64,
+    /// Whether it had proven itself (evicted only when no unproven one was left).
+    pub proven: bool,
+}
+
+/// A connection's place in a [`PendingSet`]; dropped when the connection is established or
+/// closed.
+#[derive(Debug)]
+pub struct PendingGuard {
+    set: Arc<Mutex<PendingInner>>,
+    seq: u64,
+    evicted: CancellationToken,
+}
+
+impl PendingSet {
+    /// At most `max` pending connections (at least 1).
+    pub fn new(max: usize) -> PendingSet {
+        PendingSet {
+            inner: Arc::new(Mutex::new(PendingInner {
+                max: max.max(1),
+                next: 0,
+                unproven: BTreeMap::new(),
+                proven: BTreeMap::new(),
+            })),
+        }
+    }
+
+    /// A place for a newly accepted connection, unproven; when the set is full, the oldest
+    /// unproven connection (else the oldest proven one) is evicted first.
+    pub fn admit(&self) -> Admitted {
+        let mut inner = lock(&self.inner);
+        let mut evicted = None;
+        if inner.unproven.len() + inner.proven.len() >= inner.max {
+            let victim = match inner.unproven.pop_first() {
+                Some((seq, token)) => Some((seq, token, false)),
+                None => inner
+                    .proven
+                    .pop_first()
+                    .map(|(seq, token)| (seq, token, true)),
+            };
+            if let Some((seq, token, proven)) = victim {
+                token.cancel();
+                evicted = Some(Evicted { seq, proven });
+            }
+        }
+        let seq = inner.next;
+        inner.next += 1;
+        let token = CancellationToken::new();
+        inner.unproven.insert(seq, token.clone());
+        Admitted {
+            guard: PendingGuard {
+                set: Arc::clone(&self.inner),
+                seq,
+                evicted: token,
+            },
+            evicted,
+        }
+    }
+
+    /// Pending connections now (both classes).
+    pub fn len(&self) -> usize {
+        let inner = lock(&self.inner);
+        inner.unproven.len() + inner.proven.len()
+    }
+
+    /// Whether no connection is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Pending connections that have proven themselves.
+    pub fn proven(&self) -> usize {
+        lock(&self.inner).proven.len()
+    }
+
+    /// The bound.
+    pub fn max(&self) -> usize {
+        lock(&self.inner).max
+    }
+}
+
+impl PendingGuard {
+    /// Its place in accept order.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Moves the connection into the class that is evicted last (no-op once evicted).
+    pub fn prove(&self) {
+        let mut inner = lock(&self.set);
+        if let Some(token) = inner.unproven.remove(&self.seq) {
+            inner.proven.insert(self.seq, token);
+        }
+    }
+
+    /// Whether it was evicted for a newer connection.
+    pub fn is_evicted(&self) -> bool {
+        self.evicted.is_cancelled()
+    }
+
+    /// Completes when it is evicted for a newer connection (cancel-safe).
+    pub fn evicted(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.evicted.cancelled()
+    }
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        let mut inner = lock(&self.set);
+        if inner.unproven.remove(&self.seq).is_none() {
+            inner.proven.remove(&self.seq);
+        }
+    }
+}
+
+fn lock(m: &Mutex<PendingInner>) -> MutexGuard<'_, PendingInner> {
+    // No code here panics while holding the lock; the maps stay consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// At most one log line per interval for an event a flood can repeat thousands of times a
+/// second (a bogus first packet, an eviction), with the number of events left unlogged
+/// since the previous line. The events are counted in the metrics either way.
+#[derive(Debug, Clone)]
+pub struct LogLimiter {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+/// The interval of the limiters of our accept paths.
+pub const LOG_EVERY: Duration = Duration::from_secs(1);
+
+impl LogLimiter {
+    /// At most one line per `every`.
+    pub const fn new(every: Duration) -> LogLimiter {
+        LogLimiter {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// An event at `now`: `Some(n)` to write its line, saying `n` events since the last line
+    /// were not logged; `None` to stay silent (this one is then counted in the next `n`).
+    pub fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < self.every)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_set_evicts_the_oldest_unproven_first_then_the_oldest_proven() {
+        let set = PendingSet::new(3);
+        let a = set.admit();
+        let b = set.admit();
+        let c = set.admit();
+        assert!(a.evicted.is_none() && b.evicted.is_none() && c.evicted.is_none());
+        assert_eq!((set.len(), set.proven()), (3, 0));
+        // `a` proves itself: the oldest unproven is now `b`.
+        a.guard.prove();
+        let d = set.admit();
+        assert_eq!(
+            d.evicted,
+            Some(Evicted {
+                seq: 1,
+                proven: false
+            })
+        );
+        assert!(b.guard.is_evicted() && !a.guard.is_evicted());
+        assert_eq!(set.len(), 3);
+        // Unproven newcomers keep evicting each other, never `a`.
+        let mut newest = d;
+        let mut older = c;
+        for seq in 4..100 {
+            let next = set.admit();
+            assert_eq!(next.evicted.map(|e| e.proven), Some(false));
+            assert!(older.guard.is_evicted());
+            assert!(!a.guard.is_evicted());
+            older = std::mem::replace(&mut newest, next);
+            assert_eq!(newest.guard.seq(), seq);
+        }
+        // With every place proven, the oldest proven one goes.
+        older.guard.prove();
+        newest.guard.prove();
+        let last = set.admit();
+        assert_eq!(
+            last.evicted,
+            Some(Evicted {
+                seq: 0,
+                proven: true
+            })
+        );
+        assert!(a.guard.is_evicted());
+        // An evicted guard proving or dropping changes nothing.
+        a.guard.prove();
+        drop(a);
+        drop(b);
+        assert_eq!((set.len(), set.proven()), (3, 2));
+        drop(last);
+        drop(newest);
+        drop(older);
+        assert!(set.is_empty());
+    }
+
+    #[test]
+    fn a_place_is_freed_when_the_guard_drops() {
+        let set = PendingSet::new(1);
+        let a = set.admit();
+        drop(a);
+        let b = set.admit();
+        assert!(b.evicted.is_none(), "a freed place needs no eviction");
+        assert_eq!(set.max(), 1);
+        assert_eq!(PendingSet::new(0).max(), 1);
+    }
+
+    #[tokio::test]
+    async fn eviction_wakes_the_evicted_task() {
+        let set = PendingSet::new(1);
+        let first = set.admit().guard;
+        let waiter = tokio::spawn(async move {
+            first.evicted().await;
+            first.is_evicted()
+        });
+        let _second = set.admit();
+        assert!(waiter.await.unwrap());
+    }
+
+    #[test]
+    fn the_log_limiter_writes_one_line_per_interval_with_the_count_left_out() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = LogLimiter::new(Duration::from_secs(1));
+        assert_eq!(l.allow(at(0)), Some(0));
+        assert_eq!(l.allow(at(10)), None);
+        assert_eq!(l.allow(at(999)), None);
+        assert_eq!(l.allow(at(1000)), Some(2));
+        assert_eq!(l.allow(at(1500)), None);
+        assert_eq!(l.allow(at(5000)), Some(1));
+        assert_eq!(l.allow(at(5001)), None);
+        // Time never goes backwards here, but a stale `now` only stays silent.
+        assert_eq!(l.allow(at(4000)), None);
+    }
 
     #[tokio::test]
     async fn v4_and_v6_listeners_share_a_port_and_accept_ends_on_shutdown() {

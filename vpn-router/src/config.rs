@@ -24,6 +24,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
 /// Default bound on connections served at once, all listeners together.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
+/// Default bound on connections whose CONNECT head has not been routed yet (the PROXY header
+/// and the head still arriving), all listeners together. A newcomer beyond it evicts the
+/// oldest; so silent connections hold at most this many of the `max_connections`.
+pub const DEFAULT_MAX_PENDING: usize = 1024;
 
 /// Smallest `[relay] buffer_size`: one page (the kernel's smallest pipe).
 pub const MIN_RELAY_BUFFER_SIZE: usize = 4096;
@@ -41,6 +45,9 @@ pub struct RouterConfig {
     pub idle_timeout: Duration,
     /// Connections served at once; one more is answered 503 and closed.
     pub max_connections: usize,
+    /// Connections before their head is routed, at most (within `max_connections`); a
+    /// newcomer beyond it evicts the oldest.
+    pub max_pending: usize,
     /// Where `GET /metrics` is served (plain HTTP), if anywhere.
     pub metrics_listen: Option<SocketAddr>,
     /// Bytes buffered per direction of a tunnel: the pipe size `netio::relay::relay_tcp`
@@ -99,6 +106,7 @@ struct RawConfig {
     #[serde(default)]
     always_allowed: Vec<String>,
     max_connections: Option<usize>,
+    max_pending: Option<usize>,
     metrics_listen: Option<String>,
     #[serde(default)]
     timeouts: RawTimeouts,
@@ -214,6 +222,7 @@ impl RawConfig {
             connect_timeout: ms(self.timeouts.connect_ms, DEFAULT_CONNECT_TIMEOUT),
             idle_timeout: ms(self.timeouts.idle_ms, DEFAULT_IDLE_TIMEOUT),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            max_pending: self.max_pending.unwrap_or(DEFAULT_MAX_PENDING).max(1),
             metrics_listen,
             relay_buffer_size,
             policy: Policy {

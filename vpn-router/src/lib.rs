@@ -4,11 +4,17 @@
 //!
 //! Per connection ([`Router::run`]):
 //!
+//! 0. Admission: at most `max_connections` at once (one more is answered 503); of those, at
+//!    most `max_pending` before their head is routed (steps 1 and 2). A connection beyond
+//!    that evicts the oldest pending one (closed unanswered), so silent connections can
+//!    never hold the places of tunnels, nor keep a newer client out.
 //! 1. PROXY header, when the listener requires one: only from its trusted load-balancer
 //!    networks (anyone else is closed unread), complete within the PROXY deadline, else
 //!    closed. Its source address becomes the client address.
 //! 2. The CONNECT head, strictly parsed and complete within the header deadline
 //!    (`netio::ingress`); a refusal is answered (400 / 405 / 408 / 414 / 431) and closed.
+//!    These refusals, timeouts and evictions are logged at most once a second each (with the
+//!    number left out), as a flood would repeat them; every one is counted.
 //! 3. The routing decision against one snapshot of the [`Policy`] ([`Policy::decide`]):
 //!    exactly one routing header under a name the listener honours, a valid value
 //!    (`protocol::http::route`), an exact route, the client on the target's allow-list.
@@ -45,6 +51,9 @@
 //!   networks and only with a header; Istio's listener filter also accepts connections without
 //!   one, which lets a client spoof its address (reference section 2.5). Hairpin traffic that
 //!   bypasses the load balancer needs its own listener with `"off"`.
+//! * At most `max_pending` connections wait for their head; a newcomer beyond evicts the
+//!   oldest. Envoy (Istio's gateway) has no bound of its own on connections before their
+//!   request by default; a connection limit, where one is configured, refuses newcomers.
 //! * Allow-lists are keyed by the exact routing value (the ACL extension matches the header
 //!   with `.<id>.` anchors to the same effect), and only ALLOW semantics exist.
 //!
@@ -55,6 +64,8 @@
 //! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
+//! max_pending = 1024          # optional; connections before their head is routed, within
+//!                             # max_connections; one more evicts the oldest
 //! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP /metrics (series: src/metrics.rs),
 //!                             # /healthz, /readyz (`netio::admin`)
 //!
@@ -100,8 +111,8 @@ mod serve;
 
 pub use config::{
     ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
-pub use metrics::{ActiveTunnel, Counters};
+pub use metrics::{ActiveTunnel, Counters, PendingHead};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
 pub use serve::{relay, Reloader, Router, RouterError};

@@ -8,6 +8,8 @@
 //! | `vpn_router_tunnels_total` | counter | tunnels opened (upstream connected, 200 sent) |
 //! | `vpn_router_tunnels_active` | gauge | tunnels open now |
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
+//! | `vpn_router_pending` | gauge | connections before their head is routed (PROXY header and CONNECT head still arriving) |
+//! | `vpn_router_pending_closed_total{reason}` | counter | connections closed before their head arrived: `evicted` (the oldest pending one made room for a newer one, `max_pending`), `timeout` (the PROXY header or the head deadline; a head deadline is also a 408) |
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -31,6 +33,12 @@ pub struct Counters {
     pub to_upstream: AtomicU64,
     /// Bytes relayed upstream → client by tunnels that ended.
     pub to_client: AtomicU64,
+    /// Connections before their head is routed, now.
+    pub pending: AtomicU64,
+    /// Pending connections evicted for newer ones.
+    pub pending_evicted: AtomicU64,
+    /// Connections closed by the PROXY header or head deadline.
+    pub pending_timeouts: AtomicU64,
     by_code: [AtomicU64; CODES.len()],
     /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
     serving: AtomicBool,
@@ -53,6 +61,23 @@ impl Counters {
     pub fn tunnel_opened(&self) -> ActiveTunnel<'_> {
         self.active.fetch_add(1, Ordering::Relaxed);
         ActiveTunnel(self)
+    }
+
+    /// A connection is waiting for its head; it counts as pending until the returned guard
+    /// drops.
+    pub fn pending_opened(&self) -> PendingHead<'_> {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        PendingHead(self)
+    }
+
+    /// A pending connection was evicted for a newer one; returns the total so far.
+    pub fn pending_evicted(&self) -> u64 {
+        self.pending_evicted.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A connection was closed by the PROXY header or head deadline; returns the total so far.
+    pub fn pending_timed_out(&self) -> u64 {
+        self.pending_timeouts.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// A tunnel ended having relayed these bytes.
@@ -103,6 +128,24 @@ impl AdminState for Counters {
         ] {
             out.sample(name, &[("direction", direction)], get(n));
         }
+        out.single(
+            "vpn_router_pending",
+            Kind::Gauge,
+            "Connections before their head is routed.",
+            get(&self.pending),
+        );
+        let name = "vpn_router_pending_closed_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "Connections closed before their head arrived, by reason.",
+        );
+        for (reason, n) in [
+            ("evicted", &self.pending_evicted),
+            ("timeout", &self.pending_timeouts),
+        ] {
+            out.sample(name, &[("reason", reason)], get(n));
+        }
     }
 
     fn ready(&self) -> bool {
@@ -118,6 +161,16 @@ pub struct ActiveTunnel<'a>(&'a Counters);
 impl Drop for ActiveTunnel<'_> {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Keeps a connection in `vpn_router_pending` until its head is routed or it ends.
+#[derive(Debug)]
+pub struct PendingHead<'a>(&'a Counters);
+
+impl Drop for PendingHead<'_> {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -148,6 +201,16 @@ mod tests {
         assert!(text.contains("vpn_router_tunnel_bytes_total{direction=\"to_client\"} 7\n"));
         drop(open);
         assert!(c.render().contains("vpn_router_tunnels_active 0\n"));
+        let head = c.pending_opened();
+        assert_eq!(c.pending_evicted(), 1);
+        assert_eq!(c.pending_timed_out(), 1);
+        assert_eq!(c.pending_timed_out(), 2);
+        let text = c.render();
+        assert!(text.contains("vpn_router_pending 1\n"), "{text}");
+        assert!(text.contains("vpn_router_pending_closed_total{reason=\"evicted\"} 1\n"));
+        assert!(text.contains("vpn_router_pending_closed_total{reason=\"timeout\"} 2\n"));
+        drop(head);
+        assert!(c.render().contains("vpn_router_pending 0\n"));
         assert_eq!(c.refused.load(Ordering::Relaxed), 2);
     }
 }

@@ -3,11 +3,12 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use netio::admin::{AdminBindError, AdminServer, AdminState};
 use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
+use netio::listen::{Admitted, LogLimiter, PendingGuard, PendingSet, LOG_EVERY};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
 use netio::report::chain;
 use netio::tcp::connect_first;
@@ -53,6 +54,32 @@ struct Shared {
     config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
     counters: Arc<Counters>,
+    /// Connections before their head is routed (`max_pending`, oldest evicted first).
+    pending: PendingSet,
+    /// One line a second at most for each event a flood repeats.
+    logs: Mutex<FloodLogs>,
+}
+
+/// The events before routing that a flood repeats, each logged at most once per
+/// [`LOG_EVERY`] (all are counted).
+#[derive(Debug)]
+struct FloodLogs {
+    /// A pending connection evicted.
+    evicted: LogLimiter,
+    /// A PROXY header or head deadline passed.
+    timeout: LogLimiter,
+    /// A head refused (400, 405, 414, 431, a bad PROXY header, an untrusted peer).
+    refused: LogLimiter,
+}
+
+impl Default for FloodLogs {
+    fn default() -> Self {
+        FloodLogs {
+            evicted: LogLimiter::new(LOG_EVERY),
+            timeout: LogLimiter::new(LOG_EVERY),
+            refused: LogLimiter::new(LOG_EVERY),
+        }
+    }
 }
 
 impl Router {
@@ -94,9 +121,11 @@ impl Router {
             admin,
             shared: Arc::new(Shared {
                 path,
+                pending: PendingSet::new(config.max_pending),
                 config,
                 policy,
                 counters: Arc::default(),
+                logs: Mutex::default(),
             }),
         })
     }
@@ -186,6 +215,20 @@ impl Router {
                         conns.spawn(over_limit(stream).instrument(span));
                         continue;
                     };
+                    let Admitted { guard, evicted } = shared.pending.admit();
+                    if evicted.is_some() {
+                        let total = shared.counters.pending_evicted();
+                        if let Some(unlogged) = shared.log(|l| &mut l.evicted) {
+                            span.in_scope(|| {
+                                info!(
+                                    max_pending = shared.config.max_pending,
+                                    evicted_total = total,
+                                    unlogged,
+                                    "pending connections full: the oldest was closed for a new one"
+                                )
+                            });
+                        }
+                    }
                     let shared = Arc::clone(&shared);
                     let config = Arc::clone(&config);
                     let shutdown = shutdown.clone();
@@ -193,7 +236,7 @@ impl Router {
                         let _slot = slot;
                         tokio::select! {
                             () = shutdown.cancelled() => {}
-                            () = handle(stream, peer, &config, &shared) => {}
+                            () = handle(stream, peer, &config, &shared, guard) => {}
                         }
                     };
                     conns.spawn(conn.instrument(span));
@@ -240,6 +283,7 @@ impl Reloader {
             || new.connect_timeout != self.shared.config.connect_timeout
             || new.idle_timeout != self.shared.config.idle_timeout
             || new.max_connections != self.shared.config.max_connections
+            || new.max_pending != self.shared.config.max_pending
             || new.metrics_listen != self.shared.config.metrics_listen
             || new.relay_buffer_size != self.shared.config.relay_buffer_size
         {
@@ -257,6 +301,13 @@ impl Reloader {
 }
 
 impl Shared {
+    /// Whether to log a flood event now: `Some(n)` with the events of its kind not logged
+    /// since the last line.
+    fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
+        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        kind(&mut logs).allow(Instant::now())
+    }
+
     fn snapshot(&self) -> Arc<Policy> {
         match self.policy.read() {
             Ok(guard) => Arc::clone(&guard),
@@ -265,28 +316,35 @@ impl Shared {
     }
 }
 
-/// Serves one connection to the end; logs one line for a refusal. Runs inside the
-/// connection's `router_conn` span and records `client` and `route` in it.
+/// Serves one connection to the end; logs one line for a refusal (at most one a second for
+/// a head refused before routing). Runs inside the connection's `router_conn` span and
+/// records `client` and `route` in it. `pending` is its place until the head is read; it is
+/// closed unanswered if evicted from there.
 async fn handle(
     mut stream: TcpStream,
     peer: SocketAddr,
     listener: &ListenerConfig,
     shared: &Shared,
+    pending: PendingGuard,
 ) {
     let _ = stream.set_nodelay(true);
     let deadlines: Deadlines = shared.config.deadlines;
-    let accepted = match accept_connect(&mut stream, peer, &listener.proxy, deadlines).await {
+    let gauge = shared.counters.pending_opened();
+    let read = tokio::select! {
+        r = accept_connect(&mut stream, peer, &listener.proxy, deadlines) => r,
+        () = pending.evicted() => {
+            debug!("evicted before a request, for a newer connection; closed");
+            let _ = stream.shutdown().await;
+            return;
+        }
+    };
+    drop(pending);
+    drop(gauge);
+    let accepted = match read {
         Ok(a) => a,
         Err(e) => {
+            refused_head(shared, &e);
             let status = e.status();
-            match &e {
-                IngressError::Closed { .. } | IngressError::Io { .. } => {
-                    debug!("connection ended before a request: {}", chain(&e))
-                }
-                _ => {
-                    info!(status = status.map(|s| s.code), "refused: {}", chain(&e))
-                }
-            }
             if let Some(status) = status {
                 shared.counters.responded(status);
             }
@@ -351,6 +409,34 @@ async fn handle(
             shared.counters.relayed(e.a_to_b + early, e.b_to_a);
             debug!("tunnel ended: {}", chain(&e))
         }
+    }
+}
+
+/// Counts and logs a connection that gave no usable head: a client that left is debug; a
+/// timeout or a refusal is logged at most once a second (a flood repeats them).
+fn refused_head(shared: &Shared, e: &IngressError) {
+    let status = e.status().map(|s| s.code);
+    match e {
+        IngressError::Closed { .. } | IngressError::Io { .. } => {
+            debug!("connection ended before a request: {}", chain(e));
+        }
+        IngressError::ProxyTimeout { .. } | IngressError::HeaderTimeout { .. } => {
+            let total = shared.counters.pending_timed_out();
+            match shared.log(|l| &mut l.timeout) {
+                Some(unlogged) => info!(
+                    status,
+                    timeouts_total = total,
+                    unlogged,
+                    "refused: {}",
+                    chain(e)
+                ),
+                None => debug!(status, "refused: {}", chain(e)),
+            }
+        }
+        _ => match shared.log(|l| &mut l.refused) {
+            Some(unlogged) => info!(status, unlogged, "refused: {}", chain(e)),
+            None => debug!(status, "refused: {}", chain(e)),
+        },
     }
 }
 

@@ -3,16 +3,29 @@
 //!
 //! The loop follows the session's driving contract: after every input it queues what
 //! `poll_transmit` returns on the [`FrameWriter`] and handles `poll_event` until both are
-//! quiet, writes (one vectored write), then waits on five sources: shutdown, being replaced
-//! (same CN, no `duplicate-cn`), framed packets from the socket ([`FrameReader`]), packets
-//! for this client from the tun reader or another client, and the session's timer.
+//! quiet, writes (one vectored write), then waits on six sources: shutdown, being replaced
+//! (same CN, no `duplicate-cn`), being evicted (while pending), framed packets from the socket
+//! ([`FrameReader`]), packets for this client from the tun reader or another client, and the
+//! session's timer with the connection's deadlines.
 //!
-//! On `ClientIdentified` the registry admits the client ([`Registry::admit`]) and the
-//! session pushes what it got; a refusal goes to the client with `AUTH_FAILED`. A connection
-//! must bring its tunnel up within `handshake_timeout`. On shutdown an established client gets
-//! `RESTART` and has `drain_timeout` to leave.
+//! Before authentication ([`admission`]): the first frame must arrive within
+//! `first_packet_timeout` and be a client hard reset the session accepts (tls-auth /
+//! tls-crypt verified), else the connection is closed at once; the session (its TLS state and
+//! peer id) is made only for that frame, and the reader's buffer is small until then, so a
+//! silent connection costs little more than a task and a socket.
+//! Until `ClientIdentified` the connection holds a pending place, which a newer connection may
+//! take. On `ClientIdentified` it takes a
+//! `max-clients` slot (none free: closed without an answer, as upstream closes at accept), the
+//! registry admits the client ([`Registry::admit`]) and the session pushes what it got; a
+//! refusal goes to the client with `AUTH_FAILED`. A connection must bring its tunnel up
+//! within `handshake_timeout`. On shutdown an established client gets `RESTART` and has
+//! `drain_timeout` to leave.
+//!
+//! Connections closed before their first valid packet (bogus, silent, evicted) log at debug
+//! and, per kind, one line a second at most: a flood must not flood the log.
 //!
 //! [`Registry::admit`]: crate::registry::Registry::admit
+//! [`admission`]: crate::registry::admission
 
 use std::io;
 use std::net::SocketAddr;
@@ -22,7 +35,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
-use netio::framed::{FrameReadError, FrameReader, FrameWriter};
+use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
+use netio::listen::PendingGuard;
 use netio::report::chain;
 use protocol::control_msg::ServerSignal;
 use protocol::data::DATA_TAILROOM;
@@ -32,6 +46,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument as _, Span};
 
+use crate::registry::admission::{self, BogusFirstPacket, Deadlines, Expired, PreAuthEvent};
 use crate::registry::{ClientId, ConnHandle, Refused, Slot, Traffic};
 use crate::server::{lock, Shared};
 use crate::spoof::{SourceFilter, SpoofVerdict};
@@ -58,6 +73,14 @@ enum Ended {
     Read(#[source] FrameReadError),
     #[error("write failed")]
     Write(#[source] io::Error),
+    #[error("bogus first packet")]
+    BadFirstPacket(#[source] BogusFirstPacket),
+    #[error("no valid first packet within {0:?}")]
+    FirstPacketTimeout(Duration),
+    #[error("evicted while pending, for a newer connection (max_pending)")]
+    Evicted,
+    #[error("authenticated, but max-clients clients are connected")]
+    MaxClients(#[source] Refused),
     #[error("no tunnel within {0:?} (handshake deadline)")]
     HandshakeTimeout(Duration),
     #[error("drain timeout after RESTART")]
@@ -68,13 +91,13 @@ enum Ended {
     ShuttingDown,
 }
 
-/// Serves one accepted connection to its end, inside its `client` span; `slot`
-/// (`max-clients`) is freed then.
+/// Serves one accepted connection to its end, inside its `client` span; `pending` (its place
+/// among the connections not yet authenticated) is given up at authentication, or at the end.
 pub(crate) async fn serve(
     shared: Arc<Shared>,
     stream: TcpStream,
     peer: SocketAddr,
-    slot: Slot,
+    pending: PendingGuard,
     shutdown: CancellationToken,
 ) {
     let id = shared.next_client_id();
@@ -85,7 +108,7 @@ pub(crate) async fn serve(
         cn = tracing::field::Empty,
         peer_id = tracing::field::Empty
     );
-    run(shared, id, stream, peer, slot, shutdown)
+    run(shared, id, stream, peer, pending, shutdown)
         .instrument(span)
         .await;
 }
@@ -95,43 +118,161 @@ async fn run(
     id: ClientId,
     stream: TcpStream,
     peer: SocketAddr,
-    slot: Slot,
+    pending: PendingGuard,
     shutdown: CancellationToken,
 ) {
-    info!("connection accepted");
+    debug!("connection accepted");
     let start = Instant::now();
-    let session = lock(&shared.endpoint).new_session(netio::rng::session_rng(), start);
+    let settings = &shared.settings;
+    let (read, write) = stream.into_split();
+    let mut reader = FrameReader::new(read, BytesMut::new(), settings.tun_mtu);
+    reader.set_read_chunk(FIRST_READ_CHUNK);
+    let mut writer = FrameWriter::new(write);
+    let mut deadlines = Deadlines::new(
+        start,
+        settings.first_packet_timeout,
+        settings.handshake_timeout,
+    );
+    // No session (TLS state, peer id) until a first frame arrived: a silent connection costs
+    // a task and its socket only.
+    let first = match first_frame(&mut reader, &deadlines, &pending, &shutdown).await {
+        Ok(frame) => frame,
+        Err(ended) => {
+            let _ = writer.shutdown().await;
+            return ended_before_first_packet(&shared, &ended);
+        }
+    };
+    let now = Instant::now();
+    let mut session = lock(&shared.endpoint).new_session(netio::rng::session_rng(), now);
     let peer_id = session.peer_id();
+    if let Err(bogus) = admission::first_packet(&mut session, now, first) {
+        drop(session);
+        lock(&shared.endpoint).release(peer_id);
+        let _ = writer.shutdown().await;
+        return ended_before_first_packet(&shared, &Ended::BadFirstPacket(bogus));
+    }
+    deadlines.first_packet_arrived();
+    pending.prove();
+    reader.set_read_chunk(READ_CHUNK);
+    debug!("client hard reset received");
     Span::current().record("peer_id", peer_id.get());
     let (tx, rx) = mpsc::channel::<BytesMut>(TUN_QUEUE);
-    let handle = ConnHandle {
-        peer,
-        peer_id: peer_id.get(),
-        tx,
-        kicked: CancellationToken::new(),
-        traffic: Arc::new(Traffic::default()),
-    };
-    let (read, write) = stream.into_split();
-    let mut conn = Connection {
+    let conn = Connection {
         shared: Arc::clone(&shared),
         id,
         session,
-        handle,
+        handle: ConnHandle {
+            peer,
+            peer_id: peer_id.get(),
+            tx,
+            kicked: CancellationToken::new(),
+            traffic: Arc::new(Traffic::default()),
+        },
         filter: None,
-        established: false,
-        reader: FrameReader::new(read, BytesMut::new(), shared.settings.tun_mtu),
-        writer: FrameWriter::new(write),
+        deadlines,
+        pending: Some(pending),
+        slot: None,
+        closing: None,
+        reader,
+        writer,
     };
-    let ended = conn.drive(rx, start, &shutdown).await;
+    // The session's part on the heap: a task that waits for its first frame stays small
+    // (a thousand of them are what a flood holds).
+    Box::pin(serve_session(conn, rx, shutdown)).await;
+}
+
+/// The rest of a connection's life once its first packet was accepted: the session's loop,
+/// then the registry, the peer id and the slot freed.
+async fn serve_session(
+    mut conn: Connection,
+    rx: mpsc::Receiver<BytesMut>,
+    shutdown: CancellationToken,
+) {
+    let ended = conn.drive(rx, &shutdown).await;
+    let _ = conn.writer.shutdown().await;
+    let shared = Arc::clone(&conn.shared);
+    let admitted = lock(&shared.registry).remove(conn.id).is_some();
+    lock(&shared.endpoint).release(conn.session.peer_id());
+    drop(conn.slot.take());
+    drop(conn.pending.take());
     let mut reason = chain(&ended);
     if let Some(refused) = conn.session.rejection() {
         reason = format!("refused: {} ({reason})", chain(refused));
     }
-    let _ = conn.writer.shutdown().await;
-    let admitted = lock(&shared.registry).remove(id).is_some();
-    lock(&shared.endpoint).release(peer_id);
-    drop(slot);
     info!(%reason, admitted, "client disconnected");
+}
+
+/// Waits for a new connection's first frame: at most until the first-packet deadline, while
+/// not evicted and not shutting down. A length prefix no packet has is a bogus first packet.
+async fn first_frame(
+    reader: &mut FrameReader,
+    deadlines: &Deadlines,
+    pending: &PendingGuard,
+    shutdown: &CancellationToken,
+) -> Result<BytesMut, Ended> {
+    loop {
+        let deadline = deadlines.next().unwrap_or_else(Instant::now);
+        tokio::select! {
+            () = shutdown.cancelled() => return Err(Ended::ShuttingDown),
+            () = pending.evicted() => return Err(Ended::Evicted),
+            () = tokio::time::sleep_until(deadline.into()) => match deadlines.expired(Instant::now()) {
+                Some(Expired::FirstPacket(after)) => return Err(Ended::FirstPacketTimeout(after)),
+                Some(Expired::Handshake(after)) => return Err(Ended::HandshakeTimeout(after)),
+                None => {}
+            },
+            r = reader.next() => return match r {
+                Ok(Some(frame)) => Ok(frame),
+                Ok(None) => Err(Ended::PeerClosed),
+                Err(e @ FrameReadError::Frame(_)) => {
+                    Err(Ended::BadFirstPacket(BogusFirstPacket::Framing(e)))
+                }
+                Err(e) => Err(Ended::Read(e)),
+            },
+        }
+    }
+}
+
+/// The end of a connection that never sent a valid packet: counted, and logged at most once
+/// a second per kind (else at debug).
+fn ended_before_first_packet(shared: &Shared, ended: &Ended) {
+    let metrics = &shared.metrics;
+    let (event, total) = match ended {
+        Ended::BadFirstPacket(_) => {
+            metrics.bad_first_packet();
+            (PreAuthEvent::BadFirstPacket, metrics.bad_first_packets())
+        }
+        Ended::FirstPacketTimeout(_) => {
+            metrics.first_packet_timed_out();
+            (PreAuthEvent::NoFirstPacket, metrics.first_packet_timeouts())
+        }
+        // A hand-window shorter than the first-packet deadline.
+        Ended::HandshakeTimeout(_) => {
+            metrics.handshake_timed_out();
+            (PreAuthEvent::NoFirstPacket, metrics.handshake_timeouts())
+        }
+        // Counted where it was evicted (the accept loop); a peer that left is no event.
+        _ => {
+            debug!(reason = %chain(ended), "connection closed before its first packet");
+            return;
+        }
+    };
+    match shared.log_pre_auth(event) {
+        Some(unlogged) => warn!(
+            reason = %chain(ended),
+            closed_total = total,
+            unlogged,
+            "connection closed before authentication"
+        ),
+        None => debug!(reason = %chain(ended), "connection closed before authentication"),
+    }
+}
+
+/// Completes when the pending connection is evicted; never once it is authenticated.
+async fn evicted(pending: Option<&PendingGuard>) {
+    match pending {
+        Some(p) => p.evicted().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// One TCP connection and its session.
@@ -142,7 +283,14 @@ struct Connection {
     handle: ConnHandle,
     /// The sources this client may send from, once admitted.
     filter: Option<SourceFilter>,
-    established: bool,
+    /// The first packet's and the tunnel's deadlines.
+    deadlines: Deadlines,
+    /// Its place among the pending connections, until authenticated.
+    pending: Option<PendingGuard>,
+    /// Its `max-clients` slot, once authenticated.
+    slot: Option<Slot>,
+    /// Set when an event decided to close the connection.
+    closing: Option<Ended>,
     reader: FrameReader,
     writer: FrameWriter,
 }
@@ -151,12 +299,10 @@ impl Connection {
     async fn drive(
         &mut self,
         mut rx: mpsc::Receiver<BytesMut>,
-        start: Instant,
         shutdown: &CancellationToken,
     ) -> Ended {
         let shared = Arc::clone(&self.shared);
         let settings = &shared.settings;
-        let handshake_deadline = start + settings.handshake_timeout;
         let mut drain_deadline: Option<Instant> = None;
         let mut to_tun: Vec<BytesMut> = Vec::with_capacity(RECV_BATCH);
         loop {
@@ -164,14 +310,17 @@ impl Connection {
                 let _ = self.flush().await;
                 return Ended::Session(reason);
             }
+            if let Some(ended) = self.closing.take() {
+                return ended;
+            }
             if let Err(e) = self.flush().await {
                 return Ended::Write(e);
             }
             let mut wake = self.session.poll_timeout();
-            if !self.established {
-                wake = Some(wake.map_or(handshake_deadline, |w| w.min(handshake_deadline)));
-            }
-            if let Some(d) = drain_deadline {
+            for d in [self.deadlines.next(), drain_deadline]
+                .into_iter()
+                .flatten()
+            {
                 wake = Some(wake.map_or(d, |w| w.min(d)));
             }
             let sleep = async {
@@ -182,7 +331,7 @@ impl Connection {
             };
             tokio::select! {
                 _ = shutdown.cancelled(), if drain_deadline.is_none() => {
-                    if !self.established {
+                    if self.deadlines.next().is_some() {
                         return Ended::ShuttingDown;
                     }
                     self.session.send_restart(ServerSignal::default());
@@ -190,6 +339,7 @@ impl Connection {
                     info!("told client: RESTART");
                 }
                 _ = self.handle.kicked.cancelled() => return Ended::Replaced,
+                () = evicted(self.pending.as_ref()) => return Ended::Evicted,
                 r = self.reader.next() => match r {
                     Ok(Some(packet)) => {
                         if let Err(e) = self.receive(packet, &mut to_tun) {
@@ -203,9 +353,13 @@ impl Connection {
                 Some(packet) = rx.recv() => self.send_queued(packet, &mut rx),
                 _ = sleep => {
                     let now = Instant::now();
-                    if !self.established && now >= handshake_deadline {
-                        shared.metrics.handshake_timed_out();
-                        return Ended::HandshakeTimeout(settings.handshake_timeout);
+                    match self.deadlines.expired(now) {
+                        Some(Expired::FirstPacket(after)) => return Ended::FirstPacketTimeout(after),
+                        Some(Expired::Handshake(after)) => {
+                            shared.metrics.handshake_timed_out();
+                            return Ended::HandshakeTimeout(after);
+                        }
+                        None => {}
                     }
                     if drain_deadline.is_some_and(|d| now >= d) {
                         return Ended::DrainTimeout;
@@ -217,7 +371,8 @@ impl Connection {
     }
 
     /// Queues the session's control packets and handles its events until both are quiet;
-    /// the reason when the session closed.
+    /// the reason when the session closed. An event that closes the connection otherwise
+    /// leaves its reason in `closing`.
     fn output(&mut self) -> Option<CloseReason> {
         let now = Instant::now();
         let mut closed = None;
@@ -233,6 +388,19 @@ impl Connection {
                     Event::ClientIdentified(identity) => {
                         if let Some(cn) = &identity.common_name {
                             Span::current().record("cn", cn.as_str());
+                        }
+                        // Authenticated: from a pending place to a `max-clients` slot.
+                        match self.shared.slots.take() {
+                            Ok(slot) => {
+                                self.slot = Some(slot);
+                                self.pending = None;
+                            }
+                            Err(refused) => {
+                                self.shared.metrics.max_clients_reached();
+                                warn!(reason = %refused, "authenticated client closed");
+                                self.closing = Some(Ended::MaxClients(refused));
+                                return closed;
+                            }
                         }
                         let admitted = lock(&self.shared.registry).admit(
                             &self.shared.settings,
@@ -252,6 +420,8 @@ impl Connection {
                                 self.session.accept_client(now, a.settings);
                             }
                             Err(refused) => {
+                                // It lingers only to deliver AUTH_FAILED: its slot is free.
+                                self.slot = None;
                                 match refused {
                                     Refused::PoolExhausted { .. } => {
                                         self.shared.metrics.refused_pool_exhausted();
@@ -265,7 +435,7 @@ impl Connection {
                         }
                     }
                     Event::Connected(c) => {
-                        self.established = true;
+                        self.deadlines.established();
                         self.shared.metrics.tunnel_established();
                         lock(&self.shared.registry).established(
                             self.id,

@@ -5,8 +5,9 @@
 //! | series | type | meaning |
 //! |---|---|---|
 //! | `vpn_server_clients` | gauge | clients admitted now (tunnel up or coming up) |
+//! | `vpn_server_connections_pending` | gauge | connections not yet authenticated (before TLS and key-method 2 are done) |
 //! | `vpn_server_tunnels_established_total` | counter | tunnels that came up |
-//! | `vpn_server_connections_refused_total{reason}` | counter | connections closed before or at admission: `max_clients`, `pool_exhausted`, `rejected` (disabled, address in use, TLS or key-exchange refusal), `handshake_timeout` |
+//! | `vpn_server_connections_refused_total{reason}` | counter | connections closed before or at admission: `max_clients`, `pool_exhausted`, `rejected` (disabled, address in use, TLS or key-exchange refusal), `handshake_timeout`, `bad_first_packet` (first frame: framing, not a client hard reset, tls-auth / tls-crypt or packet check), `first_packet_timeout`, `evicted` (a pending connection made room for a newer one) |
 //! | `vpn_server_packets_dropped_total{reason}` | counter | packets dropped: `spoofed` (source not the client's), `malformed`, `ignored` (link-local / multicast from a client), `no_route` (from the tun, no client routes it), `queue_full` (a connection's queue), `tun_write` (the device refused it) |
 //! | `vpn_server_packets_total{direction}` | counter | packets carried: `to_tun`, `from_tun`, `client_to_client` |
 //! | `vpn_server_unreachable_sent_total` | counter | ICMP / ICMPv6 "destination unreachable" answers to packets no client routes |
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use netio::admin::{AdminState, Exposition, Kind};
+use netio::listen::PendingSet;
 use netio::tun::TunWriteStats;
 
 use crate::registry::Registry;
@@ -34,6 +36,9 @@ pub struct ServerMetrics {
     pool_exhausted: AtomicU64,
     rejected: AtomicU64,
     handshake_timeouts: AtomicU64,
+    bad_first_packets: AtomicU64,
+    first_packet_timeouts: AtomicU64,
+    evicted: AtomicU64,
     connected: AtomicU64,
     /// The tun writer's counts (`to_tun`, `tun_write` drops).
     tun_writes: Arc<TunWriteStats>,
@@ -91,9 +96,10 @@ impl ServerMetrics {
     pub(crate) fn packet_client_to_client(&self) {
         bump(&self.client_to_client);
     }
-    /// A connection was closed at accept because of `max-clients`.
-    pub(crate) fn max_clients_reached(&self) {
-        bump(&self.refused_max_clients);
+    /// A connection was closed at accept (or at authentication) because of `max-clients`;
+    /// returns the total so far.
+    pub(crate) fn max_clients_reached(&self) -> u64 {
+        bump(&self.refused_max_clients)
     }
     /// A client was refused because the pool was exhausted.
     pub(crate) fn refused_pool_exhausted(&self) {
@@ -106,6 +112,18 @@ impl ServerMetrics {
     /// A connection was closed by the handshake deadline.
     pub(crate) fn handshake_timed_out(&self) {
         bump(&self.handshake_timeouts);
+    }
+    /// A connection was closed at once for its first frame.
+    pub(crate) fn bad_first_packet(&self) {
+        bump(&self.bad_first_packets);
+    }
+    /// A connection was closed by the first-packet deadline.
+    pub(crate) fn first_packet_timed_out(&self) {
+        bump(&self.first_packet_timeouts);
+    }
+    /// A pending connection was evicted for a newer one.
+    pub(crate) fn pending_evicted(&self) {
+        bump(&self.evicted);
     }
     /// A tunnel came up.
     pub(crate) fn tunnel_established(&self) {
@@ -166,6 +184,18 @@ impl ServerMetrics {
     pub fn handshake_timeouts(&self) -> u64 {
         get(&self.handshake_timeouts)
     }
+    /// Connections closed at once for their first frame.
+    pub fn bad_first_packets(&self) -> u64 {
+        get(&self.bad_first_packets)
+    }
+    /// Connections closed by the first-packet deadline.
+    pub fn first_packet_timeouts(&self) -> u64 {
+        get(&self.first_packet_timeouts)
+    }
+    /// Pending connections evicted for newer ones.
+    pub fn evicted(&self) -> u64 {
+        get(&self.evicted)
+    }
     /// Tunnels established.
     pub fn connected(&self) -> u64 {
         get(&self.connected)
@@ -176,14 +206,20 @@ impl ServerMetrics {
         (get(&self.tun_writes.written), get(&self.tun_writes.failed))
     }
 
-    /// Writes the series above; `clients` is the gauge's value.
-    pub fn render(&self, clients: usize, out: &mut Exposition) {
+    /// Writes the series above; `clients` and `pending` are the gauges' values.
+    pub fn render(&self, clients: usize, pending: usize, out: &mut Exposition) {
         let (to_tun, tun_failed) = self.tun_stats();
         out.single(
             "vpn_server_clients",
             Kind::Gauge,
             "Clients admitted now.",
             clients,
+        )
+        .single(
+            "vpn_server_connections_pending",
+            Kind::Gauge,
+            "Connections not yet authenticated.",
+            pending,
         )
         .single(
             "vpn_server_tunnels_established_total",
@@ -202,6 +238,9 @@ impl ServerMetrics {
             ("pool_exhausted", self.pool_exhausted()),
             ("rejected", self.rejected()),
             ("handshake_timeout", self.handshake_timeouts()),
+            ("bad_first_packet", self.bad_first_packets()),
+            ("first_packet_timeout", self.first_packet_timeouts()),
+            ("evicted", self.evicted()),
         ] {
             out.sample(name, &[("reason", reason)], n);
         }
@@ -240,6 +279,7 @@ impl ServerMetrics {
 pub(crate) struct ServerAdmin {
     pub(crate) metrics: Arc<ServerMetrics>,
     pub(crate) registry: Arc<Mutex<Registry>>,
+    pub(crate) pending: PendingSet,
     pub(crate) serving: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -250,7 +290,7 @@ impl AdminState for ServerAdmin {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len();
-        self.metrics.render(clients, out);
+        self.metrics.render(clients, self.pending.len(), out);
     }
 
     fn ready(&self) -> bool {
@@ -269,16 +309,23 @@ mod tests {
         assert_eq!(m.packet_spoofed(), 1);
         assert_eq!(m.packet_spoofed(), 2);
         m.max_clients_reached();
+        m.bad_first_packet();
+        m.bad_first_packet();
+        m.pending_evicted();
         m.tunnel_established();
         tun.written.fetch_add(5, Ordering::Relaxed);
         assert_eq!(m.to_tun(), 5);
         let mut out = Exposition::new();
-        m.render(3, &mut out);
+        m.render(3, 7, &mut out);
         let text = out.into_string();
         for line in [
             "vpn_server_clients 3\n",
             "vpn_server_tunnels_established_total 1\n",
+            "vpn_server_connections_pending 7\n",
             "vpn_server_connections_refused_total{reason=\"max_clients\"} 1\n",
+            "vpn_server_connections_refused_total{reason=\"bad_first_packet\"} 2\n",
+            "vpn_server_connections_refused_total{reason=\"first_packet_timeout\"} 0\n",
+            "vpn_server_connections_refused_total{reason=\"evicted\"} 1\n",
             "vpn_server_packets_dropped_total{reason=\"spoofed\"} 2\n",
             "vpn_server_packets_total{direction=\"to_tun\"} 5\n",
             "# TYPE vpn_server_unreachable_sent_total counter\n",

@@ -3,7 +3,11 @@
 //! decisions about them. Nothing here does I/O, so admission is tested without root or a tun
 //! device.
 //!
-//! * [`Slots`]: `max-clients`, counted per TCP connection from accept (as upstream's TCP mode).
+//! * [`admission`]: what a connection must show, and by when, before it is authenticated
+//!   (a valid first packet, deadlines); pending connections have their own bound
+//!   (`netio::listen::PendingSet`), apart from `max-clients`.
+//! * [`Slots`]: `max-clients`, counted per authenticated client (TLS and key-method 2 done),
+//!   never per pending connection.
 //! * [`Registry::admit`]: an identified client's client-config-dir entry (`disable`,
 //!   `ifconfig-push`, `iroute`, per-client `push`), `duplicate-cn` (without it a newer
 //!   connection with the same CN replaces the older one), its addresses from the pool, its
@@ -29,10 +33,15 @@ use crate::settings::{ClientOptions, Settings};
 use crate::spoof::SourceFilter;
 use crate::status::{self, ClientStatus, RouteStatus, StatusSnapshot};
 
+pub mod admission;
+
 /// A connection's internal id (upstream's "Client ID" in the status file).
 pub type ClientId = u64;
 
-/// `max-clients`: one slot per open TCP connection, taken at accept.
+/// `max-clients`: one slot per authenticated client, taken when its TLS handshake and
+/// key-method 2 are done (`ClientIdentified`), freed when its connection ends. A connection
+/// that has not got that far holds none (it is pending, [`admission`]). While every slot is
+/// taken, new connections are closed at accept, as upstream does.
 #[derive(Debug, Clone)]
 pub struct Slots {
     max: usize,
@@ -51,19 +60,29 @@ impl Slots {
         }
     }
 
-    /// A slot for a new connection, or [`Refused::MaxClients`] when all are taken.
+    /// A slot for an authenticated client, or [`Refused::MaxClients`] when all are taken.
     pub fn take(&self) -> Result<Slot, Refused> {
         Arc::clone(&self.free)
             .try_acquire_owned()
             .map_err(|_| Refused::MaxClients { max: self.max })
+    }
+
+    /// Whether every slot is taken (a new connection is then closed at accept).
+    pub fn is_full(&self) -> bool {
+        self.free.available_permits() == 0
+    }
+
+    /// The bound.
+    pub fn max(&self) -> usize {
+        self.max
     }
 }
 
 /// Why a client is not admitted.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
-    /// `max-clients` connections are open.
-    #[error("{max} connections open (max-clients)")]
+    /// `max-clients` clients are authenticated.
+    #[error("{max} clients connected (max-clients)")]
     MaxClients {
         /// The limit.
         max: usize,

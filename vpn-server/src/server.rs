@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  listener(s) ──accept──► connection task (connection.rs; one per TCP connection, owns a
-//!    (max-clients slot)        │  ▲                   ServerSession)
+//!    (pending place;           │  ▲                   ServerSession)
+//!     max-clients slot once authenticated, registry::admission)
 //!      packets from client ────┤  │ framed packets in/out of the socket (netio::framed)
 //!        spoof check, then     │  └─ mpsc ◄── tun reader (device.rs): longest-prefix match
 //!        the TunWriter, or     │              on the destination → the owning connection
@@ -23,16 +24,18 @@ use std::time::Duration;
 use ipnet::IpNet;
 use netio::admin::AdminState;
 use netio::clock::unix_now;
+use netio::listen::{Admitted, PendingSet};
 use netio::netlink::NetlinkError;
 use netio::tun::{Tun, TunError, TunWriter};
 use protocol::session::ServerEndpoint;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::metrics::{ServerAdmin, ServerMetrics};
 use crate::pool::{Pool, PoolError};
+use crate::registry::admission::{PreAuthEvent, PreAuthLogs};
 use crate::registry::{ClientId, Registry, Slots};
 use crate::settings::{Settings, StatusFile};
 use crate::{connection, device, status};
@@ -108,6 +111,12 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<ServerMetrics>,
     pub(crate) tun: Arc<Tun>,
     pub(crate) tun_writer: TunWriter,
+    /// `max-clients`: one slot per authenticated client.
+    pub(crate) slots: Slots,
+    /// Connections not yet authenticated (`max_pending`, oldest evicted first).
+    pub(crate) pending: PendingSet,
+    /// The rate limits of the pre-authentication log lines.
+    pre_auth_logs: Mutex<PreAuthLogs>,
     /// Set while the server serves (not before `run`, not while draining): `/readyz`.
     serving: Arc<AtomicBool>,
     next_id: AtomicU64,
@@ -117,6 +126,12 @@ impl Shared {
     /// A new connection's id (upstream's "Client ID").
     pub(crate) fn next_client_id(&self) -> ClientId {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether to log a pre-authentication event now: `Some(n)` with the events of its kind
+    /// not logged since the last line.
+    pub(crate) fn log_pre_auth(&self, event: PreAuthEvent) -> Option<u64> {
+        lock(&self.pre_auth_logs).allow(event, std::time::Instant::now())
     }
 }
 
@@ -163,6 +178,9 @@ impl Server {
             metrics: Arc::new(ServerMetrics::new(tun_writer.stats())),
             tun,
             tun_writer,
+            slots: Slots::new(settings.max_clients),
+            pending: PendingSet::new(settings.max_pending),
+            pre_auth_logs: Mutex::new(PreAuthLogs::default()),
             serving: Arc::new(AtomicBool::new(false)),
             next_id: AtomicU64::new(0),
             settings,
@@ -194,6 +212,7 @@ impl Server {
         Arc::new(ServerAdmin {
             metrics: Arc::clone(&self.shared.metrics),
             registry: Arc::clone(&self.shared.registry),
+            pending: self.shared.pending.clone(),
             serving: Arc::clone(&self.shared.serving),
         })
     }
@@ -210,12 +229,10 @@ impl Server {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ServerError> {
         let shared = self.shared;
         let tracker = TaskTracker::new();
-        let slots = Slots::new(shared.settings.max_clients);
         for listener in self.listeners {
             tracker.spawn(accept_loop(
                 Arc::clone(&shared),
                 listener,
-                slots.clone(),
                 shutdown.clone(),
                 tracker.clone(),
             ));
@@ -254,28 +271,50 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<(), 
     Server::bind(settings).await?.run(shutdown).await
 }
 
+/// Accepts connections: closed at once while `max-clients` clients are authenticated (as
+/// upstream), else pending (`registry::admission`), evicting the oldest pending one when
+/// `max_pending` are.
 async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
-    slots: Slots,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 ) {
     while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
-        let slot = match slots.take() {
-            Ok(slot) => slot,
-            Err(refused) => {
-                shared.metrics.max_clients_reached();
-                warn!(%peer, reason = %refused, "new connection closed");
-                continue;
+        if shared.slots.is_full() {
+            let total = shared.metrics.max_clients_reached();
+            match shared.log_pre_auth(PreAuthEvent::MaxClients) {
+                Some(unlogged) => warn!(
+                    %peer,
+                    max_clients = shared.slots.max(),
+                    refused_total = total,
+                    unlogged,
+                    "new connection closed: max-clients clients connected"
+                ),
+                None => debug!(%peer, "new connection closed: max-clients clients connected"),
             }
-        };
+            continue;
+        }
+        let Admitted { guard, evicted } = shared.pending.admit();
+        if let Some(e) = evicted {
+            shared.metrics.pending_evicted();
+            if let Some(unlogged) = shared.log_pre_auth(PreAuthEvent::Evicted) {
+                info!(
+                    max_pending = shared.pending.max(),
+                    evicted_seq = e.seq,
+                    proven = e.proven,
+                    evicted_total = shared.metrics.evicted(),
+                    unlogged,
+                    "pending connections full: the oldest made room for a new one"
+                );
+            }
+        }
         let _ = stream.set_nodelay(true);
         tracker.spawn(connection::serve(
             Arc::clone(&shared),
             stream,
             peer,
-            slot,
+            guard,
             shutdown.clone(),
         ));
     }

@@ -33,6 +33,17 @@ pub const DEFAULT_MAX_CLIENTS: usize = 1024;
 /// How long a connection may take from accept to an established tunnel by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = DEFAULT_HAND_WINDOW;
 
+/// How long a new connection may take from accept to its first whole, valid packet (a client
+/// hard reset) by default. A real client sends it as soon as it is connected (through a
+/// proxy: as soon as the proxy answered its CONNECT), one round trip after our accept at
+/// most; upstream has no such deadline (a silent connection stays for `hand-window`, 60 s).
+pub const DEFAULT_FIRST_PACKET_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections not yet authenticated (before TLS and key-method 2 are done) kept at once by
+/// default; a newcomer beyond it evicts the oldest (`registry::admission`). Upstream's
+/// default `max-clients`, so a full set holds as many handshakes as upstream would.
+pub const DEFAULT_MAX_PENDING: usize = 1024;
+
 /// How long shutdown waits for clients to acknowledge `RESTART` and close.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -145,10 +156,17 @@ pub struct Settings {
     pub client_to_client: bool,
     /// `duplicate-cn`.
     pub duplicate_cn: bool,
-    /// `max-clients`: concurrent connections (handshaking ones included).
+    /// `max-clients`: concurrent authenticated clients. Connections still in their handshake
+    /// do not count (upstream counts every TCP connection); they have `max_pending`.
     pub max_clients: usize,
-    /// A connection without an established tunnel after this long is closed, so idle or
-    /// half-open connections cannot hold `max-clients` slots.
+    /// Connections not yet authenticated kept at once; a newcomer beyond it evicts the oldest
+    /// one that has not sent a valid packet, else the oldest pending one
+    /// (`registry::admission`). No config directive; [`DEFAULT_MAX_PENDING`].
+    pub max_pending: usize,
+    /// A connection whose first whole, valid packet has not arrived this long after accept
+    /// is closed. No config directive; [`DEFAULT_FIRST_PACKET_TIMEOUT`].
+    pub first_packet_timeout: Duration,
+    /// A connection without an established tunnel after this long is closed (`hand-window`).
     pub handshake_timeout: Duration,
     /// How long shutdown waits for clients after telling them.
     pub drain_timeout: Duration,
@@ -175,6 +193,8 @@ impl std::fmt::Debug for Settings {
             .field("client_to_client", &self.client_to_client)
             .field("duplicate_cn", &self.duplicate_cn)
             .field("max_clients", &self.max_clients)
+            .field("max_pending", &self.max_pending)
+            .field("first_packet_timeout", &self.first_packet_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("status", &self.status)
             .finish_non_exhaustive()
@@ -223,6 +243,8 @@ impl Settings {
             client_to_client: false,
             duplicate_cn: false,
             max_clients: DEFAULT_MAX_CLIENTS,
+            max_pending: DEFAULT_MAX_PENDING,
+            first_packet_timeout: DEFAULT_FIRST_PACKET_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             status: None,

@@ -389,9 +389,9 @@ fn load(
     })
 }
 
-/// Two sockets per stream in this process (the seed's end and the echo's): lift the soft
-/// open-file limit to the hard one.
-fn raise_nofile_limit() {
+/// Two sockets per stream in this process (the seed's end and the echo's; the flood part's
+/// thousands of connections): lift the soft open-file limit to the hard one.
+pub(crate) fn raise_nofile_limit() {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {

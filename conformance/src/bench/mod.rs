@@ -10,8 +10,12 @@
 //! ours/upstream are taken between cases measured in the same round.
 //!
 //! The library part only measures and returns [`Sample`]s; [`report`] turns them into the
-//! Markdown of `docs/performance.md`.
+//! Markdown of `docs/performance.md`. Two more parts have sections of their own: the server's
+//! memory with the CONNECT sidecar ([`memory`]) and a client's tunnel under a flood of silent
+//! and bogus connections ([`flood`], [`flood_report`]).
 
+pub mod flood;
+pub mod flood_report;
 pub mod lab;
 pub mod measure;
 pub mod memory;

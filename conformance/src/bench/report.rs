@@ -219,7 +219,7 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     md
 }
 
-fn first_line(s: &str) -> &str {
+pub(crate) fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
@@ -678,7 +678,7 @@ fn setup_label(setup: Setup) -> &'static str {
 }
 
 /// `median (min–max)`, the median alone for one value, `–` for none.
-fn spread_cell(values: &[f64], digits: usize) -> String {
+pub(crate) fn spread_cell(values: &[f64], digits: usize) -> String {
     match Spread::of(values) {
         Some(s) if s.n > 1 => format!(
             "{} ({}–{})",

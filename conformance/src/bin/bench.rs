@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use conformance::bench::flood_report::{self, FLOOD_HEADING};
 use conformance::bench::report::{self, MEMORY_HEADING};
 use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 
@@ -75,8 +76,8 @@ struct Cli {
     /// (and of the server at each sample of the memory part).
     #[arg(long, env = "BENCH_SMAPS_DIR")]
     smaps_dir: Option<PathBuf>,
-    /// Run one part only: `matrix` (keeps the memory section already in `--out`) or `memory`
-    /// (rewrites only its section of `--out`). Both by default.
+    /// Run one part only: `matrix` (keeps the other sections already in `--out`), `memory` or
+    /// `flood` (each rewrites only its section of `--out`). All by default.
     #[arg(long, env = "BENCH_ONLY", value_enum)]
     only: Option<Part>,
     /// The memory part's loads: concurrent tunnels (streams) of each, in this order.
@@ -97,6 +98,8 @@ enum Part {
     Matrix,
     /// The server's memory with and without the sidecar (issue 18).
     Memory,
+    /// A client's tunnel under a flood of silent and bogus connections (issue 19).
+    Flood,
 }
 
 fn main() -> ExitCode {
@@ -134,10 +137,13 @@ fn run() -> anyhow::Result<()> {
             }
         }
     }
-    let matrix = cli.only != Some(Part::Memory);
-    let memory = cli.only != Some(Part::Matrix);
+    let runs = |part: Part| cli.only.is_none_or(|only| only == part);
+    let (matrix, memory, flood) = (runs(Part::Matrix), runs(Part::Memory), runs(Part::Flood));
     // Only the proxies some case goes through are required.
     let mut tools = vec!["openvpn", "ping"];
+    if flood {
+        tools.extend(["tinyproxy", "ss"]);
+    }
     if matrix {
         tools.extend(["iperf3", "ss"]);
         for (kind, tool) in [
@@ -181,6 +187,8 @@ fn run() -> anyhow::Result<()> {
     let command = command.trim_end();
     // The document as it is, for the section a part that does not run keeps.
     let old = std::fs::read_to_string(&cli.out).unwrap_or_default();
+    // The document: the matrix's part anew, or the one already there; then each other part's
+    // section replaced when it ran, or kept from the old document.
     let mut md = String::new();
     if matrix {
         println!(
@@ -191,12 +199,12 @@ fn run() -> anyhow::Result<()> {
         );
         let results = bench::run(&opts, &mut |line| println!("{line}"))?;
         md = report::markdown(&results, &opts, &report::Machine::current(), command);
-        if !memory {
-            if let Some(kept) = report::find_section(&old, MEMORY_HEADING) {
-                md.push_str(kept);
-            }
-        }
+    } else if old.is_empty() {
+        md = format!("{}\n\n", report::TITLE);
+    } else {
+        md.clone_from(&old);
     }
+    let mut sections: Vec<(&str, Option<String>)> = Vec::new();
     if memory {
         println!(
             "bench: memory part, {} setups × {} rounds, loads of {:?} tunnels for {} s",
@@ -207,11 +215,36 @@ fn run() -> anyhow::Result<()> {
         );
         let results = bench::memory::run(&opts, &mut |line| println!("{line}"))?;
         let section = report::memory_section(&results, &opts, &report::Machine::current(), command);
-        md = match matrix {
-            true => md + &section,
-            false if old.is_empty() => format!("{}\n\n{section}", report::TITLE),
-            false => report::replace_section(&old, MEMORY_HEADING, &section),
-        };
+        sections.push((MEMORY_HEADING, Some(section)));
+    } else {
+        sections.push((MEMORY_HEADING, None));
+    }
+    if flood {
+        println!(
+            "bench: flood part, {} setups × {} rounds, {} silent and {} bogus connections",
+            bench::flood::Target::ALL.len(),
+            opts.rounds,
+            bench::flood::FLOOD_IDLE,
+            bench::flood::FLOOD_BOGUS,
+        );
+        let results = bench::flood::run(&opts, &mut |line| println!("{line}"))?;
+        let section =
+            flood_report::flood_section(&results, &opts, &report::Machine::current(), command);
+        sections.push((FLOOD_HEADING, Some(section)));
+    } else {
+        sections.push((FLOOD_HEADING, None));
+    }
+    for (heading, section) in sections {
+        match section {
+            Some(section) => md = report::replace_section(&md, heading, &section),
+            // The matrix wrote a new document: keep this part's section from the old one.
+            None if matrix => {
+                if let Some(kept) = report::find_section(&old, heading) {
+                    md = report::replace_section(&md, heading, kept);
+                }
+            }
+            None => {}
+        }
     }
     if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

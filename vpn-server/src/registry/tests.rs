@@ -1,5 +1,7 @@
 //! Admission without root, a tun device or a socket: `max-clients`, pool exhaustion,
-//! `duplicate-cn`, client-config-dir entries (`disable`, `ifconfig-push`, `iroute`, `push`).
+//! `duplicate-cn`, client-config-dir entries (`disable`, `ifconfig-push`, `iroute`, `push`);
+//! before authentication (`admission`): the first packet, the deadlines on a virtual clock,
+//! the pending bound beside `max-clients`, the log limits.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
@@ -56,16 +58,19 @@ fn v4(reg: &Registry, id: ClientId) -> Option<Ipv4Addr> {
 }
 
 #[test]
-fn max_clients_counts_open_connections() {
+fn max_clients_counts_authenticated_clients() {
     let slots = Slots::new(2);
     let a = slots.take().expect("first");
+    assert!(!slots.is_full());
     let _b = slots.take().expect("second");
+    assert!(slots.is_full(), "new connections are closed at accept now");
     assert!(matches!(slots.take(), Err(Refused::MaxClients { max: 2 })));
     drop(a);
+    assert!(!slots.is_full());
     assert!(slots.take().is_ok(), "a closed connection frees its slot");
     assert_eq!(
         Refused::MaxClients { max: 2 }.to_string(),
-        "2 connections open (max-clients)"
+        "2 clients connected (max-clients)"
     );
 }
 
@@ -253,4 +258,211 @@ fn the_status_shows_clients_and_routes() {
         status.routes[0].prefix,
         IpNet::from_str("10.8.0.2/32").unwrap()
     );
+}
+
+mod pre_auth {
+    use std::time::{Duration, Instant};
+
+    use netio::listen::PendingSet;
+    use protocol::digest::Digest;
+    use protocol::framing::FrameDecoder;
+    use protocol::key::KeyDirection;
+    use protocol::session::{
+        ClientConfig, ClientSession, ServerConfig, ServerEndpoint, SessionConfig, SessionError,
+    };
+
+    use super::super::admission::{
+        check_first_opcode, first_packet, BogusFirstPacket, Deadlines, Expired, PreAuthEvent,
+        PreAuthLogs,
+    };
+    use super::*;
+
+    const FIRST: Duration = Duration::from_secs(5);
+    const HAND: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn the_first_packet_deadline_comes_first_and_goes_with_the_packet() {
+        // A virtual clock: instants computed from one origin, nothing sleeps.
+        let t0 = Instant::now();
+        let mut d = Deadlines::new(t0, FIRST, HAND);
+        assert!(d.awaiting_first_packet());
+        assert_eq!(d.next(), Some(t0 + FIRST));
+        assert_eq!(d.expired(t0 + FIRST - Duration::from_millis(1)), None);
+        assert_eq!(d.expired(t0 + FIRST), Some(Expired::FirstPacket(FIRST)));
+        // Both passed: the first packet's is the one reported.
+        assert_eq!(d.expired(t0 + HAND), Some(Expired::FirstPacket(FIRST)));
+
+        // The packet came at 1 s: only the handshake deadline is left.
+        d.first_packet_arrived();
+        assert!(!d.awaiting_first_packet());
+        assert_eq!(d.next(), Some(t0 + HAND));
+        assert_eq!(d.expired(t0 + FIRST), None);
+        assert_eq!(d.expired(t0 + HAND), Some(Expired::Handshake(HAND)));
+
+        // The tunnel is up: no deadline.
+        d.established();
+        assert_eq!(d.next(), None);
+        assert_eq!(d.expired(t0 + 10 * HAND), None);
+
+        // A hand-window shorter than the first-packet deadline bounds the wait too.
+        let short = Deadlines::new(t0, FIRST, Duration::from_secs(3));
+        assert_eq!(short.next(), Some(t0 + Duration::from_secs(3)));
+        assert_eq!(
+            short.expired(t0 + Duration::from_secs(3)),
+            Some(Expired::Handshake(Duration::from_secs(3)))
+        );
+    }
+
+    #[test]
+    fn only_a_client_hard_reset_may_open_a_connection() {
+        for ok in [0x38u8, 0x3f, 0x50] {
+            assert!(check_first_opcode(&[ok, 1, 2]).is_ok(), "{ok:#x}");
+        }
+        // Server reset, control, ACK, data v1/v2, key-method 1, unknown, empty.
+        for (bytes, opcode) in [
+            (&[0x40u8][..], 8),
+            (&[0x20], 4),
+            (&[0x28], 5),
+            (&[0x30], 6),
+            (&[0x48, 0, 0, 1], 9),
+            (&[0x08], 1),
+            (&[0xf8], 31),
+            (&[], 0),
+        ] {
+            match check_first_opcode(bytes) {
+                Err(BogusFirstPacket::NotHardReset { opcode: got }) => assert_eq!(got, opcode),
+                other => panic!("{bytes:?}: {other:?}"),
+            }
+        }
+    }
+
+    fn tls_auth(key: &protocol::key::Key2, direction: KeyDirection) -> ControlProtection {
+        ControlProtection::TlsAuth {
+            key: key.clone(),
+            direction,
+            digest: Digest::Sha1,
+        }
+    }
+
+    /// A client's first frame (the hard reset), without its length prefix.
+    fn client_reset(protection: ControlProtection, now: Instant) -> BytesMut {
+        let tls = SslContext::builder(SslMethod::tls()).expect("ssl").build();
+        let config = ClientConfig::new(SessionConfig::new(tls, protection));
+        let mut client = ClientSession::new(config, netio::rng::session_rng(), now);
+        let mut out = client
+            .poll_transmit(now, 1_700_000_000)
+            .expect("hard reset");
+        FrameDecoder::new()
+            .decode(&mut out)
+            .expect("framed")
+            .expect("one packet")
+    }
+
+    #[test]
+    fn the_session_verifies_the_first_packets_tls_auth_hmac() {
+        let now = Instant::now();
+        let key = protocol::static_key::generate(&mut rand_core::OsRng);
+        let other = protocol::static_key::generate(&mut rand_core::OsRng);
+        let tls = SslContext::builder(SslMethod::tls()).expect("ssl").build();
+        let mut endpoint = ServerEndpoint::new(ServerConfig::new(SessionConfig::new(
+            tls,
+            tls_auth(&key, KeyDirection::Normal),
+        )));
+        let mut session = || endpoint.new_session(netio::rng::session_rng(), now);
+
+        let good = client_reset(tls_auth(&key, KeyDirection::Inverse), now);
+        first_packet(&mut session(), now, good.clone()).expect("a real client's reset");
+
+        // Another key: the HMAC fails.
+        let forged = client_reset(tls_auth(&other, KeyDirection::Inverse), now);
+        assert!(matches!(
+            first_packet(&mut session(), now, forged),
+            Err(BogusFirstPacket::Refused(SessionError::Link(_)))
+        ));
+        // The right opcode, one flipped bit in the HMAC.
+        let mut flipped = good.clone();
+        flipped[10] ^= 1;
+        assert!(matches!(
+            first_packet(&mut session(), now, flipped),
+            Err(BogusFirstPacket::Refused(_))
+        ));
+        // Too short to be a packet.
+        assert!(matches!(
+            first_packet(&mut session(), now, BytesMut::from(&good[..1])),
+            Err(BogusFirstPacket::Refused(_))
+        ));
+        // A reset without tls-auth.
+        let plain = client_reset(ControlProtection::None, now);
+        assert!(first_packet(&mut session(), now, plain).is_err());
+    }
+
+    #[test]
+    fn pending_connections_never_take_an_authenticated_clients_slot() {
+        // max-clients 1, two pending places.
+        let slots = Slots::new(1);
+        let pending = PendingSet::new(2);
+        // The client: accepted, proves itself with its hard reset, authenticates.
+        let client = pending.admit().guard;
+        client.prove();
+        let slot = slots.take().expect("the client's slot");
+        drop(client);
+        assert!(pending.is_empty());
+        // A flood of silent or bogus connections: each evicts an older one of its own kind,
+        // never the client, whose slot is not a pending place.
+        let mut flood = Vec::new();
+        for i in 0..1000 {
+            let a = pending.admit();
+            assert_eq!(a.evicted.is_some(), i >= 2);
+            assert!(a.evicted.is_none_or(|e| !e.proven));
+            flood.push(a.guard);
+        }
+        assert_eq!(pending.len(), 2);
+        assert_eq!(flood.iter().filter(|g| !g.is_evicted()).count(), 2);
+        assert!(slots.is_full(), "the client still holds its slot");
+        drop(slot);
+        assert!(!slots.is_full());
+    }
+
+    #[test]
+    fn a_proven_handshake_survives_a_flood_of_unproven_connections() {
+        let pending = PendingSet::new(3);
+        let idle = pending.admit().guard;
+        let real = pending.admit().guard;
+        real.prove();
+        let mut flood = Vec::new();
+        for _ in 0..500 {
+            flood.push(pending.admit().guard);
+            assert!(!real.is_evicted());
+        }
+        assert!(idle.is_evicted(), "the oldest unproven one went first");
+        let live: Vec<_> = flood.iter().filter(|g| !g.is_evicted()).collect();
+        assert_eq!(live.len(), 2, "the newest two of the flood");
+        // Only when every place is proven does the oldest proven one go.
+        for g in live {
+            g.prove();
+        }
+        let newcomer = pending.admit();
+        assert_eq!(
+            newcomer.evicted.map(|e| (e.seq, e.proven)),
+            Some((real.seq(), true))
+        );
+    }
+
+    #[test]
+    fn each_kind_of_pre_auth_event_logs_once_a_second() {
+        let t0 = Instant::now();
+        let mut logs = PreAuthLogs::default();
+        assert_eq!(logs.allow(PreAuthEvent::BadFirstPacket, t0), Some(0));
+        for _ in 0..999 {
+            assert_eq!(logs.allow(PreAuthEvent::BadFirstPacket, t0), None);
+        }
+        // Another kind is not hidden by the flood of the first.
+        assert_eq!(logs.allow(PreAuthEvent::Evicted, t0), Some(0));
+        assert_eq!(logs.allow(PreAuthEvent::NoFirstPacket, t0), Some(0));
+        assert_eq!(logs.allow(PreAuthEvent::MaxClients, t0), Some(0));
+        assert_eq!(
+            logs.allow(PreAuthEvent::BadFirstPacket, t0 + Duration::from_secs(1)),
+            Some(999)
+        );
+    }
 }

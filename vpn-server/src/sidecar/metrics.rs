@@ -337,7 +337,21 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "tunnels closed by the idle timeout",
     ),
+    (
+        "vpn_sidecar_pending",
+        Kind::Gauge,
+        "connections before their CONNECT head (TLS handshake or head still arriving)",
+    ),
+    (
+        "vpn_sidecar_pending_closed_total",
+        Kind::Counter,
+        "connections closed before their CONNECT head, by reason",
+    ),
 ];
+
+/// Why a pending connection was closed, in the order of the `vpn_sidecar_pending_closed_total`
+/// samples.
+const PENDING_CLOSED_REASONS: [&str; 2] = ["evicted", "timeout"];
 
 /// A histogram with [`ENVOY_BUCKETS_MS`].
 #[derive(Debug, Default)]
@@ -431,6 +445,9 @@ pub struct SidecarMetrics {
     tls_failures: AtomicU64,
     denied: [AtomicU64; DENY_REASONS.len()],
     idle_timeouts: AtomicU64,
+    pending: AtomicU64,
+    /// By [`PENDING_CLOSED_REASONS`].
+    pending_closed: [AtomicU64; PENDING_CLOSED_REASONS.len()],
 }
 
 fn inc(c: &AtomicU64) {
@@ -543,6 +560,23 @@ impl SidecarMetrics {
     /// A tunnel was closed by the idle timeout.
     pub fn idle_timeout(&self) {
         inc(&self.idle_timeouts);
+    }
+
+    /// A connection is before its CONNECT head; pending until the returned guard drops.
+    pub fn pending_opened(&self) -> PendingConnection<'_> {
+        inc(&self.pending);
+        PendingConnection(self)
+    }
+
+    /// A pending connection was evicted for a newer one (`max_pending`); returns the total.
+    pub fn pending_evicted(&self) -> u64 {
+        self.pending_closed[0].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A connection was closed by the header timeout before its head (the TLS handshake
+    /// included); returns the total.
+    pub fn pending_timed_out(&self) -> u64 {
+        self.pending_closed[1].fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// A name lookup went to the resolver.
@@ -709,11 +743,27 @@ impl SidecarMetrics {
                     }
                 }
                 "vpn_sidecar_idle_timeouts_total" => one(&[], get(&self.idle_timeouts)),
+                "vpn_sidecar_pending" => one(&[], get(&self.pending)),
+                "vpn_sidecar_pending_closed_total" => {
+                    for (reason, c) in PENDING_CLOSED_REASONS.iter().zip(&self.pending_closed) {
+                        one(&[("reason", reason)], get(c));
+                    }
+                }
                 // The series that cannot happen here.
                 _ if name.starts_with("envoy_cluster_") => one(&[cluster], 0),
                 _ => one(&[], 0),
             }
         }
+    }
+}
+
+/// Keeps a connection in `vpn_sidecar_pending` until its head arrived or it ended.
+#[derive(Debug)]
+pub struct PendingConnection<'a>(&'a SidecarMetrics);
+
+impl Drop for PendingConnection<'_> {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -770,7 +820,12 @@ mod tests {
         m.upstream_opened(Duration::from_millis(3));
         m.upstream_closed(Duration::from_millis(2000), 10, 20);
         m.connect_failed(true);
+        let pending = m.pending_opened();
+        assert_eq!(m.pending_evicted(), 1);
+        assert_eq!(m.pending_timed_out(), 1);
         let text = m.render();
+        drop(pending);
+        assert!(m.render().contains("\nvpn_sidecar_pending 0\n"));
         let hcm = "envoy_http_conn_manager_prefix=\"ingress_http\"";
         for line in [
             "# TYPE envoy_cluster_upstream_cx_total counter".to_owned(),
@@ -800,6 +855,9 @@ mod tests {
             ),
             "envoy_dns_cache_dynamic_forward_proxy_cache_config_num_hosts 0".to_owned(),
             "vpn_sidecar_denied_total{reason=\"loopback\"} 1".to_owned(),
+            "vpn_sidecar_pending 1".to_owned(),
+            "vpn_sidecar_pending_closed_total{reason=\"evicted\"} 1".to_owned(),
+            "vpn_sidecar_pending_closed_total{reason=\"timeout\"} 1".to_owned(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //!  kube-apiserver ──TLS (client cert required)──► listener 0.0.0.0:9443 and [::]:9443
-//!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ head within `header_timeout`
+//!     CONNECT 10.250.0.5:10250 HTTP/1.1             │ pending: at most `max_pending`, the
+//!                                                   │ oldest evicted for a newcomer; TLS
+//!                                                   │ and head within `header_timeout`
 //!                                                   ▼
 //!     400 / 405  malformed head / not CONNECT
 //!     503/504  a name did not resolve (pod resolver, `dns` cache) / cache full
@@ -39,6 +41,18 @@
 //! address itself; the policy is checked on the address as requested. A seed network always
 //! wins over an overlapping shoot network.
 //!
+//! **Pending connections.** Until its CONNECT head has arrived a connection holds a place among
+//! at most `max_pending` ([`netio::listen::PendingSet`]). A newcomer to a full set evicts the
+//! oldest connection still in its TLS handshake, or, when every pending one has finished it,
+//! the oldest of those; it is closed unanswered. Envoy has no such bound by default (a
+//! connection limit, where one is configured, refuses newcomers); refusing the newcomer, as
+//! this sidecar did, let a thousand silent connections keep the kube-apiserver out for the
+//! header timeout, again and again. A completed handshake means a client certificate the CA signed
+//! (unless `--sidecar-client-cert optional`), so a flood that cannot present one only ever
+//! evicts itself. Evictions, timeouts and failed handshakes are counted
+//! (`vpn_sidecar_pending_closed_total`, `vpn_sidecar_tls_handshake_failures_total`) and logged
+//! at most once a second each.
+//!
 //! Access log: one `info` line per request that failed (status other than 200, or a relay
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
 //! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx. With Envoy's access loggers
@@ -60,6 +74,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netio::admin::{AdminBindError, AdminServer, AdminState, Exposition};
+use netio::listen::PendingSet;
 use openssl::ssl::SslAcceptor;
 use pki::pem::{CaBundle, Identity};
 use pki::tls::ClientCertMode;
@@ -83,7 +98,7 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 /// The TLS handshake and the CONNECT head must arrive within this.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Connections still in the TLS handshake or head phase; more are closed at accept.
+/// Connections still in the TLS handshake or head phase; a newcomer beyond evicts the oldest.
 pub const DEFAULT_MAX_PENDING: usize = 1024;
 /// A request that takes at least this long is access-logged even when it succeeded.
 pub const SLOW_REQUEST: Duration = Duration::from_secs(1);
@@ -131,7 +146,8 @@ pub struct SidecarConfig {
     pub header_timeout: Duration,
     /// Concurrent tunnels (including those connecting); the next CONNECT gets 503.
     pub max_connections: usize,
-    /// Concurrent connections before their CONNECT head; more are closed at accept.
+    /// Concurrent connections before their CONNECT head; a newcomer beyond evicts the oldest
+    /// (still in its TLS handshake if any is).
     pub max_pending: usize,
     /// Name resolution: address family, DNS cache size and name.
     pub dns: DnsSettings,
@@ -291,7 +307,8 @@ impl Sidecar {
         })];
         let shared = Arc::new(proxy::Shared {
             permits: Arc::new(Semaphore::new(config.max_connections)),
-            pending: Arc::new(Semaphore::new(config.max_pending)),
+            pending: PendingSet::new(config.max_pending),
+            logs: std::sync::Mutex::default(),
             metrics,
             dns,
             acceptor,

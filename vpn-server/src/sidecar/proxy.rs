@@ -3,10 +3,11 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime};
 
 use netio::ingress::{accept_connect, Accepted, Deadlines, IngressError, ProxyMode};
+use netio::listen::{Admitted, LogLimiter, PendingGuard, PendingSet, LOG_EVERY};
 use netio::relay::{relay, RelayConfig, RelayEnd};
 use netio::report::chain;
 use netio::tcp::connect_first;
@@ -16,6 +17,7 @@ use protocol::http::connect::{Authority, ConnectHead, Host, RequestError, Status
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
 use tokio_openssl::SslStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -33,9 +35,40 @@ pub(super) struct Shared {
     pub(super) acceptor: SslAcceptor,
     pub(super) routes: Option<Arc<dyn RouteCheck>>,
     pub(super) permits: Arc<Semaphore>,
-    pub(super) pending: Arc<Semaphore>,
+    /// Connections before their CONNECT head (`max_pending`, oldest evicted first).
+    pub(super) pending: PendingSet,
     pub(super) metrics: Arc<SidecarMetrics>,
     pub(super) dns: DnsCache,
+    /// One line a second at most for each event a flood repeats.
+    pub(super) logs: Mutex<FloodLogs>,
+}
+
+/// The events before the head that a flood repeats, each logged at most once per
+/// [`LOG_EVERY`] (all are counted).
+#[derive(Debug)]
+pub(super) struct FloodLogs {
+    evicted: LogLimiter,
+    timeout: LogLimiter,
+    tls_failed: LogLimiter,
+}
+
+impl Default for FloodLogs {
+    fn default() -> Self {
+        FloodLogs {
+            evicted: LogLimiter::new(LOG_EVERY),
+            timeout: LogLimiter::new(LOG_EVERY),
+            tls_failed: LogLimiter::new(LOG_EVERY),
+        }
+    }
+}
+
+impl Shared {
+    /// Whether to log a flood event now: `Some(n)` with the events of its kind not logged
+    /// since the last line.
+    fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
+        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        kind(&mut logs).allow(Instant::now())
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -54,10 +87,22 @@ pub(super) async fn accept_loop(
     tracker: TaskTracker,
 ) {
     while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
-        let Ok(pending) = Arc::clone(&shared.pending).try_acquire_owned() else {
-            debug!(%peer, "too many connections before their CONNECT head; closed");
-            continue;
-        };
+        let Admitted {
+            guard: pending,
+            evicted,
+        } = shared.pending.admit();
+        if let Some(e) = evicted {
+            let total = shared.metrics.pending_evicted();
+            if let Some(unlogged) = shared.log(|l| &mut l.evicted) {
+                info!(
+                    max_pending = shared.config.max_pending,
+                    handshake_done = e.proven,
+                    evicted_total = total,
+                    unlogged,
+                    "pending connections full: the oldest was closed for a new one"
+                );
+            }
+        }
         let _ = stream.set_nodelay(true);
         let shared = Arc::clone(&shared);
         let shutdown = shutdown.clone();
@@ -114,13 +159,28 @@ struct Request<'h> {
     request_id: Option<String>,
 }
 
-async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: OwnedSemaphorePermit) {
+async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: PendingGuard) {
     let start = SystemTime::now();
     let started = Instant::now();
     let deadline = tokio::time::Instant::from_std(started + shared.config.header_timeout);
-    let mut tls = match tokio::time::timeout_at(deadline, handshake(shared, tcp)).await {
+    let gauge = shared.metrics.pending_opened();
+    let handshake = tokio::select! {
+        r = tokio::time::timeout_at(deadline, handshake(shared, tcp)) => r,
+        () = pending.evicted() => {
+            debug!("evicted in the TLS handshake, for a newer connection; closed");
+            return;
+        }
+    };
+    let mut tls = match handshake {
         Err(_) => {
-            debug!("no TLS handshake within the header timeout; closed");
+            let total = shared.metrics.pending_timed_out();
+            match shared.log(|l| &mut l.timeout) {
+                Some(unlogged) => info!(
+                    timeouts_total = total,
+                    unlogged, "no TLS handshake within the header timeout; closed"
+                ),
+                None => debug!("no TLS handshake within the header timeout; closed"),
+            }
             return;
         }
         Ok(Err(e)) => {
@@ -130,12 +190,18 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
                 debug!("closed before the TLS handshake");
             } else {
                 shared.metrics.tls_failed();
-                info!(error = %e, "sidecar TLS handshake failed");
+                match shared.log(|l| &mut l.tls_failed) {
+                    Some(unlogged) => info!(error = %e, unlogged, "sidecar TLS handshake failed"),
+                    None => debug!(error = %e, "sidecar TLS handshake failed"),
+                }
             }
             return;
         }
         Ok(Ok(tls)) => tls,
     };
+    // A client certificate the CA signed (when required): evicted only after every
+    // connection still in its handshake.
+    pending.prove();
     // The rest of the header timeout for the head, on the strict CONNECT parser every
     // ingress of ours uses.
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -151,7 +217,18 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
         method: None,
         request_id: None,
     };
-    let accepted = accept_connect(&mut tls, peer, &ProxyMode::Off, deadlines).await;
+    let accepted = tokio::select! {
+        a = accept_connect(&mut tls, peer, &ProxyMode::Off, deadlines) => a,
+        () = pending.evicted() => {
+            debug!("evicted before its CONNECT head, for a newer connection; closed");
+            return;
+        }
+    };
+    drop(pending);
+    drop(gauge);
+    if let Err(IngressError::HeaderTimeout { .. }) = &accepted {
+        shared.metrics.pending_timed_out();
+    }
     let Accepted { head, early, .. } = match accepted {
         Ok(a) => a,
         Err(e) => {
@@ -170,7 +247,6 @@ async fn serve(shared: &Shared, tcp: TcpStream, peer: SocketAddr, pending: Owned
             return;
         }
     };
-    drop(pending);
     shared.metrics.routed();
     let target = head.authority.to_string();
     Span::current().record("target", target.as_str());

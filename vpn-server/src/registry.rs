@@ -138,8 +138,6 @@ pub struct ConnHandle {
 pub struct ClientEntry {
     /// Certificate CN (empty without one).
     pub common_name: String,
-    /// `auth-user-pass` username.
-    pub username: Option<String>,
     /// Assigned IPv4 address.
     pub v4: Option<Ipv4Addr>,
     /// Assigned IPv6 address.
@@ -282,10 +280,6 @@ impl Registry {
             id,
             ClientEntry {
                 common_name: cn,
-                username: identity
-                    .username
-                    .as_deref()
-                    .map(|u| String::from_utf8_lossy(u).into_owned()),
                 v4,
                 v6,
                 lease,
@@ -350,7 +344,10 @@ impl Registry {
                     bytes_received: c.conn.traffic.received.load(Ordering::Relaxed),
                     bytes_sent: c.conn.traffic.sent.load(Ordering::Relaxed),
                     connected_since: c.since,
-                    username: c.username.clone(),
+                    // No username is ever verified (there is no `auth-user-pass-verify`),
+                    // so, as upstream prints then, the column says UNDEF: the text a client
+                    // sends as its username is untrusted and never reaches the file.
+                    username: None,
                     client_id: *id,
                     peer_id: c.conn.peer_id,
                     cipher: c.cipher.clone(),

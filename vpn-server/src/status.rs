@@ -16,6 +16,10 @@
 //! END
 //! ```
 //!
+//! Text fields (title, CN, username, cipher) are written with every `,` and control character
+//! replaced by `_`, so no field can end its line or add one: a status file the probes and the
+//! exporter read always has exactly the rows the registry holds.
+//!
 //! Real addresses: an IPv4 peer is `a.b.c.d:port`, an IPv6 peer the bare address (2.6 prints
 //! no port there); a v4-mapped peer on a dual-stack socket is printed as its bare IPv6 form.
 //! Differences from upstream, on purpose: times are UTC (upstream uses the local zone, which
@@ -26,6 +30,7 @@
 
 pub mod read;
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -109,7 +114,7 @@ pub fn default_title() -> String {
 /// Renders `snapshot` as a `status-version 2` file.
 pub fn render(snapshot: &StatusSnapshot) -> String {
     let mut out = String::with_capacity(512 + 200 * snapshot.clients.len());
-    let _ = writeln!(out, "TITLE,{}", snapshot.title);
+    let _ = writeln!(out, "TITLE,{}", field(&snapshot.title));
     let _ = writeln!(out, "TIME,{},{}", datetime(snapshot.now), snapshot.now);
     out.push_str(CLIENT_LIST_HEADER);
     out.push('\n');
@@ -117,7 +122,7 @@ pub fn render(snapshot: &StatusSnapshot) -> String {
         let _ = writeln!(
             out,
             "CLIENT_LIST,{},{},{},{},{},{},{},{},{},{},{},{}",
-            c.common_name,
+            field(&c.common_name),
             real_address(c.real_address),
             c.virtual_v4.map(|a| a.to_string()).unwrap_or_default(),
             c.virtual_v6.map(|a| a.to_string()).unwrap_or_default(),
@@ -125,10 +130,10 @@ pub fn render(snapshot: &StatusSnapshot) -> String {
             c.bytes_sent,
             datetime(c.connected_since),
             c.connected_since,
-            c.username.as_deref().unwrap_or(UNDEF),
+            field(c.username.as_deref().unwrap_or(UNDEF)),
             c.client_id,
             c.peer_id,
-            c.cipher,
+            field(&c.cipher),
         );
     }
     out.push_str(ROUTING_TABLE_HEADER);
@@ -146,7 +151,7 @@ pub fn render(snapshot: &StatusSnapshot) -> String {
             out,
             "ROUTING_TABLE,{},{},{},{},{}",
             prefix(r.prefix),
-            r.common_name,
+            field(&r.common_name),
             real_address(r.real_address),
             datetime(r.last_ref),
             r.last_ref,
@@ -159,6 +164,17 @@ pub fn render(snapshot: &StatusSnapshot) -> String {
     );
     out.push_str("GLOBAL_STATS,dco_enabled,0\nEND\n");
     out
+}
+
+/// `text` as one field of a row: `,` (the separator) and control characters (`\n` would start
+/// a row of its own) become `_`.
+fn field(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c == ',' || c.is_control();
+    if text.contains(unsafe_char) {
+        Cow::Owned(text.replace(unsafe_char, "_"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 fn prefix(net: IpNet) -> String {
@@ -329,5 +345,31 @@ mod tests {
             ]
         );
         assert!(lines[0].starts_with("TITLE,OpenVPN "));
+    }
+
+    /// A username or CN with a newline or comma (text a client chose) stays one field of its
+    /// own row: the file read back has the registry's rows and the writer's time, nothing more.
+    #[test]
+    fn text_fields_cannot_add_rows_or_fields() {
+        let real: SocketAddr = "192.0.2.1:4242".parse().unwrap();
+        let mut s = snapshot(real, "title,\r\nEND", 1_000_000, 1, 2, 999_000, 1);
+        let injected = "x\nTIME,2000-01-01 00:00:00,946684800\nCLIENT_LIST,vpn-shoot-client,\
+                        1.2.3.4:5,,,0,0,2000-01-01 00:00:00,946684800,UNDEF,9,9,none";
+        s.clients[0].username = Some(injected.into());
+        s.clients[0].common_name = "a,b\rc".into();
+        s.clients[0].cipher = "AES\n".into();
+        s.routes[0].common_name = "r\n,".into();
+
+        let text = render(&s);
+        let back = read::parse(text.as_bytes()).expect("our own file reads back");
+        assert_eq!(back.clients.len(), 1, "{text}");
+        assert_eq!(back.routes.len(), s.routes.len(), "{text}");
+        assert_eq!(back.updated_at, read::parse_datetime(&datetime(1_000_000)));
+        assert_eq!(back.title.as_deref(), Some("title___END"));
+        let client = &back.clients[0];
+        assert_eq!(client.common_name, "a_b_c");
+        assert_eq!(client.username, injected.replace(['\n', ','], "_"));
+        assert_eq!(client.cipher, "AES_");
+        assert!(back.routes.iter().any(|r| r.common_name == "r__"));
     }
 }

@@ -466,3 +466,20 @@ mod pre_auth {
         );
     }
 }
+
+/// The username a client sends is never verified here (no `auth-user-pass-verify`), so it is
+/// not shown: the status file says UNDEF for it, as upstream's does.
+#[test]
+fn an_unverified_username_never_reaches_the_status_file() {
+    let s = settings("192.168.123.0/24");
+    let mut reg = registry(&s);
+    let mut who = identity("vpn-shoot-client");
+    who.username = Some(b"x\nTIME,2000-01-01 00:00:00,946684800".to_vec());
+    reg.admit(&s, 1, &who, conn(1001), 1_700_000_000)
+        .expect("admitted");
+    let snapshot = reg.status(1_700_000_001);
+    assert_eq!(snapshot.clients.len(), 1);
+    assert_eq!(snapshot.clients[0].username, None);
+    let text = crate::status::render(&snapshot);
+    assert!(!text.contains("TIME,2000"), "{text}");
+}

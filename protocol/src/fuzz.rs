@@ -4,14 +4,24 @@
 //!
 //! Not part of the supported API.
 
-use bytes::BytesMut;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use bytes::BytesMut;
+use ipnet::IpNet;
+
+use crate::config::env::{Vpn2ClientEnv, Vpn2ServerEnv};
+use crate::config::{CcdOptions, ClientOptions, ConfigError, ServerOptions};
 use crate::data::{DataCipher, DataKey, DataKeyParams};
 use crate::digest::Digest;
 use crate::framing::FrameDecoder;
 use crate::ids::PeerId;
 use crate::key::{Key2, KeyDirection, Role, KEY2_LEN};
 use crate::packet::ControlPacket;
+use crate::push::guard::PING_RESTART_FLOOR;
+use crate::push::options::{RouteVia, Topology};
+use crate::push::{
+    OptionKind, PathGuard, PullPolicy, PushCollector, PushOutcome, PushedOption, StrictPolicy,
+};
 use crate::wrap::{TlsAuth, TlsCrypt};
 
 /// Decodes frames out of `data` until the decoder needs more bytes or reports an error; the
@@ -272,6 +282,113 @@ pub fn http_request(data: &[u8]) {
     }
 }
 
+/// The addresses the push fuzz target's client dialed (server and proxy).
+const FUZZ_PATH: [IpAddr; 2] = [
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+    IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)),
+];
+
+/// Runs `data` as the options of pushes (one `PUSH_REPLY` part per NUL-separated piece)
+/// through a client's policy, without filters and in strict mode, and the path guard for
+/// [`FUZZ_PATH`]; whatever a complete push accepts must keep the guard's promises (no route
+/// wider than pushed, none over the path, keepalive never off or below its floor).
+pub fn pushed_options(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let strict = StrictPolicy::new()
+        .allow(OptionKind::ALL.iter().copied())
+        .allow_networks(["10.0.0.0/8", "fd00::/8"].map(|n| n.parse().expect("a network")));
+    let policies = [
+        PullPolicy::default(),
+        PullPolicy {
+            strict: Some(strict),
+            ..PullPolicy::default()
+        },
+    ];
+    let guard = PathGuard::new(FUZZ_PATH);
+    for policy in &policies {
+        let mut collector = PushCollector::new();
+        for part in text.split('\0') {
+            if let Ok(Some(mut outcome)) = collector.push_part(policy, part) {
+                guard.apply(&mut outcome);
+                assert_guarded(&outcome);
+            }
+        }
+    }
+}
+
+/// The push guard's promises, checked on the options a complete push accepted.
+fn assert_guarded(outcome: &PushOutcome) {
+    assert_eq!(outcome.accepted.len(), outcome.accepted_texts.len());
+    let ping = outcome.accepted.iter().rev().find_map(|o| match o {
+        PushedOption::Ping(n) => Some(*n),
+        _ => None,
+    });
+    let topology = Topology::of_push(&outcome.accepted);
+    for option in &outcome.accepted {
+        match option {
+            PushedOption::Route(r) => {
+                let net = r.net();
+                assert_eq!(net.trunc().addr(), r.network, "wider than pushed: {r:?}");
+                let via_tunnel =
+                    !matches!(r.gateway, Some(RouteVia::NetGateway | RouteVia::RemoteHost));
+                assert!(
+                    !via_tunnel || !FUZZ_PATH.iter().any(|a| IpNet::V4(net).contains(a)),
+                    "route over the path: {r:?}"
+                );
+            }
+            PushedOption::RouteIpv6(r) => {
+                assert_eq!(r.network.trunc(), r.network, "wider than pushed: {r:?}");
+                assert!(
+                    !FUZZ_PATH.iter().any(|a| IpNet::V6(r.network).contains(a)),
+                    "route over the path: {r:?}"
+                );
+            }
+            PushedOption::Ping(n) => assert_ne!(*n, 0, "ping switched off"),
+            PushedOption::PingRestart(n) => {
+                assert!(*n >= PING_RESTART_FLOOR, "ping-restart {n} below the floor");
+                assert!(
+                    *n >= ping.unwrap_or(0).saturating_mul(2),
+                    "ping-restart {n} under 2 × ping"
+                );
+            }
+            other => assert_eq!(
+                PathGuard::new(FUZZ_PATH).captured(other, topology),
+                None,
+                "interface over the path: {other:?}"
+            ),
+        }
+    }
+}
+
+/// Parses `data` as a config file in every role, as a client-config-dir file, and (one
+/// `NAME=VALUE` per line) as vpn2's environment of each side: never a panic, and a refusal
+/// names a line the text has.
+pub fn config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let lines = text.split('\n').count();
+    let check = |e: &ConfigError| {
+        let _ = e.to_string();
+        if let Some(line) = e.line {
+            assert!((1..=lines).contains(&line), "line {line} of {lines}: {e}");
+        }
+    };
+    if let Err(e) = crate::config::parse("fuzz.conf", &text) {
+        check(&e);
+    }
+    if let Err(e) = ServerOptions::parse("fuzz.conf", &text) {
+        check(&e);
+    }
+    if let Err(e) = ClientOptions::parse("fuzz.conf", &text) {
+        check(&e);
+    }
+    if let Err(e) = CcdOptions::parse("fuzz-ccd", &text) {
+        check(&e);
+    }
+    let vars = text.lines().map(|l| l.split_once('=').unwrap_or((l, "")));
+    let _ = Vpn2ServerEnv::parse(vars.clone()).map_err(|e| e.to_string());
+    let _ = Vpn2ClientEnv::parse(vars).map_err(|e| e.to_string());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +419,37 @@ mod tests {
             control_messages(input);
             proxy_protocol(input);
             http_request(input);
+            pushed_options(input);
+            config(input);
         }
+    }
+
+    #[test]
+    fn push_and_config_entry_points_take_real_text() {
+        pushed_options(
+            b"route 10.252.9.9 255.0.0.0,route 10.0.0.0 255.0.0.0,route-ipv6 fd00::1/64,\
+              ping 0,ping-restart 1,ping 5,push-continuation 2\0route 192.0.2.0 255.255.255.0",
+        );
+        config(b"client\ndev tun\nproto tcp\nremote 192.0.2.1 1194\n<ca>\nnot a pem\n");
+        config(b"SERVICE_NETWORK=100.64.0.0/13\nIS_HA=maybe\n");
+    }
+
+    /// The checks the fuzzer hunts with can fail: a misaligned route or `ping-restart` under
+    /// its floor in an accepted push is caught.
+    #[test]
+    #[should_panic(expected = "wider than pushed")]
+    fn a_misaligned_accepted_route_is_caught() {
+        let route = PushedOption::Route(crate::push::options::Route {
+            network: Ipv4Addr::new(10, 252, 9, 9),
+            netmask: Ipv4Addr::new(255, 0, 0, 0),
+            gateway: None,
+            metric: None,
+        });
+        let outcome = PushOutcome {
+            accepted: vec![route],
+            accepted_texts: vec!["route 10.252.9.9 255.0.0.0".into()],
+            ..PushOutcome::default()
+        };
+        assert_guarded(&outcome);
     }
 }

@@ -63,6 +63,8 @@ pub mod config;
 pub mod connection;
 pub mod device;
 pub mod exporter;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod launch;
 pub mod metrics;
 pub mod pool;

@@ -131,19 +131,21 @@ pub struct CloudApiConfig {
 }
 
 /// The firewall the server holds while the endpoint runs, in its table `vpn-seed-server`:
-/// vpn2's non-HA seed rules for `device` (only replies in from the tunnel) and the same for
-/// forwarding through this host.
-pub fn endpoint_table(device: &str) -> Table {
-    crate::vpn2::seed_table(device, None, None).chain(
-        Chain::filter("forward", Hook::Forward, priority::FILTER)
-            .rule(
-                Rule::new()
-                    .iifname(device)
-                    .established_or_related()
-                    .accept(),
-            )
-            .rule(Rule::new().iifname(device).drop()),
-    )
+/// `base` (in a config-file start, vpn2's non-HA seed rules for `device`: only replies in from
+/// the tunnel; in vpn2's environment mode, vpn2's whole table) plus the same for forwarding
+/// through this host.
+pub fn endpoint_table(base: Option<Table>, device: &str) -> Table {
+    base.unwrap_or_else(|| crate::vpn2::seed_table(device, None, None))
+        .chain(
+            Chain::filter("forward", Hook::Forward, priority::FILTER)
+                .rule(
+                    Rule::new()
+                        .iifname(device)
+                        .established_or_related()
+                        .accept(),
+                )
+                .rule(Rule::new().iifname(device).drop()),
+        )
 }
 
 /// A bound endpoint; [`CloudApiEndpoint::run`] serves.
@@ -568,5 +570,80 @@ impl AdminState for EndpointMetrics {
 
     fn ready(&self) -> bool {
         self.serving.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    fn config() -> CloudApiConfig {
+        CloudApiArgs {
+            cloud_api_listen: vec!["10.0.0.1:3128".parse().unwrap()],
+            cloud_api_clients: vec![net("10.0.0.0/16"), net("fd10::/64")],
+            cloud_api_port: DEFAULT_CLOUD_PORT,
+        }
+        .resolve(vec![net("10.0.200.0/24")])
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn clients_inside_the_vpn_or_outside_the_list_are_refused() {
+        let c = config();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(client_refused(&c, ip("10.0.0.2")), None);
+        assert_eq!(client_refused(&c, ip("fd10::2")), None);
+        let vpn = client_refused(&c, ip("10.0.200.2")).unwrap();
+        assert!(
+            vpn.contains("inside the VPN network 10.0.200.0/24"),
+            "{vpn}"
+        );
+        let out = client_refused(&c, ip("10.1.0.2")).unwrap();
+        assert!(out.contains("not in --cloud-api-clients"), "{out}");
+    }
+
+    #[test]
+    fn listen_and_clients_go_together() {
+        let mut args = CloudApiArgs {
+            cloud_api_listen: Vec::new(),
+            cloud_api_clients: Vec::new(),
+            cloud_api_port: DEFAULT_CLOUD_PORT,
+        };
+        assert!(args.resolve(Vec::new()).unwrap().is_none());
+        args.cloud_api_clients.push(net("10.0.0.0/16"));
+        assert!(matches!(
+            args.resolve(Vec::new()),
+            Err(CloudApiArgsError::Incomplete)
+        ));
+    }
+
+    #[test]
+    fn a_vms_answer_is_passed_on_as_one_of_ours() {
+        assert_eq!(status_of(403), Status::FORBIDDEN);
+        assert_eq!(status_of(504), Status::GATEWAY_TIMEOUT);
+        assert_eq!(status_of(418), Status::BAD_GATEWAY);
+        assert_eq!(status_of(200), Status::BAD_GATEWAY);
+    }
+
+    #[test]
+    fn the_endpoint_table_guards_input_and_forwarding_from_the_tunnel() {
+        let t = endpoint_table(None, "tun7");
+        let text = format!("{t:?}");
+        for hook in ["Input", "Forward"] {
+            assert!(text.contains(hook), "{text}");
+        }
+        assert!(text.contains("tun7"), "{text}");
+        // vpn2's table (environment mode) keeps its chains and gains the forward guard.
+        let env = crate::vpn2::seed_table("tun0", Some(net("100.96.0.0/11")), None);
+        let text = format!("{:?}", endpoint_table(Some(env), "tun0"));
+        assert!(
+            text.contains("Prerouting") && text.contains("Forward"),
+            "{text}"
+        );
     }
 }

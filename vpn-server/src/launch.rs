@@ -31,8 +31,9 @@ pub struct Launch {
     /// Firewall and NAT rules to hold while serving (vpn2 environment mode): applied once the
     /// tun device is up, owned by this process, removed when it stops.
     pub firewall: Option<Table>,
-    /// GEP-21's cloud API endpoint (`--cloud-api-listen`); without other rules, the server
-    /// then holds [`crate::cloud_api::endpoint_table`] for its device.
+    /// GEP-21's cloud API endpoint (`--cloud-api-listen`); the server then holds
+    /// [`crate::cloud_api::endpoint_table`] for its device (`firewall` plus the forwarding
+    /// guard; without `firewall`, vpn2's non-HA seed rules).
     pub cloud_api: Option<CloudApiConfig>,
 }
 
@@ -78,11 +79,10 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     let script_settings = settings.clone();
     let server = Server::bind(settings).await?;
     let dev = server.tun_name().to_owned();
-    let firewall = firewall.or_else(|| {
-        cloud_api
-            .as_ref()
-            .map(|_| crate::cloud_api::endpoint_table(&dev))
-    });
+    let firewall = match &cloud_api {
+        Some(_) => Some(crate::cloud_api::endpoint_table(firewall, &dev)),
+        None => firewall,
+    };
     let rules = match &firewall {
         Some(table) => {
             let mut fw = Firewall::open()?;

@@ -389,7 +389,13 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     ] {
         ip(ns, &["route", "add", "10.20.0.0/16", "via", via]);
     }
-    // The endpoint's pod forwards (so only the firewall keeps the tunnel out of the seed).
+    // The endpoint's pod forwards and the seed routes back through it (so only the firewall
+    // keeps the tunnel out of the seed).
+    ip(&seedctl, &["route", "add", "default", "via", "10.0.0.1"]);
+    ip(
+        &seedctl,
+        &["-6", "route", "add", "default", "via", "fd10::1"],
+    );
     endpoint
         .run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])
         .expect("forwarding");

@@ -793,6 +793,34 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     });
     assert!(vm2_proc.alive(), "VM2's process restarted");
 
+    // HA when a VM goes silent instead (its uplink cut: no TCP close, the server lists it
+    // until its ping-restart): requests that try it first wait for the TCP bound, then go
+    // through the other VM.
+    let _vm1_again = spawn(&vm1, d, "vm1-again", &bins.client, &args1);
+    wait_until("both VMs connected again", UP, || {
+        sample(&scrape(&seedctl, "10.0.0.1:9100"), "vpn_server_clients") == Some(2.0)
+    });
+    ip(&vm2, &["link", "set", "vpnt-vm2-in", "down"]);
+    let cut = Instant::now();
+    let mut slowest = Duration::ZERO;
+    let mut slow = 0;
+    let mut silent: Vec<(Duration, bool)> = Vec::new();
+    while silent.len() < 40 && cut.elapsed() < Duration::from_secs(20) {
+        let started = Instant::now();
+        let ok = curl(&seedctl, PROXY, &private_ca, &url).body == TOKEN;
+        slowest = slowest.max(started.elapsed());
+        slow += usize::from(started.elapsed() > Duration::from_secs(1));
+        silent.push((cut.elapsed(), ok));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let failed = silent.iter().filter(|(_, ok)| !ok).count();
+    eprintln!(
+        "GEP-21 failover: VM2's uplink cut; {failed} of {} requests in {:?} failed; {slow} took over 1 s, the slowest {slowest:?}",
+        silent.len(),
+        cut.elapsed()
+    );
+    assert_eq!(failed, 0, "{silent:?}");
+
     // Audit on the endpoint.
     let m = scrape(&seedctl, "10.0.0.1:9100");
     assert!(

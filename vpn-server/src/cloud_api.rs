@@ -25,9 +25,10 @@
 //! the same for forwarding, so a VM cannot open a connection to this pod or through it.
 //!
 //! **HA.** Two or more VMs may dial the same endpoint (same CA, `duplicate-cn` or their own
-//! certificates): whichever tunnels are up are tried in turn, so a VM that goes away costs a
-//! request at most [`TRY_TIMEOUT`] while the server still lists it (a `kill -9` closes its TCP
-//! connection at once, so usually nothing).
+//! certificates): whichever tunnels are up are tried in turn, starting at the next one for
+//! each request. A VM that goes away costs a request at most [`TCP_TIMEOUT`] while the server
+//! still lists it (a `kill -9` closes its TCP connection at once, so usually nothing); a VM
+//! whose proxy failed is then tried last for [`SUSPECT_FOR`].
 //!
 //! **Audit.** One `info` line per CONNECT when it ends (`vpn_server::cloud_api::access`: the
 //! controller, the target, the VM (CN and address) that carried it, the status, bytes each
@@ -65,6 +66,10 @@ pub const TRY_TIMEOUT: Duration = Duration::from_secs(15);
 pub const TCP_TIMEOUT: Duration = Duration::from_secs(3);
 /// Tunnels open at once; more are answered 503.
 pub const MAX_TUNNELS: usize = 4096;
+/// A VM whose proxy failed is tried after the others for this long (until it answers
+/// again), so a VM that went silent without its tunnel closing costs one request
+/// [`TCP_TIMEOUT`], not every other one, until the server drops it.
+pub const SUSPECT_FOR: Duration = Duration::from_secs(10);
 
 /// `vpn-server`'s GEP-21 flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -162,6 +167,8 @@ struct Shared {
     metrics: Arc<EndpointMetrics>,
     /// Where the next request starts in the list of tunnels.
     next: AtomicUsize,
+    /// VM proxies that failed, and when (see [`SUSPECT_FOR`]).
+    suspects: std::sync::Mutex<std::collections::HashMap<SocketAddr, Instant>>,
     permits: Arc<tokio::sync::Semaphore>,
 }
 
@@ -188,6 +195,7 @@ impl CloudApiEndpoint {
                 routes,
                 metrics: Arc::new(EndpointMetrics::default()),
                 next: AtomicUsize::new(0),
+                suspects: std::sync::Mutex::default(),
                 permits: Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS)),
             }),
         })
@@ -352,6 +360,27 @@ async fn through_a_vm(
     }
     let start = shared.next.fetch_add(1, Ordering::Relaxed) % vms.len();
     vms.rotate_left(start);
+    let suspect = |addr: &SocketAddr| {
+        let mut s = shared
+            .suspects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.retain(|_, since| since.elapsed() < SUSPECT_FOR);
+        s.contains_key(addr)
+    };
+    // Stable: the rotation stays among the VMs that did not fail lately.
+    vms.sort_by_key(|(_, addr)| suspect(addr));
+    let mark = |addr: SocketAddr, failed: bool| {
+        let mut s = shared
+            .suspects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if failed {
+            s.insert(addr, Instant::now());
+        } else {
+            s.remove(&addr);
+        }
+    };
     let host = match &authority.host {
         Host::Name(n) => n.clone(),
         Host::Ipv4(a) => a.to_string(),
@@ -366,12 +395,14 @@ async fn through_a_vm(
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 shared.metrics.vm_failed.fetch_add(1, Ordering::Relaxed);
+                mark(addr, true);
                 debug!(vm = %cn, %addr, error = %e, "cloud VM unreachable; trying the next");
                 failures.push(format!("{cn} {addr}: {e}"));
                 continue;
             }
             Err(_) => {
                 shared.metrics.vm_failed.fetch_add(1, Ordering::Relaxed);
+                mark(addr, true);
                 debug!(vm = %cn, %addr, "cloud VM silent; trying the next");
                 failures.push(format!(
                     "{cn} {addr}: no TCP connection within {TCP_TIMEOUT:?}"
@@ -380,8 +411,12 @@ async fn through_a_vm(
             }
         };
         match connect_over(tcp, &request, TRY_TIMEOUT).await {
-            Ok(t) => return Ok((t, (cn, addr))),
+            Ok(t) => {
+                mark(addr, false);
+                return Ok((t, (cn, addr)));
+            }
             Err(ConnectError::Status { code, reason }) => {
+                mark(addr, false);
                 let mut o = Outcome::refused(
                     status_of(code),
                     String::new(),
@@ -392,6 +427,7 @@ async fn through_a_vm(
             }
             Err(e) => {
                 shared.metrics.vm_failed.fetch_add(1, Ordering::Relaxed);
+                mark(addr, true);
                 debug!(vm = %cn, %addr, error = %chain(&e), "cloud VM failed; trying the next");
                 failures.push(format!("{cn} {addr}: {}", chain(&e)));
             }

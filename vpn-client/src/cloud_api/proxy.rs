@@ -40,6 +40,11 @@ pub const IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
 /// Tunnels open at once; more are answered 503.
 pub const MAX_TUNNELS: usize = 1024;
 
+/// How often the proxy tries to bind while its device does not exist. The client makes the
+/// device when the endpoint's push arrives, and the endpoint may try this VM as soon as the
+/// tunnel is up, so the wait is kept short (it answers 502 for a VM whose proxy refuses).
+pub const BIND_RETRY: Duration = Duration::from_millis(20);
+
 /// What one connection's proxy needs.
 #[derive(Debug, Clone)]
 pub struct ProxyConfig {
@@ -54,7 +59,7 @@ pub struct ProxyConfig {
 }
 
 /// Binds the proxy on the tunnel device, waiting for the device to exist (the client makes it
-/// when it starts); `None` once `shutdown` is cancelled.
+/// when the first push arrives); `None` once `shutdown` is cancelled.
 pub async fn bind(config: &ProxyConfig, shutdown: &CancellationToken) -> Option<TcpListener> {
     let mut logged = false;
     loop {
@@ -72,7 +77,7 @@ pub async fn bind(config: &ProxyConfig, shutdown: &CancellationToken) -> Option<
         }
         tokio::select! {
             () = shutdown.cancelled() => return None,
-            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            () = tokio::time::sleep(BIND_RETRY) => {}
         }
     }
 }

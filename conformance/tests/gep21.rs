@@ -291,6 +291,23 @@ fn k8s_publish(dir: &Path, version: u32, files: &[(&str, &str)]) {
     }
 }
 
+/// The IPv4 address of the tunnel device in `ns`.
+fn tunnel_address(ns: &Netns) -> std::net::Ipv4Addr {
+    let out = ns
+        .run(["ip", "-4", "-o", "addr", "show", "dev", DEVICE])
+        .expect("ip addr");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cidr = text
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no address on {DEVICE}: {text}"));
+    cidr.split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("address")
+}
+
 fn device_exists(ns: &Netns) -> bool {
     ns.run(["ip", "link", "show", DEVICE]).is_ok()
 }
@@ -661,6 +678,37 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
         assert!(
             rules.contains(needle),
             "the endpoint's rules lack {needle:?}:\n{rules}"
+        );
+    }
+    // Nor does the seed reach the VM's other services through the tunnel: the VM's guard
+    // lets in the proxy's port only.
+    let vm_ssh = counting_listener(&vm1, "0.0.0.0:2222");
+    let vm_tunnel = tunnel_address(&vm1);
+    assert!(!tcp_opens(
+        &endpoint,
+        SocketAddr::new(vm_tunnel.into(), 2222)
+    ));
+    assert!(tcp_opens(
+        &endpoint,
+        SocketAddr::new(vm_tunnel.into(), 3128)
+    ));
+    assert_eq!(
+        vm_ssh.load(Ordering::SeqCst),
+        0,
+        "the seed reached the VM's port 2222"
+    );
+    let guard = vm1
+        .run(["nft", "list", "table", "inet", "vpn-cloud-api"])
+        .expect("nft");
+    let guard = String::from_utf8_lossy(&guard.stdout);
+    for needle in [
+        "iifname \"cpa-seed-a\" tcp dport 3128 accept",
+        "iifname \"cpa-seed-a\" drop",
+        "hook forward",
+    ] {
+        assert!(
+            guard.contains(needle),
+            "the VM's rules lack {needle:?}:\n{guard}"
         );
     }
     // The path itself works: the endpoint still reaches the VM through the same tunnel.

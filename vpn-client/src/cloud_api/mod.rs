@@ -24,6 +24,10 @@
 //!   applied, no pushed route.
 //! * **Proxy** ([`proxy`]): bound to the tunnel device, so only what arrives through the
 //!   tunnel reaches it.
+//! * **Guard** ([`vm_table`]): while connections run, the process owns the nf_tables table
+//!   `inet vpn-cloud-api`: from each tunnel device only replies and connections to its
+//!   proxy's port come in, nothing is forwarded (the kernel removes the table when the process
+//!   ends, also after `kill -9`).
 //! * **Audit**: one log line per CONNECT (`vpn_client::cloud_api::access`) and the
 //!   `vpn_cloud_api_*` series ([`metrics`]) on `--admin-listen`.
 //!
@@ -43,6 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netio::admin::{AdminBindError, AdminServer, AdminState};
+use netio::firewall::{priority, Chain, Firewall, Hook, Rule, Table};
 use netio::report::chain;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -90,6 +95,8 @@ pub async fn run(args: CloudApiArgs, shutdown: CancellationToken) -> Result<(), 
         slots: BTreeMap::new(),
         metrics,
         dir_error: false,
+        firewall: None,
+        guarded: Vec::new(),
     };
     let poll = Duration::from_millis(args.poll_interval_ms.max(10));
     loop {
@@ -123,6 +130,10 @@ struct Watcher {
     metrics: Arc<CloudApiMetrics>,
     /// The directory could not be read at the last poll (reported once).
     dir_error: bool,
+    /// The netfilter socket that owns [`TABLE`] (opened with the first connection).
+    firewall: Option<Firewall>,
+    /// The tunnels [`TABLE`] guards now.
+    guarded: Vec<(String, u16)>,
 }
 
 impl Watcher {
@@ -205,6 +216,9 @@ impl Watcher {
                 warn!("{w}");
             }
             let counters = self.metrics.connection(&spec.name);
+            // The device's guard is in the kernel before its tunnel can come up.
+            self.guard(Some((&spec.device, spec.proxy_port)));
+            let slot = self.slots.entry(name.clone()).or_default();
             info!(
                 file = %name,
                 device = %spec.device,
@@ -217,7 +231,77 @@ impl Watcher {
                 Err(e) => error!(file = %name, error = %e, "cannot start a connection thread"),
             }
         }
+        self.guard(None);
     }
+
+    /// Holds [`vm_table`] for the running connections (and `adding`), applied when it
+    /// changed; removed when no connection runs.
+    fn guard(&mut self, adding: Option<(&str, u16)>) {
+        let mut tunnels: Vec<(String, u16)> = self
+            .slots
+            .values()
+            .filter_map(|s| s.running.as_ref())
+            .map(|r| (r.device.clone(), r.port))
+            .chain(adding.map(|(d, p)| (d.to_owned(), p)))
+            .collect();
+        tunnels.sort();
+        tunnels.dedup();
+        if self.guarded == tunnels {
+            return;
+        }
+        let fw = match &mut self.firewall {
+            Some(fw) => fw,
+            None => match Firewall::open() {
+                Ok(fw) => self.firewall.insert(fw),
+                Err(e) => {
+                    error!(error = %chain(&e), "cannot open the firewall: the tunnels are not guarded");
+                    return;
+                }
+            },
+        };
+        let done = if tunnels.is_empty() {
+            fw.remove(TABLE)
+        } else {
+            fw.apply(&vm_table(&tunnels), true)
+        };
+        match done {
+            Ok(()) => {
+                info!(
+                    table = TABLE,
+                    tunnels = tunnels.len(),
+                    "tunnel guard rules in force"
+                );
+                self.guarded = tunnels;
+            }
+            Err(e) => error!(error = %chain(&e), "cannot install the tunnel guard rules"),
+        }
+    }
+}
+
+/// Our nf_tables table on the VM, owned by the process (gone when it ends).
+pub const TABLE: &str = "vpn-cloud-api";
+
+/// The VM's rules for its tunnels, each `(device, proxy port)`: from a tunnel device only
+/// replies and new connections to the proxy's port come in, and nothing is forwarded. The
+/// endpoint's server delivers only packets for the VM's own tunnel address; these rules keep
+/// the VM's other services, and the private network behind it, out of the tunnel's reach
+/// even if that were not so.
+pub fn vm_table(tunnels: &[(String, u16)]) -> Table {
+    let mut input = Chain::filter("input", Hook::Input, priority::FILTER);
+    let mut forward = Chain::filter("forward", Hook::Forward, priority::FILTER);
+    for (device, port) in tunnels {
+        input = input
+            .rule(
+                Rule::new()
+                    .iifname(device)
+                    .established_or_related()
+                    .accept(),
+            )
+            .rule(Rule::new().iifname(device).tcp_dport(*port).accept())
+            .rule(Rule::new().iifname(device).drop());
+        forward = forward.rule(Rule::new().iifname(device).drop());
+    }
+    Table::new(TABLE).chain(input).chain(forward)
 }
 
 /// The `*.conf` files of `dir` (not hidden) and their contents, read through symlinks.
@@ -246,6 +330,7 @@ pub fn scan(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
 struct Running {
     content: Vec<u8>,
     device: String,
+    port: u16,
     stop: CancellationToken,
     thread: std::thread::JoinHandle<()>,
     counters: Arc<ConnectionCounters>,
@@ -259,6 +344,7 @@ impl Running {
     ) -> io::Result<Running> {
         let stop = CancellationToken::new();
         let device = spec.device.clone();
+        let port = spec.proxy_port;
         let token = stop.clone();
         let c = Arc::clone(&counters);
         let span = tracing::info_span!("cloud_api", connection = %spec.name);
@@ -277,6 +363,7 @@ impl Running {
         Ok(Running {
             content,
             device,
+            port,
             stop,
             thread,
             counters,
@@ -351,6 +438,21 @@ async fn connection(
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn the_guard_lets_in_replies_and_the_proxy_port_only() {
+        let t = vm_table(&[("cpa-a".into(), 3128), ("cpa-b".into(), 8080)]);
+        let text = format!("{t:?}");
+        for needle in [
+            "cpa-a",
+            "cpa-b",
+            "TcpDport(3128)",
+            "TcpDport(8080)",
+            "Forward",
+        ] {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+    }
 
     /// Kubernetes' atomic writer: files are links into `..data`, itself a link to a
     /// timestamped directory that a new version replaces with one rename.

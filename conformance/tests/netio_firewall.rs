@@ -187,6 +187,29 @@ fn vpn2_rules_read_back_as_nft_writes_them() {
 }
 
 #[test]
+fn a_destination_port_reads_back_as_nft_writes_it() {
+    require_lab(&["nft"]);
+    let ns = Netns::new().expect("namespace");
+    let table = Table::new("vpnt-dport").chain(
+        Chain::filter("input", Hook::Input, priority::FILTER)
+            .rule(Rule::new().iifname("cpa0").tcp_dport(3128).accept())
+            .rule(Rule::new().iifname("cpa0").drop()),
+    );
+    ns.run_in(|| {
+        Firewall::open()
+            .expect("netfilter socket")
+            .apply(&table, false)
+            .expect("table")
+    })
+    .expect("in namespace");
+    let listed = nft(&ns, &["list", "table", "inet", "vpnt-dport"]);
+    assert!(
+        listed.contains("iifname \"cpa0\" tcp dport 3128 accept"),
+        "{listed}"
+    );
+}
+
+#[test]
 fn applying_twice_is_applying_once_and_removal_takes_only_ours() {
     require_lab(&["nft"]);
     let ns = Netns::new().expect("namespace");

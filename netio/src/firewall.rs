@@ -121,6 +121,7 @@ enum Match {
     Destination(IpNet),
     Tcp,
     TcpSyn,
+    TcpDport(u16),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +239,11 @@ impl Rule {
     /// `tcp flags & (syn|rst) == syn`: the first packet of each direction of a handshake.
     pub fn tcp_syn(self) -> Rule {
         self.with(Match::TcpSyn)
+    }
+
+    /// `tcp dport PORT`.
+    pub fn tcp_dport(self, port: u16) -> Rule {
+        self.with(Match::TcpDport(port))
     }
 
     /// `accept`.
@@ -788,6 +794,19 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
                 address(&mut out, *net, source);
             }
             Match::Tcp => l4proto_tcp(&mut out),
+            Match::TcpDport(port) => {
+                l4proto_tcp(&mut out);
+                // The destination port: bytes 2 and 3 of the TCP header, network order.
+                out.push(Expr::Payload {
+                    base: NFT_PAYLOAD_TRANSPORT_HEADER,
+                    offset: 2,
+                    len: 2,
+                });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: port.to_be_bytes().to_vec(),
+                });
+            }
             Match::TcpSyn => {
                 l4proto_tcp(&mut out);
                 // The flags byte: SYN (0x02) set and RST (0x04) clear.

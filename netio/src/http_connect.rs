@@ -60,34 +60,56 @@ pub async fn connect_via_proxy(
                 }
             }
         }
-        let Some(mut stream) = connected else {
+        let Some(stream) = connected else {
             return Err(last_err.unwrap_or(ConnectError::NoProxyAddress));
         };
-        tracing::debug!(
-            proxy = %stream.peer_addr().map_err(io_err)?,
-            target = %format_args!("{}:{}", request.host, request.port),
-            "sending HTTP CONNECT"
-        );
-        stream.write_all(&bytes).await.map_err(io_err)?;
-        let mut buf = BytesMut::with_capacity(1024);
-        let (response, len) = read_head(&mut stream, &mut buf, parse_response_head).await?;
-        if response.status != 200 {
-            return Err(ConnectError::Status {
-                code: response.status,
-                reason: response.reason,
-            });
-        }
-        let leftover = buf.split_off(len);
-        tracing::debug!(leftover = leftover.len(), "HTTP proxy tunnel established");
-        Ok(ProxiedStream {
-            stream,
-            leftover,
-            response,
-        })
+        exchange(stream, &bytes, request).await
     };
     tokio::time::timeout(timeout, exchange)
         .await
         .map_err(|_| ConnectError::Timeout { after: timeout })?
+}
+
+/// [`connect_via_proxy`] over a connection to the proxy the caller opened (with its own
+/// bound on the TCP connect): sends `request` and reads the response head within `timeout`.
+pub async fn connect_over(
+    stream: TcpStream,
+    request: &ConnectRequest,
+    timeout: Duration,
+) -> Result<ProxiedStream, ConnectError> {
+    let bytes = request.to_bytes().map_err(ConnectError::Request)?;
+    tokio::time::timeout(timeout, exchange(stream, &bytes, request))
+        .await
+        .map_err(|_| ConnectError::Timeout { after: timeout })?
+}
+
+/// Sends the encoded request and reads the proxy's answer.
+async fn exchange(
+    mut stream: TcpStream,
+    bytes: &[u8],
+    request: &ConnectRequest,
+) -> Result<ProxiedStream, ConnectError> {
+    tracing::debug!(
+        proxy = %stream.peer_addr().map_err(io_err)?,
+        target = %format_args!("{}:{}", request.host, request.port),
+        "sending HTTP CONNECT"
+    );
+    stream.write_all(bytes).await.map_err(io_err)?;
+    let mut buf = BytesMut::with_capacity(1024);
+    let (response, len) = read_head(&mut stream, &mut buf, parse_response_head).await?;
+    if response.status != 200 {
+        return Err(ConnectError::Status {
+            code: response.status,
+            reason: response.reason,
+        });
+    }
+    let leftover = buf.split_off(len);
+    tracing::debug!(leftover = leftover.len(), "HTTP proxy tunnel established");
+    Ok(ProxiedStream {
+        stream,
+        leftover,
+        response,
+    })
 }
 
 /// Reads from `stream` into `buf` until `parse` finds a whole head; the head is

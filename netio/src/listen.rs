@@ -32,11 +32,28 @@ pub fn bind_dual_stack(addr: SocketAddr) -> io::Result<TcpListener> {
     bind_with(addr, false)
 }
 
+/// A dual-stack listener on `port` of every address (`[::]`) that takes connections arriving
+/// on network device `device` only (`SO_BINDTODEVICE`): connections through any other device,
+/// loopback included, are not accepted by it. Fails with `ENODEV` while the device does not
+/// exist; the socket stays bound to the device's index, so a device deleted and made again
+/// needs a new listener. Must run inside a tokio runtime.
+pub fn bind_on_device(port: u16, device: &str) -> io::Result<TcpListener> {
+    let addr = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
+    bind_inner(addr, false, Some(device))
+}
+
 fn bind_with(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
+    bind_inner(addr, v6_only, None)
+}
+
+fn bind_inner(addr: SocketAddr, v6_only: bool, device: Option<&str>) -> io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
         socket.set_only_v6(v6_only)?;
+    }
+    if let Some(device) = device {
+        socket.bind_device(Some(device.as_bytes()))?;
     }
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;

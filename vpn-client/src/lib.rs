@@ -56,6 +56,7 @@ pub use settings::{
 pub use tunnel::TunnelError;
 
 pub mod apiserver_proxy;
+pub mod cloud_api;
 pub mod config;
 pub mod connection;
 pub mod dial;

@@ -4,7 +4,9 @@
 //! or the path at fault.
 //!
 //! `vpn-client apiserver-proxy` runs the GEP-30 apiserver-proxy instead (see
-//! [`vpn_client::apiserver_proxy`]).
+//! [`vpn_client::apiserver_proxy`]). `vpn-client cloud-api --connections DIR` runs GEP-21's
+//! cloud side: tunnels to seed endpoints with an API proxy on each
+//! ([`vpn_client::cloud_api`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +47,9 @@ struct Cli {
 enum Command {
     /// Tunnel local TCP connections to the ingress with CONNECT and a routing header (GEP-30).
     ApiserverProxy(vpn_client::apiserver_proxy::ApiserverProxyArgs),
+    /// GEP-21's cloud side: a tunnel to each seed endpoint of the connection files, each with
+    /// a CONNECT proxy to its allow-listed cloud-provider API endpoints.
+    CloudApi(vpn_client::cloud_api::CloudApiArgs),
     /// vpn2's init step on the shoot: the kernel settings of the vpn-shoot pod (needs
     /// privileges).
     Setup,
@@ -78,6 +83,14 @@ fn run() -> anyhow::Result<()> {
             let proxy = vpn_client::apiserver_proxy::ApiserverProxy::bind(config).await?;
             proxy.run(shutdown).await;
             Ok(())
+        });
+    }
+    if let Some(Command::CloudApi(args)) = &cli.command {
+        let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
+        return runtime.block_on(async {
+            let shutdown = CancellationToken::new();
+            tokio::spawn(cancel_on_signals(shutdown.clone())?);
+            Ok(vpn_client::cloud_api::run(args.clone(), shutdown).await?)
         });
     }
     let Loaded { settings, warnings } = load(&cli)?;

@@ -1,6 +1,7 @@
 //! What the `vpn-server` binary runs once its configuration is loaded: the OpenVPN server with
 //! its `up` / `down` commands, the CONNECT sidecar in the same process if asked, and the admin
-//! endpoint (`/metrics`, `/healthz`, `/readyz`); or the sidecar alone.
+//! endpoint (`/metrics`, `/healthz`, `/readyz`), GEP-21's cloud API endpoint if asked; or the
+//! sidecar alone.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use netio::report::chain;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::cloud_api::{CloudApiConfig, CloudApiEndpoint};
 use crate::config::Loaded;
 use crate::script::ScriptError;
 use crate::server::{Server, ServerError};
@@ -29,6 +31,10 @@ pub struct Launch {
     /// Firewall and NAT rules to hold while serving (vpn2 environment mode): applied once the
     /// tun device is up, owned by this process, removed when it stops.
     pub firewall: Option<Table>,
+    /// GEP-21's cloud API endpoint (`--cloud-api-listen`); the server then holds
+    /// [`crate::cloud_api::endpoint_table`] for its device (`firewall` plus the forwarding
+    /// guard; without `firewall`, vpn2's non-HA seed rules).
+    pub cloud_api: Option<CloudApiConfig>,
 }
 
 /// Why the process could not serve.
@@ -49,6 +55,9 @@ pub enum LaunchError {
     /// The firewall rules were refused.
     #[error("firewall rules")]
     Firewall(#[from] FirewallError),
+    /// The cloud API endpoint could not bind.
+    #[error("cannot listen on {0} (--cloud-api-listen)")]
+    CloudApi(SocketAddr, #[source] std::io::Error),
 }
 
 /// Binds everything in `launch`, runs `up`, serves until `shutdown`, drains, runs `down`.
@@ -58,6 +67,7 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         sidecar,
         admin_listen,
         firewall,
+        cloud_api,
     } = launch;
     let Loaded {
         settings,
@@ -69,6 +79,10 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     let script_settings = settings.clone();
     let server = Server::bind(settings).await?;
     let dev = server.tun_name().to_owned();
+    let firewall = match &cloud_api {
+        Some(_) => Some(crate::cloud_api::endpoint_table(firewall, &dev)),
+        None => firewall,
+    };
     let rules = match &firewall {
         Some(table) => {
             let mut fw = Firewall::open()?;
@@ -89,7 +103,17 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         }
         None => None,
     };
-    let admin = tokio::spawn(admin.serve(vec![server_part], shutdown.clone()));
+    let mut parts = vec![server_part];
+    let cloud_api = match cloud_api {
+        Some(config) => {
+            let endpoint = CloudApiEndpoint::bind(config, server.client_routes())
+                .map_err(|(addr, e)| LaunchError::CloudApi(addr, e))?;
+            parts.push(endpoint.metrics());
+            Some(tokio::spawn(endpoint.run(shutdown.clone())))
+        }
+        None => None,
+    };
+    let admin = tokio::spawn(admin.serve(parts, shutdown.clone()));
     if let Some(up) = up {
         up.run(&script_settings, &dev, verb)
             .await
@@ -98,6 +122,9 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     info!("Initialization Sequence Completed");
     server.run(shutdown).await?;
     if let Some(task) = sidecar {
+        let _ = task.await;
+    }
+    if let Some(task) = cloud_api {
         let _ = task.await;
     }
     let _ = admin.await;

@@ -59,6 +59,7 @@
 //! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 //! | [`vpn2`] | vpn2's drop-in verbs and rules: `setup`, `firewall`, the env-mode firewall table |
 
+pub mod cloud_api;
 pub mod config;
 pub mod connection;
 pub mod device;

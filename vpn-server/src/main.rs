@@ -4,6 +4,8 @@
 //! vpn2 environment variables and vpn2's file layout under `--secrets-dir`. SIGTERM or SIGINT
 //! tells the clients, drains and exits 0. Errors are one line naming the file (and line).
 //!
+//! `--cloud-api-listen` also runs GEP-21's cloud API endpoint (`vpn_server::cloud_api`).
+//!
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
 //! `vpn-server sidecar` runs it alone. Started as `envoy` (a link named so: Gardener's
 //! `envoy-proxy` image), or as `vpn-server envoy`, it runs in Envoy mode with Envoy's flags:
@@ -21,6 +23,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use clap::Parser;
+use ipnet::IpNet;
 use netio::logging::Format;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
@@ -67,6 +70,8 @@ struct Cli {
     sidecar: bool,
     #[command(flatten)]
     sidecar_args: SidecarArgs,
+    #[command(flatten)]
+    cloud_api: vpn_server::cloud_api::CloudApiArgs,
     /// Another role of this binary; without one, the OpenVPN server. (The ingress router is
     /// the `vpn-router` binary.)
     #[command(subcommand)]
@@ -224,11 +229,20 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
             )
         }
     };
+    let tunnel_networks = loaded
+        .settings
+        .pool_v4
+        .map(IpNet::V4)
+        .into_iter()
+        .chain(loaded.settings.pool_v6.map(IpNet::V6))
+        .collect();
+    let cloud_api = cli.cloud_api.resolve(tunnel_networks)?;
     Ok(Launch {
         loaded,
         sidecar,
         admin_listen: cli.admin_listen.clone(),
         firewall,
+        cloud_api,
     })
 }
 

@@ -306,6 +306,23 @@ impl Registry {
         }
     }
 
+    /// The clients whose tunnel is up (a data cipher agreed), oldest tunnel first.
+    pub fn tunnels(&self) -> Vec<crate::server::TunnelAddresses> {
+        let mut up: Vec<(&ClientId, &ClientEntry)> = self
+            .clients
+            .iter()
+            .filter(|(_, e)| !e.cipher.is_empty())
+            .collect();
+        up.sort_by_key(|(id, e)| (e.since, **id));
+        up.into_iter()
+            .map(|(_, e)| crate::server::TunnelAddresses {
+                common_name: e.common_name.clone(),
+                v4: e.v4,
+                v6: e.v6,
+            })
+            .collect()
+    }
+
     /// Removes client `id`, freeing its lease and routes.
     pub fn remove(&mut self, id: ClientId) -> Option<ClientEntry> {
         let entry = self.clients.remove(&id)?;

@@ -264,6 +264,22 @@ impl ClientRoutes {
     pub fn covers(&self, addr: IpAddr) -> bool {
         lock(&self.registry).route(addr.to_canonical()).is_some()
     }
+
+    /// The clients whose tunnel is up now, oldest tunnel first: CN and assigned addresses.
+    pub fn tunnels(&self) -> Vec<TunnelAddresses> {
+        lock(&self.registry).tunnels()
+    }
+}
+
+/// One client with its tunnel up, as [`ClientRoutes::tunnels`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelAddresses {
+    /// Certificate CN (empty without one).
+    pub common_name: String,
+    /// Assigned IPv4 address.
+    pub v4: Option<std::net::Ipv4Addr>,
+    /// Assigned IPv6 address.
+    pub v6: Option<std::net::Ipv6Addr>,
 }
 
 /// Binds with `settings` and serves until `shutdown` is cancelled; see [`Server`].

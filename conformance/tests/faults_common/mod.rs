@@ -36,7 +36,9 @@ use openssl::ec::{EcGroup, EcKey};
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
 use openssl::pkey::PKey;
-use openssl::x509::extension::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
+use openssl::x509::extension::{
+    AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, SubjectKeyIdentifier,
+};
 use openssl::x509::{X509Builder, X509NameBuilder, X509};
 use rustix::process::{kill_process, Pid, Signal};
 use tokio::runtime::Runtime;
@@ -481,7 +483,8 @@ pub fn unix_now() -> i64 {
 }
 
 /// Issues a client certificate for `cn` from `pki`'s CA, valid from `not_before` to
-/// `not_after` (unix seconds), with the extensions of the fixture's own client certificate.
+/// `not_after` (unix seconds), with the extensions of the fixture's own client certificate
+/// and the subject and authority key identifiers.
 /// Returns (certificate PEM, key PEM).
 pub fn issue_client_cert(
     ca_cert: &Path,
@@ -525,6 +528,17 @@ pub fn issue_client_cert(
     .expect("ku");
     b.append_extension(ExtendedKeyUsage::new().client_auth().build().expect("eku"))
         .expect("eku");
+    // As real issuers do: with two CAs of one name in a bundle, the key identifier is how a
+    // verifier finds the right one.
+    let ski = SubjectKeyIdentifier::new()
+        .build(&b.x509v3_context(Some(&ca), None))
+        .expect("ski");
+    b.append_extension(ski).expect("ski");
+    let aki = AuthorityKeyIdentifier::new()
+        .keyid(true)
+        .build(&b.x509v3_context(Some(&ca), None))
+        .expect("aki");
+    b.append_extension(aki).expect("aki");
     b.sign(&ca_key, MessageDigest::sha256()).expect("sign");
     (
         b.build().to_pem().expect("cert pem"),

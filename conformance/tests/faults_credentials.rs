@@ -84,7 +84,7 @@ fn an_expiring_client_certificate_ends_the_tunnel_at_the_next_renegotiation() {
     const VALID_FOR: i64 = 20;
     const RENEG: Duration = Duration::from_secs(30);
     require_lab(&["openssl", "openvpn", "ping"]);
-    capture_logs();
+    let _logs = capture_logs();
     let pki = TestPki::generate().expect("pki");
     let pair = Pair::new();
     let issued = unix_now();
@@ -224,7 +224,7 @@ fn server_config(
 #[test]
 fn a_ca_bundle_rotation_accepts_old_and_new_then_only_new() {
     require_lab(&["openssl", "openvpn", "ping"]);
-    capture_logs();
+    let _logs = capture_logs();
     let old = TestPki::generate().expect("old pki");
     let new = TestPki::generate().expect("new pki");
     let pair = Pair::new();
@@ -341,7 +341,7 @@ fn tls_auth_server(pki: &TestPki) -> ControlProtection {
 fn a_tls_auth_key_changed_on_one_side_retries_with_backoff_then_recovers() {
     const WATCH: Duration = Duration::from_secs(20);
     require_lab(&["openssl", "openvpn", "ping"]);
-    capture_logs();
+    let _logs = capture_logs();
     let pki = TestPki::generate().expect("pki");
     let other = TestPki::generate().expect("other ta.key");
     let pair = Pair::new();

@@ -43,7 +43,7 @@ fn the_server_at_its_descriptor_limit_keeps_its_tunnels_and_recovers() {
     const CLIENTS: usize = 70;
     const LEAVING: usize = 20;
     require_lab(&["openssl", "openvpn", "ping", "prlimit"]);
-    init_tracing();
+    let _logs = capture_logs();
     let bins = Binaries::locate().expect("our binaries");
     let pki = TestPki::generate().expect("pki");
     let pair = Pair::new();
@@ -187,7 +187,7 @@ fn a_packet_id_close_to_wrapping_forces_a_renegotiation_without_nonce_reuse() {
     };
     const ECHOES: u32 = 5000;
     require_lab(&["openssl", "openvpn", "ping"]);
-    capture_logs();
+    let _logs = capture_logs();
     let pki = TestPki::generate().expect("pki");
     let pair = Pair::new();
     let mut server = pki.our_server_settings(PORT).expect("server settings");

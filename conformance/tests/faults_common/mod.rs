@@ -79,9 +79,20 @@ impl Write for Captured {
     }
 }
 
+/// Held by a test whose assertions read [`captured_logs`]: one such test at a time per test
+/// binary, so no other test's lines land in its buffer.
+static LOG_OWNER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The captured logs belong to the test holding this (see [`capture_logs`]).
+pub struct LogScope {
+    _owner: std::sync::MutexGuard<'static, ()>,
+}
+
 /// Routes the logs of the in-process parts (`RUST_LOG`, default info) into a buffer that
-/// [`captured_logs`] returns (one buffer per test binary: tests running at once share it).
-pub fn capture_logs() {
+/// [`captured_logs`] returns. Waits until no other test of this binary holds the buffer,
+/// empties it and hands it to the caller until the returned scope drops. In a binary that
+/// uses it, every test must call it first (it installs the process's one subscriber).
+pub fn capture_logs() -> LogScope {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -89,6 +100,14 @@ pub fn capture_logs() {
         .with_writer(|| Captured)
         .with_ansi(false)
         .try_init();
+    let owner = LOG_OWNER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    CAPTURED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clear();
+    LogScope { _owner: owner }
 }
 
 /// What the in-process parts logged so far (see [`capture_logs`]).

@@ -88,9 +88,10 @@ pub enum Refused {
         max: usize,
     },
     /// Its certificate's common name is not a client identity (`pki::check::is_valid_identity`:
-    /// letters, digits and `-_.@`). The name keys the client-config-dir, the status file's rows
-    /// and the log; a comma or a line feed in it would forge status rows. Upstream remaps such
-    /// characters to `_`; we refuse, so two certificates never share an identity.
+    /// letters, digits and `-_.@`). The name keys the client-config-dir and names the client
+    /// in the status file and the log, where a comma or a line feed would have to be escaped
+    /// at every use. Upstream remaps such characters to `_`; we refuse, so two certificates
+    /// never share an identity.
     #[error("common name {cn:?} is not a client identity (letters, digits and -_.@ only)")]
     InvalidCommonName {
         /// The name as the certificate has it (printed escaped).

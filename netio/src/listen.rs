@@ -62,12 +62,14 @@ fn bind_inner(addr: SocketAddr, v6_only: bool, device: Option<&str>) -> io::Resu
     TcpListener::from_std(socket.into())
 }
 
-/// The next connection, or `None` once `shutdown` is cancelled. A failed `accept` is logged
-/// and retried after [`ACCEPT_ERROR_PAUSE`].
+/// The next connection, or `None` once `shutdown` is cancelled. A failed `accept` is retried
+/// after [`ACCEPT_ERROR_PAUSE`] and logged at most once per [`LOG_EVERY`] (out of
+/// descriptors, it fails every pause until a connection closes: 20 lines a second).
 pub async fn accept(
     listener: &TcpListener,
     shutdown: &CancellationToken,
 ) -> Option<(TcpStream, SocketAddr)> {
+    let mut log = LogLimiter::new(LOG_EVERY);
     loop {
         let accepted = tokio::select! {
             () = shutdown.cancelled() => return None,
@@ -76,8 +78,15 @@ pub async fn accept(
         match accepted {
             Ok(a) => return Some(a),
             Err(e) => {
-                let local = listener.local_addr().ok();
-                tracing::warn!(listener = ?local, error = %e, "accept failed; pausing");
+                if let Some(suppressed) = log.allow(Instant::now()) {
+                    let local = listener.local_addr().ok();
+                    tracing::warn!(
+                        listener = ?local,
+                        error = %e,
+                        suppressed,
+                        "accept failed; pausing"
+                    );
+                }
                 tokio::select! {
                     () = shutdown.cancelled() => return None,
                     () = tokio::time::sleep(ACCEPT_ERROR_PAUSE) => {}
@@ -289,6 +298,49 @@ impl LogLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lines a test's subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_accept_pauses_and_logs_once_per_interval() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        // A listening socket shut for reading leaves the listening state: every accept fails
+        // (EINVAL) at once, as EMFILE does while the descriptors are used up.
+        socket2::SockRef::from(&listener)
+            .shutdown(std::net::Shutdown::Read)
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let run = Duration::from_millis(1500);
+        let result = tokio::time::timeout(run, accept(&listener, &shutdown)).await;
+        assert!(result.is_err(), "accept returned: {result:?}");
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let logged = text.matches("accept failed").count();
+        // 1.5 s of failures 50 ms apart: 30 attempts, two lines (at 0 s and 1 s).
+        assert_eq!(logged, 2, "{text}");
+        assert!(text.contains("suppressed="), "{text}");
+    }
 
     #[test]
     fn a_full_set_evicts_the_oldest_unproven_first_then_the_oldest_proven() {

@@ -90,6 +90,22 @@ pub enum ControlMsgError {
     },
 }
 
+impl ControlMsgError {
+    /// The dropped message's text with control characters (and quotes and backslashes)
+    /// escaped, for a log line; `None` for the errors of sending or of unterminated bytes.
+    pub fn escaped_message(&self) -> Option<String> {
+        match self {
+            ControlMsgError::InvalidCharacter { message, .. }
+            | ControlMsgError::NotUtf8 { message } => {
+                Some(String::from_utf8_lossy(message).escape_debug().to_string())
+            }
+            ControlMsgError::Unterminated { .. }
+            | ControlMsgError::InvalidToSend { .. }
+            | ControlMsgError::TooLong { .. } => None,
+        }
+    }
+}
+
 /// One text control message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ControlMessage {
@@ -400,6 +416,31 @@ mod tests {
 
     fn split(bytes: &[u8]) -> Vec<Result<ControlMessage, ControlMsgError>> {
         split_messages(bytes).collect()
+    }
+
+    #[test]
+    fn a_dropped_message_is_logged_escaped() {
+        let got = split(b"PUSH_REPLY,echo \x1b]0;x\x07,route 10.0.0.0\x00");
+        let [Err(e)] = &got[..] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            e.escaped_message().as_deref(),
+            Some("PUSH_REPLY,echo \\u{1b}]0;x\\u{7},route 10.0.0.0")
+        );
+        assert_eq!(
+            e.to_string(),
+            "control message with invalid character 0x1b at offset 16 dropped"
+        );
+        let got = split(b"INFO,\xff\x00");
+        let [Err(e)] = &got[..] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(e.escaped_message().as_deref(), Some("INFO,\u{fffd}"));
+        assert_eq!(
+            ControlMsgError::Unterminated { len: 3 }.escaped_message(),
+            None
+        );
     }
 
     #[test]

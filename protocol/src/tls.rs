@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::{Buf, Bytes, BytesMut};
 use openssl::error::ErrorStack;
 use openssl::ssl::{self, ErrorCode, Ssl, SslContextRef, SslStream, SslVersion};
-use openssl::x509::{X509Ref, X509StoreContextRef, X509VerifyResult, X509};
+use openssl::x509::{X509NameRef, X509Ref, X509StoreContextRef, X509VerifyResult, X509};
 
 use crate::key::{Key2, Role, KEY2_LEN};
 
@@ -136,6 +136,21 @@ pub enum TlsError {
     /// certificate, no common version or cipher, an alert from the peer, or corrupted ciphertext.
     #[error("TLS handshake failed")]
     Handshake(#[source] ssl::Error),
+    /// OpenSSL's chain validation refused a certificate the peer sent: expired or not yet
+    /// valid, no trusted issuer, a bad signature. Says which certificate and OpenSSL's reason
+    /// (OpenSSL's own error is only "certificate verify failed").
+    #[error("peer certificate {subject} (chain depth {depth}) refused: {reason}")]
+    ChainRejected {
+        /// OpenSSL's verify error, e.g. "certificate has expired".
+        reason: String,
+        /// The refused certificate's place in the chain: 0 is the peer's own.
+        depth: u32,
+        /// Its subject on one line, `KEY=value` pairs, control characters escaped.
+        subject: String,
+        /// The handshake error OpenSSL reported.
+        #[source]
+        source: ssl::Error,
+    },
     /// The peer's chain verified but the [`PeerVerifier`] refused its leaf certificate.
     #[error("peer certificate refused")]
     PeerRejected(#[source] PeerCertError),
@@ -187,6 +202,7 @@ impl TlsError {
         match self {
             TlsError::Setup(_)
             | TlsError::Handshake(_)
+            | TlsError::ChainRejected { .. }
             | TlsError::PeerRejected(_)
             | TlsError::Record(_)
             | TlsError::PartialWrite { .. }
@@ -255,6 +271,12 @@ enum Verdict {
     Pending,
     Accepted,
     Rejected(PeerCertError),
+    /// OpenSSL's chain validation failed (the verifier did not run).
+    ChainFailed {
+        reason: String,
+        depth: u32,
+        subject: String,
+    },
 }
 
 impl fmt::Debug for TlsSession {
@@ -508,6 +530,16 @@ impl TlsSession {
         let verdict = std::mem::take(&mut *lock(&self.verdict));
         match verdict {
             Verdict::Rejected(reason) => TlsError::PeerRejected(reason),
+            Verdict::ChainFailed {
+                reason,
+                depth,
+                subject,
+            } => TlsError::ChainRejected {
+                reason,
+                depth,
+                subject,
+                source: e,
+            },
             Verdict::Pending | Verdict::Accepted => TlsError::Handshake(e),
         }
     }
@@ -519,13 +551,16 @@ impl TlsSession {
         match verdict {
             Verdict::Accepted => Ok(()),
             Verdict::Rejected(reason) => Err(TlsError::PeerRejected(reason)),
-            Verdict::Pending => match self.stream.ssl().peer_certificate() {
-                Some(leaf) => self
-                    .verifier
-                    .verify_peer(&leaf)
-                    .map_err(TlsError::PeerRejected),
-                None => Ok(()),
-            },
+            // A chain failure OpenSSL ignored (verify mode `NONE`): as if it never ran.
+            Verdict::Pending | Verdict::ChainFailed { .. } => {
+                match self.stream.ssl().peer_certificate() {
+                    Some(leaf) => self
+                        .verifier
+                        .verify_peer(&leaf)
+                        .map_err(TlsError::PeerRejected),
+                    None => Ok(()),
+                }
+            }
         }
     }
 
@@ -568,8 +603,9 @@ impl TlsSession {
     }
 }
 
-/// OpenSSL's verify callback: OpenSSL's chain verdict stands; at depth 0 with a good chain the
-/// [`PeerVerifier`] decides and its verdict is recorded for [`TlsSession`].
+/// OpenSSL's verify callback: OpenSSL's chain verdict stands (its reason is recorded for
+/// [`TlsSession`]); at depth 0 with a good chain the [`PeerVerifier`] decides and its verdict
+/// is recorded.
 fn verify_callback(
     verifier: &dyn PeerVerifier,
     verdict: &Mutex<Verdict>,
@@ -577,6 +613,17 @@ fn verify_callback(
     store: &mut X509StoreContextRef,
 ) -> bool {
     if !preverify_ok {
+        let mut verdict = lock(verdict);
+        // The first failure is the reason; OpenSSL stops there unless told to go on.
+        if matches!(*verdict, Verdict::Pending) {
+            *verdict = Verdict::ChainFailed {
+                reason: store.error().error_string().to_owned(),
+                depth: store.error_depth(),
+                subject: store
+                    .current_cert()
+                    .map_or_else(|| "(none)".to_owned(), |c| one_line(c.subject_name())),
+            };
+        }
         return false;
     }
     if store.error_depth() != 0 {
@@ -596,6 +643,19 @@ fn verify_callback(
             false
         }
     }
+}
+
+/// `CN=name,O=org`: the entries of `name` in order, each value with control characters (and
+/// quotes and backslashes) escaped, so a hostile certificate cannot forge a log line.
+fn one_line(name: &X509NameRef) -> String {
+    name.entries()
+        .map(|entry| {
+            let key = entry.object().nid().short_name().unwrap_or("?");
+            let value = String::from_utf8_lossy(entry.data().as_slice());
+            format!("{key}={}", value.escape_debug())
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn lock(verdict: &Mutex<Verdict>) -> std::sync::MutexGuard<'_, Verdict> {

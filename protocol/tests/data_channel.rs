@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use protocol::data::{
     classify, ping_payload, Compression, DataCipher, DataError, DataHeader, DataKey, DataKeyParams,
-    OccOp, PayloadKind, DATA_HEADROOM, DATA_TAILROOM, OCC_MAGIC, PACKET_ID_MAX,
+    OccOp, PacketIdLimits, PayloadKind, DATA_HEADROOM, DATA_TAILROOM, OCC_MAGIC, PACKET_ID_MAX,
     PACKET_ID_WRAP_TRIGGER, PING_MAGIC,
 };
 use protocol::digest::Digest;
@@ -275,6 +275,47 @@ fn packet_id_roll_over() {
         assert!(!err.is_fatal());
         assert_eq!(c.last_sent_packet_id(), PACKET_ID_MAX);
     }
+}
+
+#[test]
+fn lowered_packet_id_limits_ask_for_renegotiation_and_stop_sending_early() {
+    let mut rng = ChaCha20Rng::seed_from_u64(11);
+    for (cipher, auth) in suites() {
+        let p = DataKeyParams {
+            packet_ids: PacketIdLimits {
+                wrap_trigger: 3,
+                max: 5,
+            },
+            ..params(cipher, auth, None)
+        };
+        let (mut c, mut s) = pair(&p);
+        for id in 1..=5 {
+            assert_eq!(
+                c.wants_renegotiation(),
+                id > 3,
+                "{cipher}: before packet {id}"
+            );
+            let mut w = seal(&mut c, b"x", &mut rng);
+            assert_eq!(s.decrypt(&mut w, 0).unwrap(), id);
+        }
+        // Never a sixth packet id, never a wrap to 1: the packet is refused.
+        let mut buf = with_headroom(b"refused");
+        let err = c.encrypt(&mut buf, DATA_HEADROOM, &mut rng).unwrap_err();
+        assert!(
+            matches!(err, DataError::PacketIdExhausted),
+            "{cipher}: {err:?}"
+        );
+        assert_eq!(c.last_sent_packet_id(), 5);
+        assert!(c.wants_renegotiation());
+    }
+    assert_eq!(PacketIdLimits::default(), PacketIdLimits::UPSTREAM);
+    assert_eq!(
+        (
+            PacketIdLimits::UPSTREAM.wrap_trigger,
+            PacketIdLimits::UPSTREAM.max
+        ),
+        (PACKET_ID_WRAP_TRIGGER, PACKET_ID_MAX)
+    );
 }
 
 #[test]

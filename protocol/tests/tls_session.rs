@@ -8,7 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{client_context, context, make_ca, make_leaf, server_context, Identity, Usage};
+use common::{
+    client_context, context, make_ca, make_leaf, make_leaf_valid, server_context, Identity, Usage,
+};
 use openssl::nid::Nid;
 use openssl::ssl::{SslContext, SslVerifyMode, SslVersion};
 use openssl::x509::X509Ref;
@@ -389,11 +391,60 @@ fn client_refuses_server_from_another_ca() {
         let mut p = Pair::new(&client_ctx, &server_ctx);
         p.pump();
         let err = p.client_err.take().expect("client must refuse");
-        assert!(matches!(err, TlsError::Handshake(_)), "{err:?}");
+        // Which certificate, and OpenSSL's reason, not only "certificate verify failed".
+        let TlsError::ChainRejected {
+            reason,
+            depth,
+            subject,
+            ..
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(reason, "unable to get local issuer certificate");
+        assert_eq!(
+            (*depth, subject.as_str()),
+            (0, "O=protocol tests,CN=server")
+        );
+        assert_eq!(
+            err.to_string(),
+            "peer certificate O=protocol tests,CN=server (chain depth 0) refused: unable to get \
+             local issuer certificate"
+        );
         assert!(err.is_fatal());
         assert!(!p.client.is_handshake_done());
         assert!(!p.server.is_handshake_done());
         assert!(p.server_err.take().is_some(), "server must see the alert");
+    }
+}
+
+#[test]
+fn server_names_an_expired_client_certificate_with_its_name_escaped() {
+    let pki = pki();
+    // Expired in 2021; a name that would forge a log line if printed raw.
+    let expired = make_leaf_valid(
+        &pki.ca,
+        "evil\u{1b}]0;x\u{7}\nforged",
+        Usage::Client,
+        9,
+        (1_577_836_800, 1_609_459_200),
+    );
+    for max in VERSIONS {
+        let client_ctx = client_context(&pki.ca.cert, Some(&expired), Some(max));
+        let server_ctx = server_context(&pki.ca.cert, &pki.server, Some(max));
+        let mut p = Pair::new(&client_ctx, &server_ctx);
+        p.pump();
+        let err = p.server_err.take().expect("server must refuse");
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            "peer certificate O=protocol tests,CN=evil\\u{1b}]0;x\\u{7}\\nforged (chain depth \
+             0) refused: certificate has expired",
+            "{err:?}"
+        );
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(err.is_fatal());
+        assert!(!p.server.is_handshake_done());
     }
 }
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use netio::clock::unix_now;
 use netio::framed::{FrameReadError, FrameReader, FrameWriter};
+use netio::listen::{LogLimiter, LOG_EVERY};
 use netio::report::chain;
 use netio::tun::{PacketLayout, RecvPool, Tun};
 use protocol::data::DATA_TAILROOM;
@@ -82,6 +83,8 @@ pub(crate) struct Connection {
     ack_hold: Option<Instant>,
     /// The addresses this connection dialed, which no pushed route may capture.
     path: PathGuard,
+    /// Control messages from the server that were dropped: a line a second at most.
+    dropped_log: LogLimiter,
 }
 
 impl Connection {
@@ -105,6 +108,7 @@ impl Connection {
             hold_lone_acks: settings.http_proxy.is_some(),
             ack_hold: None,
             path: PathGuard::new(path),
+            dropped_log: LogLimiter::new(LOG_EVERY),
         }
     }
 
@@ -173,6 +177,16 @@ impl Connection {
                     }
                     Event::KeyRenegotiated { key_id } => {
                         tracing::info!(key_id = key_id.get(), "data key renegotiated")
+                    }
+                    Event::ControlMessageDropped(error) => {
+                        if let Some(suppressed) = self.dropped_log.allow(Instant::now()) {
+                            tracing::warn!(
+                                error = %error,
+                                text = %error.escaped_message().unwrap_or_default(),
+                                suppressed,
+                                "control message from the server dropped"
+                            );
+                        }
                     }
                     Event::Closed(reason) => {
                         // Last words (an ACK, an EXIT) may be queued.

@@ -12,7 +12,7 @@ use openssl::ssl::SslContext;
 use pki::tls::{control_channel_client, PeerPolicy};
 use pki::{CaBundle, Identity};
 use protocol::config::Family;
-use protocol::data::{Compression, DataCipher};
+use protocol::data::{Compression, DataCipher, PacketIdLimits};
 use protocol::digest::Digest;
 use protocol::ncp::DataCiphers;
 use protocol::push::PullPolicy;
@@ -85,6 +85,9 @@ pub struct Settings {
     pub reneg_bytes: Option<u64>,
     /// `reneg-pkts`.
     pub reneg_pkts: Option<u64>,
+    /// When a data key asks for a renegotiation and stops sending: upstream's limits; no
+    /// directive changes them, tests lower them to reach them quickly.
+    pub packet_ids: PacketIdLimits,
     /// Announce and use the TLS keying-material exporter for data keys (IV_PROTO
     /// `TLS_KEY_EXPORT`); without it the server falls back to the TLS 1.0 PRF. On by default
     /// as upstream 2.6; no config directive turns it off (the conformance matrix does, to
@@ -126,6 +129,7 @@ impl Settings {
             tran_window: None,
             reneg_bytes: None,
             reneg_pkts: None,
+            packet_ids: PacketIdLimits::UPSTREAM,
             tls_ekm: true,
             scripts: Scripts::default(),
             firewall: None,
@@ -150,6 +154,7 @@ impl Settings {
         session.compression = self.compression;
         session.reneg_bytes = self.reneg_bytes;
         session.reneg_pkts = self.reneg_pkts;
+        session.packet_ids = self.packet_ids;
         if let Some(t) = self.tls_timeout {
             session.tls_timeout = t;
         }

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use netio::clock::unix_now;
 use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
-use netio::listen::PendingGuard;
+use netio::listen::{LogLimiter, PendingGuard, LOG_EVERY};
 use netio::report::chain;
 use protocol::control_msg::ServerSignal;
 use protocol::data::DATA_TAILROOM;
@@ -175,6 +175,7 @@ async fn run(
         closing: None,
         reader,
         writer,
+        dropped_log: LogLimiter::new(LOG_EVERY),
     };
     // The session's part on the heap: a task that waits for its first frame stays small
     // (a thousand of them are what a flood holds).
@@ -293,6 +294,8 @@ struct Connection {
     closing: Option<Ended>,
     reader: FrameReader,
     writer: FrameWriter,
+    /// Control messages from the client that were dropped: a line a second at most.
+    dropped_log: LogLimiter,
 }
 
 impl Connection {
@@ -450,6 +453,16 @@ impl Connection {
                     }
                     Event::KeyRenegotiated { key_id } => {
                         info!(key_id = key_id.get(), "key renegotiated");
+                    }
+                    Event::ControlMessageDropped(error) => {
+                        if let Some(suppressed) = self.dropped_log.allow(now) {
+                            warn!(
+                                error = %error,
+                                text = %error.escaped_message().unwrap_or_default(),
+                                suppressed,
+                                "control message from the client dropped"
+                            );
+                        }
                     }
                     Event::Closed(reason) => closed = Some(reason),
                 }

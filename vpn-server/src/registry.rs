@@ -87,6 +87,16 @@ pub enum Refused {
         /// The limit.
         max: usize,
     },
+    /// Its certificate's common name is not a client identity (`pki::check::is_valid_identity`:
+    /// letters, digits and `-_.@`). The name keys the client-config-dir and names the client
+    /// in the status file and the log, where a comma or a line feed would have to be escaped
+    /// at every use. Upstream remaps such characters to `_`; we refuse, so two certificates
+    /// never share an identity.
+    #[error("common name {cn:?} is not a client identity (letters, digits and -_.@ only)")]
+    InvalidCommonName {
+        /// The name as the certificate has it (printed escaped).
+        cn: String,
+    },
     /// Its client-config-dir entry says `disable`.
     #[error("client disabled")]
     Disabled,
@@ -225,6 +235,13 @@ impl Registry {
         conn: ConnHandle,
         now_unix: u64,
     ) -> Result<Admitted, Refused> {
+        if let Some(cn) = identity
+            .common_name
+            .as_deref()
+            .filter(|cn| !pki::check::is_valid_identity(cn))
+        {
+            return Err(Refused::InvalidCommonName { cn: cn.to_owned() });
+        }
         let cn = identity.common_name.clone().unwrap_or_default();
         let opts: ClientOptions = settings
             .client_options(identity.common_name.as_deref())

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use openssl::ssl::SslContext;
-use protocol::data::{Compression, DataCipher};
+use protocol::data::{Compression, DataCipher, PacketIdLimits};
 use protocol::digest::Digest;
 use protocol::ncp::DataCiphers;
 use protocol::session::{
@@ -125,6 +125,9 @@ pub struct Settings {
     pub reneg_bytes: Option<u64>,
     /// `reneg-pkts`.
     pub reneg_pkts: Option<u64>,
+    /// When a data key asks for a renegotiation and stops sending: upstream's limits; no
+    /// directive changes them, tests lower them to reach them quickly.
+    pub packet_ids: PacketIdLimits,
     /// Offer the TLS keying-material exporter for data keys to clients that announce it; without
     /// it every client uses the TLS 1.0 PRF. On by default as upstream 2.6; no config directive
     /// turns it off (the conformance matrix does, to prove the PRF against upstream).
@@ -228,6 +231,7 @@ impl Settings {
             tls_timeout: None,
             reneg_bytes: None,
             reneg_pkts: None,
+            packet_ids: PacketIdLimits::UPSTREAM,
             tls_ekm: true,
             compression: Compression::None,
             tun_mtu: 1500,
@@ -276,6 +280,7 @@ impl Settings {
         }
         session.reneg_bytes = self.reneg_bytes;
         session.reneg_pkts = self.reneg_pkts;
+        session.packet_ids = self.packet_ids;
         session.compression = self.compression;
         session.tun_mtu = self.tun_mtu;
         let mut config = ServerConfig::new(session);

@@ -30,6 +30,33 @@ pub const PACKET_ID_MAX: u32 = u32::MAX;
 /// renegotiation ([`DataKey::wants_renegotiation`]).
 pub const PACKET_ID_WRAP_TRIGGER: u32 = 0xff00_0000;
 
+/// When a key asks for a renegotiation and the last packet id it may send.
+///
+/// Upstream's values ([`PacketIdLimits::UPSTREAM`]) are the default and what every config
+/// runs with; no directive changes them. Lower values exist for tests that must reach the
+/// limits with a few thousand packets (issue 19's "packet id close to wrapping").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketIdLimits {
+    /// Once the send packet id reaches this, the key asks for a renegotiation.
+    pub wrap_trigger: u32,
+    /// The last packet id the key sends; after it the key refuses to encrypt.
+    pub max: u32,
+}
+
+impl PacketIdLimits {
+    /// [`PACKET_ID_WRAP_TRIGGER`] and [`PACKET_ID_MAX`].
+    pub const UPSTREAM: PacketIdLimits = PacketIdLimits {
+        wrap_trigger: PACKET_ID_WRAP_TRIGGER,
+        max: PACKET_ID_MAX,
+    };
+}
+
+impl Default for PacketIdLimits {
+    fn default() -> Self {
+        PacketIdLimits::UPSTREAM
+    }
+}
+
 /// Everything about a data key except the key bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataKeyParams {
@@ -45,6 +72,8 @@ pub struct DataKeyParams {
     pub replay_window: u32,
     /// `--replay-window n t`: seconds.
     pub replay_time: u32,
+    /// When the key asks for a renegotiation and stops sending (upstream's by default).
+    pub packet_ids: PacketIdLimits,
 }
 
 impl DataKeyParams {
@@ -58,6 +87,7 @@ impl DataKeyParams {
             peer_id: None,
             replay_window: DEFAULT_SEQ_BACKTRACK,
             replay_time: DEFAULT_TIME_BACKTRACK,
+            packet_ids: PacketIdLimits::UPSTREAM,
         }
     }
 }
@@ -90,6 +120,7 @@ pub struct DataKey {
     recv: Engine,
     /// Last packet id sent (0: none yet).
     last_sent_id: u32,
+    limits: PacketIdLimits,
     replay: ReplayWindow,
 }
 
@@ -117,6 +148,7 @@ impl DataKey {
             send: Engine::new(params, send, true)?,
             recv: Engine::new(params, recv, false)?,
             last_sent_id: 0,
+            limits: params.packet_ids,
             replay: ReplayWindow::new(params.replay_window, params.replay_time),
         })
     }
@@ -158,10 +190,11 @@ impl DataKey {
         self.last_sent_id = self.last_sent_id.max(last_sent);
     }
 
-    /// Whether the send packet id has reached [`PACKET_ID_WRAP_TRIGGER`]: the session should
-    /// start a soft reset (reference 12.2).
+    /// Whether the send packet id has reached the wrap trigger ([`PACKET_ID_WRAP_TRIGGER`]
+    /// unless [`DataKeyParams::packet_ids`] lowered it): the session should start a soft reset
+    /// (reference 12.2).
     pub fn wants_renegotiation(&self) -> bool {
-        self.last_sent_id >= PACKET_ID_WRAP_TRIGGER
+        self.last_sent_id >= self.limits.wrap_trigger
     }
 
     /// Overhead this key adds in front of a plaintext: header, packet id and tag (AEAD) or
@@ -187,15 +220,16 @@ impl DataKey {
     /// `rand_chacha::ChaCha20Rng::from_entropy`) rather than `OsRng`, which costs a system call
     /// per packet.
     ///
-    /// Errors: [`DataError::PacketIdExhausted`] after packet id [`PACKET_ID_MAX`] was used (the
-    /// packet is dropped), [`DataError::Crypto`] on an internal OpenSSL failure.
+    /// Errors: [`DataError::PacketIdExhausted`] after packet id [`PACKET_ID_MAX`] (or the
+    /// lowered [`PacketIdLimits::max`]) was used (the packet is dropped), [`DataError::Crypto`]
+    /// on an internal OpenSSL failure.
     pub fn encrypt<R: RngCore + CryptoRng>(
         &mut self,
         buf: &mut BytesMut,
         offset: usize,
         rng: &mut R,
     ) -> Result<u32, DataError> {
-        if self.last_sent_id == PACKET_ID_MAX {
+        if self.last_sent_id >= self.limits.max {
             return Err(DataError::PacketIdExhausted);
         }
         let offset = ensure_headroom(buf, offset, self.headroom());

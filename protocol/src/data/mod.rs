@@ -78,7 +78,7 @@ pub use compress::{
     Compression, COMP_ALGV2_INDICATOR_BYTE, COMP_ALGV2_UNCOMPRESSED, COMP_ALG_LZ4_V2_BYTE,
     LZ4_COMPRESS_BYTE, LZO_COMPRESS_BYTE, NO_COMPRESS_BYTE, NO_COMPRESS_BYTE_SWAP,
 };
-pub use crypto::{DataKey, DataKeyParams, PACKET_ID_MAX, PACKET_ID_WRAP_TRIGGER};
+pub use crypto::{DataKey, DataKeyParams, PacketIdLimits, PACKET_ID_MAX, PACKET_ID_WRAP_TRIGGER};
 pub use header::DataHeader;
 pub use payload::{
     classify, is_ping, ping_payload, OccMessage, OccOp, PayloadKind, OCC_MAGIC, PING_MAGIC,

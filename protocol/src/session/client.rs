@@ -189,6 +189,7 @@ impl ClientSession {
             }
             KeyEvent::KeyExchanged(_) => {}
             KeyEvent::Message(message) => self.on_message(now, message),
+            KeyEvent::Dropped(error) => self.conn.push_event(Event::ControlMessageDropped(error)),
         }
     }
 

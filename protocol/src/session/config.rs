@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use openssl::ssl::SslContext;
 
-use crate::data::{Compression, DataCipher};
+use crate::data::{Compression, DataCipher, PacketIdLimits};
 use crate::digest::Digest;
 use crate::key::{Key2, KeyDirection, Role};
 use crate::km2::occ::OccSettings;
@@ -124,6 +124,9 @@ pub struct SessionConfig {
     pub tls_mtu: TlsMtu,
     /// `--tun-mtu`.
     pub tun_mtu: u16,
+    /// When a data key asks for a renegotiation and stops sending: upstream's, unless a test
+    /// lowers them (no directive does).
+    pub packet_ids: PacketIdLimits,
 }
 
 impl SessionConfig {
@@ -146,6 +149,7 @@ impl SessionConfig {
             compression: Compression::None,
             tls_mtu: TlsMtu::DEFAULT,
             tun_mtu: 1500,
+            packet_ids: PacketIdLimits::UPSTREAM,
         }
     }
 

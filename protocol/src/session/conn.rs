@@ -372,6 +372,7 @@ impl Conn {
             auth: self.cfg.auth,
             key_id: self.primary.key_id(),
             peer_id: settings.peer_id,
+            packet_ids: self.cfg.packet_ids,
             ..DataKeyParams::new(settings.cipher)
         };
         let key = DataKey::from_key2(&params, &key2, self.role).map_err(CloseReason::DataKey)?;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::control_msg::ServerSignal;
+use crate::control_msg::{ControlMsgError, ServerSignal};
 use crate::data::{DataCipher, DataError};
 use crate::ids::{KeyId, PeerId};
 use crate::km2::peer_info::PeerInfo;
@@ -28,6 +28,11 @@ pub enum Event {
         /// The new key id.
         key_id: KeyId,
     },
+    /// The peer sent a text control message that is dropped, as upstream drops it (a control
+    /// character, not UTF-8, no terminating NUL); the session goes on. Only this event tells:
+    /// a dropped `PUSH_REPLY` otherwise ends as [`CloseReason::NoPushReply`]. Drivers log it
+    /// (rate-limited: the peer decides how often).
+    ControlMessageDropped(ControlMsgError),
     /// The session is over; nothing more will be received. Packets already queued can still
     /// be polled (e.g. `AUTH_FAILED` to the client), then drop the session and its connection.
     Closed(CloseReason),

@@ -34,7 +34,7 @@ use bytes::{Bytes, BytesMut};
 use openssl::ssl::SslContextRef;
 use openssl::x509::X509;
 
-use crate::control_msg::{split_messages, ControlMessage};
+use crate::control_msg::{split_messages, ControlMessage, ControlMsgError};
 use crate::data::DataKey;
 use crate::ids::{KeyId, SessionId};
 use crate::kdf::{self, EXPORT_KEY_DATA_LABEL};
@@ -54,6 +54,8 @@ pub(crate) enum KeyEvent {
     KeyExchanged(PeerKm2),
     /// A text control message from the peer.
     Message(ControlMessage),
+    /// A text control message from the peer that is dropped (see [`split_messages`]).
+    Dropped(ControlMsgError),
 }
 
 /// The peer's key-method-2 message.
@@ -351,11 +353,10 @@ impl KeyState {
         events: &mut Vec<KeyEvent>,
     ) -> Result<(), KeyStateError> {
         if matches!(self.phase, Phase::Established { .. }) {
-            events.extend(
-                split_messages(&record)
-                    .filter_map(Result::ok)
-                    .map(KeyEvent::Message),
-            );
+            events.extend(split_messages(&record).map(|m| match m {
+                Ok(message) => KeyEvent::Message(message),
+                Err(dropped) => KeyEvent::Dropped(dropped),
+            }));
             return Ok(());
         }
         self.km2_buf.extend_from_slice(&record);

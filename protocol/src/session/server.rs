@@ -386,6 +386,7 @@ impl ServerSession {
                 self.conn.close(CloseReason::PeerExit);
             }
             KeyEvent::Message(_) => {}
+            KeyEvent::Dropped(error) => self.conn.push_event(Event::ControlMessageDropped(error)),
         }
     }
 

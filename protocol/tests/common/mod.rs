@@ -92,6 +92,17 @@ pub fn make_ca(cn: &str) -> Identity {
 
 /// A leaf certificate signed by `ca`.
 pub fn make_leaf(ca: &Identity, cn: &str, usage: Usage, serial: u32) -> Identity {
+    make_leaf_valid(ca, cn, usage, serial, (NOT_BEFORE, NOT_AFTER))
+}
+
+/// A leaf certificate signed by `ca`, valid from `validity.0` to `validity.1` (unix seconds).
+pub fn make_leaf_valid(
+    ca: &Identity,
+    cn: &str,
+    usage: Usage,
+    serial: u32,
+    validity: (i64, i64),
+) -> Identity {
     let key = p256_key();
     let mut b = X509::builder().unwrap();
     b.set_version(2).unwrap();
@@ -100,9 +111,9 @@ pub fn make_leaf(ca: &Identity, cn: &str, usage: Usage, serial: u32) -> Identity
     b.set_subject_name(&name(cn)).unwrap();
     b.set_issuer_name(ca.cert.subject_name()).unwrap();
     b.set_pubkey(&key).unwrap();
-    b.set_not_before(&Asn1Time::from_unix(NOT_BEFORE).unwrap())
+    b.set_not_before(&Asn1Time::from_unix(validity.0).unwrap())
         .unwrap();
-    b.set_not_after(&Asn1Time::from_unix(NOT_AFTER).unwrap())
+    b.set_not_after(&Asn1Time::from_unix(validity.1).unwrap())
         .unwrap();
     b.append_extension(BasicConstraints::new().build().unwrap())
         .unwrap();

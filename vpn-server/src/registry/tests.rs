@@ -260,6 +260,31 @@ fn the_status_shows_clients_and_routes() {
     );
 }
 
+#[test]
+fn a_common_name_that_is_no_identity_is_refused_and_never_reaches_the_status() {
+    let s = settings("10.8.0.0/24");
+    let mut reg = registry(&s);
+    for cn in [
+        "evil\nCLIENT_LIST,vpn-shoot-client,1.2.3.4:1",
+        "a,b",
+        "esc\u{1b}]0;x\u{7}",
+        "with space",
+        "..",
+    ] {
+        let refused = admit(&mut reg, &s, 1, cn).expect_err(cn);
+        assert!(
+            matches!(&refused, Refused::InvalidCommonName { cn: c } if c == cn),
+            "{refused:?}"
+        );
+        let text = refused.to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+    }
+    assert!(reg.status(1_700_000_200).clients.is_empty());
+    assert_eq!(v4(&reg, 1), None);
+    // Every character an identity may have.
+    admit(&mut reg, &s, 2, "vpn-shoot_client.0@seed").expect("admitted");
+}
+
 mod pre_auth {
     use std::time::{Duration, Instant};
 

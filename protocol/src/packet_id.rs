@@ -300,4 +300,36 @@ mod tests {
         // New ids are still accepted.
         w.check_and_record(4, 0, 120).unwrap();
     }
+
+    #[test]
+    fn a_jump_of_exactly_the_window_size_resets() {
+        let mut w = ReplayWindow::new(8, 15);
+        w.check_and_record(1, 0, 0).unwrap();
+        w.check_and_record(9, 0, 0).unwrap();
+        // Ids 2..8 were never seen, but the window restarted at 9 (upstream's reset when the
+        // jump is the window's size or more): they are too old, not unseen.
+        assert!(matches!(
+            w.test(2, 0, 0),
+            Err(ReplayError::TooOld { behind: 7, .. })
+        ));
+    }
+
+    #[test]
+    fn a_slot_expires_strictly_after_the_backtrack_and_is_reaped_each_second() {
+        let mut w = ReplayWindow::new(64, 1);
+        w.check_and_record(1, 0, 0).unwrap();
+        w.check_and_record(3, 0, 0).unwrap();
+        // Received at 0 with a 1 s backtrack: still good at 1 (expiry is `+ backtrack < now`)...
+        assert_eq!(w.test(2, 0, 1), Ok(()));
+        // ...expired at 2, which is one second after the last reap, so the reap runs.
+        assert_eq!(w.test(2, 0, 2), Err(ReplayError::Replayed { id: 2 }));
+    }
+
+    #[test]
+    fn without_a_time_backtrack_nothing_expires() {
+        let mut w = ReplayWindow::new(64, 0);
+        w.check_and_record(1, 0, 0).unwrap();
+        w.check_and_record(3, 0, 0).unwrap();
+        assert_eq!(w.check_and_record(2, 0, 1_000), Ok(()));
+    }
 }

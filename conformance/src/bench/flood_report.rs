@@ -7,7 +7,7 @@ use super::flood::{
     FloodResults, FloodSample, Target, FLOODED_LIMIT, FLOOD_BOGUS, FLOOD_IDLE, FLOOD_RATE,
     TINYPROXY_MAX_CLIENTS,
 };
-use super::report::{first_line, spread_cell, Machine};
+use super::report::{spread_cell, write_failed_rounds, Machine};
 use super::Options;
 
 /// The heading of the flood part's section; `--only flood` replaces the section under it.
@@ -142,24 +142,13 @@ pub fn flood_section(
          server that closes bogus and silent connections early makes the flood reconnect \
          more. Server VmRSS: the server process's resident memory when the client started.\n"
     );
-    let failures: Vec<String> = results
-        .samples
-        .iter()
-        .flat_map(|(target, rounds)| {
-            rounds.iter().enumerate().filter_map(move |(r, s)| {
-                s.as_ref()
-                    .err()
-                    .map(|e| format!("- round {} {}: {}", r + 1, target.name(), first_line(e)))
-            })
-        })
-        .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(md, "### Failed rounds\n");
-        for f in failures {
-            let _ = writeln!(md, "{f}");
-        }
-        let _ = writeln!(md);
-    }
+    write_failed_rounds(
+        &mut md,
+        results
+            .samples
+            .iter()
+            .map(|(t, rounds)| (t.name(), rounds.as_slice())),
+    );
     md
 }
 

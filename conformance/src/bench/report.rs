@@ -219,6 +219,31 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     md
 }
 
+/// A "Failed rounds" list under a section, one line per round that ended in an error (nothing
+/// when every round succeeded): `(name, rounds)` per setup.
+pub(crate) fn write_failed_rounds<'a, T: 'a>(
+    md: &mut String,
+    setups: impl Iterator<Item = (&'a str, &'a [Result<T, String>])>,
+) {
+    let mut failures = setups
+        .flat_map(|(name, rounds)| {
+            rounds.iter().enumerate().filter_map(move |(r, s)| {
+                s.as_ref()
+                    .err()
+                    .map(|e| format!("- round {} {name}: {}", r + 1, first_line(e)))
+            })
+        })
+        .peekable();
+    if failures.peek().is_none() {
+        return;
+    }
+    let _ = writeln!(md, "### Failed rounds\n");
+    for f in failures {
+        let _ = writeln!(md, "{f}");
+    }
+    let _ = writeln!(md);
+}
+
 pub(crate) fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
@@ -648,24 +673,13 @@ pub fn memory_section(
     }
     let _ = writeln!(md);
 
-    let failures: Vec<String> = results
-        .samples
-        .iter()
-        .flat_map(|(setup, rounds)| {
-            rounds.iter().enumerate().filter_map(move |(r, s)| {
-                s.as_ref()
-                    .err()
-                    .map(|e| format!("- round {} {}: {}", r + 1, setup.name(), first_line(e)))
-            })
-        })
-        .collect();
-    if !failures.is_empty() {
-        let _ = writeln!(md, "### Failed rounds\n");
-        for f in failures {
-            let _ = writeln!(md, "{f}");
-        }
-        let _ = writeln!(md);
-    }
+    write_failed_rounds(
+        &mut md,
+        results
+            .samples
+            .iter()
+            .map(|(s, rounds)| (s.name(), rounds.as_slice())),
+    );
     md
 }
 

@@ -323,6 +323,11 @@ mod tests {
         assert_eq!(w.test(2, 0, 1), Ok(()));
         // ...expired at 2, which is one second after the last reap, so the reap runs.
         assert_eq!(w.test(2, 0, 2), Err(ReplayError::Replayed { id: 2 }));
+        // Much later, the reap still runs whenever a second has passed.
+        w.check_and_record(5, 0, 10).unwrap();
+        w.check_and_record(7, 0, 10).unwrap();
+        assert_eq!(w.test(6, 0, 11), Ok(()));
+        assert_eq!(w.test(6, 0, 12), Err(ReplayError::Replayed { id: 6 }));
     }
 
     #[test]

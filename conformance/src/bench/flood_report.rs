@@ -7,7 +7,7 @@ use super::flood::{
     FloodResults, FloodSample, Target, FLOODED_LIMIT, FLOOD_BOGUS, FLOOD_IDLE, FLOOD_RATE,
     TINYPROXY_MAX_CLIENTS,
 };
-use super::report::{spread_cell, write_failed_rounds, Machine};
+use super::report::{spread_cell, write_failed_rounds, write_section_head, Machine};
 use super::Options;
 
 /// The heading of the flood part's section; `--only flood` replaces the section under it.
@@ -23,24 +23,7 @@ pub fn flood_section(
     command: &str,
 ) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "{FLOOD_HEADING}\n");
-    let _ = writeln!(
-        md,
-        "Written by the benchmark's flood part (in a full run, or alone with `--only flood`); \
-         command (as root):\n\n```\n{command}\n```\n"
-    );
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let _ = writeln!(
-        md,
-        "Machine: {} CPUs ({}), kernel {}, {}. Finished {}, load average {load} (1, 5, 15 \
-         min, the bench's own processes included).\n",
-        machine.cpus, machine.cpu_model, machine.kernel, machine.openvpn, machine.date
-    );
+    write_section_head(&mut md, FLOOD_HEADING, "flood", machine, command);
     let _ = writeln!(
         md,
         "The same namespaces as above, AES-256-GCM, tls-auth, both servers at their defaults \

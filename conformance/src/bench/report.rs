@@ -219,6 +219,35 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     md
 }
 
+/// The opening of a part's own section: its heading, the command that wrote it (`--only
+/// {part}`), the machine, and how busy the machine was (other work moves the figures).
+pub(crate) fn write_section_head(
+    md: &mut String,
+    heading: &str,
+    part: &str,
+    machine: &Machine,
+    command: &str,
+) {
+    let _ = writeln!(md, "{heading}\n");
+    let _ = writeln!(
+        md,
+        "Written by the benchmark's {part} part (in a full run, or alone with `--only {part}`); \
+         command (as root):\n\n```\n{command}\n```\n"
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let _ = writeln!(
+        md,
+        "Machine: {} CPUs ({}), kernel {}, {}. Finished {}, load average {load} (1, 5, 15 \
+         min, the bench's own processes included).\n",
+        machine.cpus, machine.cpu_model, machine.kernel, machine.openvpn, machine.date
+    );
+}
+
 /// A "Failed rounds" list under a section, one line per round that ended in an error (nothing
 /// when every round succeeded): `(name, rounds)` per setup.
 pub(crate) fn write_failed_rounds<'a, T: 'a>(
@@ -425,25 +454,7 @@ pub fn memory_section(
     command: &str,
 ) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "{MEMORY_HEADING}\n");
-    let _ = writeln!(
-        md,
-        "Written by the benchmark's memory part (in a full run, or alone with `--only memory`); \
-         command (as root):\n\n```\n{command}\n```\n"
-    );
-    // Other work on the machine moves the throughput and CPU figures; say how busy it was.
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load = load
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let _ = writeln!(
-        md,
-        "Machine: {} CPUs ({}), kernel {}, {}. Finished {}, load average {load} (1, 5, 15 \
-         min, the bench's own processes included).\n",
-        machine.cpus, machine.cpu_model, machine.kernel, machine.openvpn, machine.date
-    );
+    write_section_head(&mut md, MEMORY_HEADING, "memory", machine, command);
     let ks = opts
         .tunnels
         .iter()

@@ -23,12 +23,25 @@ pub fn start(
     allow: &str,
     connect_port: u16,
 ) -> Result<u32, LabError> {
+    start_sized(ns, dir, listen, port, allow, connect_port, 8)
+}
+
+/// [`start`] with room for `max_clients` connections at once (tinyproxy's `MaxClients`).
+pub fn start_sized(
+    ns: &Netns,
+    dir: &Path,
+    listen: Ipv4Addr,
+    port: u16,
+    allow: &str,
+    connect_port: u16,
+    max_clients: usize,
+) -> Result<u32, LabError> {
     let config = dir.join("tinyproxy.conf");
     let log = dir.join("tinyproxy.log");
     std::fs::write(
         &config,
         format!(
-            "Port {port}\nListen {listen}\nTimeout 600\nMaxClients 8\n\
+            "Port {port}\nListen {listen}\nTimeout 600\nMaxClients {max_clients}\n\
              Allow {allow}\nConnectPort {connect_port}\nLogFile \"{}\"\nLogLevel Info\n",
             log.display()
         ),

@@ -33,7 +33,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -710,52 +709,15 @@ fn start_tinyproxy(ns: &Netns, dir: &Path) -> Result<u32, BenchError> {
         .arg("0777")
         .arg(&td)
         .status();
-    let conf = td.join("tinyproxy.conf");
-    let log = td.join("tinyproxy.log");
-    let _ = std::fs::remove_file(&log);
-    let text = format!(
-        "Port {TINYPROXY_PORT}\nListen {SEED_ADDR}\nTimeout 600\nMaxClients {TINYPROXY_MAX_CLIENTS}\n\
-         Allow 10.250.0.0/24\nConnectPort {VPN_PORT}\nLogFile \"{}\"\nLogLevel Warning\n",
-        log.display()
-    );
-    std::fs::write(&conf, text).map_err(|source| LabError::io(&conf, source))?;
-    let pid = ns.spawn(
-        ns.command("tinyproxy")
-            .arg("-d")
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+    let _ = std::fs::remove_file(td.join("tinyproxy.log"));
+    let pid = crate::tinyproxy::start_sized(
+        ns,
+        &td,
+        SEED_ADDR,
+        TINYPROXY_PORT,
+        "10.250.0.0/24",
+        VPN_PORT,
+        TINYPROXY_MAX_CLIENTS,
     )?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let listening = ns
-            .command("ss")
-            .args(["-Htln", &format!("sport = :{TINYPROXY_PORT}")])
-            .output()
-            .map(|o| !o.stdout.is_empty())
-            .unwrap_or(false);
-        if listening {
-            return Ok(pid);
-        }
-        if let Some(status) = ns.try_wait(pid) {
-            return Err(LabError::Exited {
-                what: "tinyproxy".into(),
-                status,
-                log: std::fs::read_to_string(&log).unwrap_or_default(),
-            }
-            .into());
-        }
-        if Instant::now() >= deadline {
-            ns.stop(pid);
-            return Err(LabError::Timeout {
-                what: "tinyproxy listening".into(),
-                waited: Duration::from_secs(10),
-                log: std::fs::read_to_string(&log).unwrap_or_default(),
-            }
-            .into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    Ok(pid)
 }

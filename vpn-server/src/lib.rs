@@ -52,6 +52,7 @@
 //! | [`pool`] | the unified IPv4/IPv6 client address pool (`server`, `server-ipv6`) |
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
+//! | [`ha`] | the HA server's packet switch between kube-apiserver and shoot connections (`docs/ha.md`; not wired yet) |
 //! | [`status`] | the `status-version 2` status file; [`status::read`] reads it as vpn2's probes do |
 //! | [`probes`] | `vpn-server readiness` / `liveness` |
 //! | [`exporter`] | `vpn-server exporter`: kumina's and vpn2's series from the status file |
@@ -66,6 +67,7 @@ pub mod device;
 pub mod exporter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod ha;
 pub mod launch;
 pub mod metrics;
 pub mod pool;

@@ -12,10 +12,13 @@
 //! The library part only measures and returns [`Sample`]s; [`report`] turns them into the
 //! Markdown of `docs/performance.md`. Two more parts have sections of their own: the server's
 //! memory with the CONNECT sidecar ([`memory`]) and a client's tunnel under a flood of silent
-//! and bogus connections ([`flood`], [`flood_report`]).
+//! and bogus connections ([`flood`], [`flood_report`]); and the seed ingress at seed scale, our
+//! router against squid ([`ingress`], [`ingress_report`]).
 
 pub mod flood;
 pub mod flood_report;
+pub mod ingress;
+pub mod ingress_report;
 pub mod lab;
 pub mod measure;
 pub mod memory;

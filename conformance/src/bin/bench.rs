@@ -10,6 +10,10 @@
 //! idle and under K concurrent tunnels) runs after the matrix; `--only memory` runs it alone
 //! (a few minutes) and rewrites only its section of the document, `--only matrix` runs the
 //! matrix and keeps the memory section already in the document.
+//!
+//! The ingress part (issue 21: our `vpn-router` against squid with 1,000 shoots' routes: idle
+//! tunnels, the rate of new tunnels, a reconnect storm) needs `squid`; `--only ingress --rounds
+//! 1` runs it alone in about two minutes.
 
 #![allow(clippy::print_stdout)] // Printing progress and the tables is what this program is for.
 
@@ -22,6 +26,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use conformance::bench::flood_report::{self, FLOOD_HEADING};
+use conformance::bench::ingress_report::{self, INGRESS_HEADING};
 use conformance::bench::report::{self, MEMORY_HEADING};
 use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 
@@ -76,8 +81,8 @@ struct Cli {
     /// (and of the server at each sample of the memory part).
     #[arg(long, env = "BENCH_SMAPS_DIR")]
     smaps_dir: Option<PathBuf>,
-    /// Run one part only: `matrix` (keeps the other sections already in `--out`), `memory` or
-    /// `flood` (each rewrites only its section of `--out`). All by default.
+    /// Run one part only: `matrix` (keeps the other sections already in `--out`), `memory`,
+    /// `flood` or `ingress` (each rewrites only its section of `--out`). All by default.
     #[arg(long, env = "BENCH_ONLY", value_enum)]
     only: Option<Part>,
     /// The memory part's loads: concurrent tunnels (streams) of each, in this order.
@@ -100,6 +105,8 @@ enum Part {
     Memory,
     /// A client's tunnel under a flood of silent and bogus connections (issue 19).
     Flood,
+    /// The seed ingress at seed scale: our router against squid (issue 21).
+    Ingress,
 }
 
 fn main() -> ExitCode {
@@ -139,10 +146,14 @@ fn run() -> anyhow::Result<()> {
     }
     let runs = |part: Part| cli.only.is_none_or(|only| only == part);
     let (matrix, memory, flood) = (runs(Part::Matrix), runs(Part::Memory), runs(Part::Flood));
+    let ingress = runs(Part::Ingress);
     // Only the proxies some case goes through are required.
     let mut tools = vec!["openvpn", "ping"];
     if flood {
         tools.extend(["tinyproxy", "ss"]);
+    }
+    if ingress {
+        tools.extend(["squid", "sysctl"]);
     }
     if matrix {
         tools.extend(["iperf3", "ss"]);
@@ -233,6 +244,20 @@ fn run() -> anyhow::Result<()> {
         sections.push((FLOOD_HEADING, Some(section)));
     } else {
         sections.push((FLOOD_HEADING, None));
+    }
+    if ingress {
+        println!(
+            "bench: ingress part, vpn-router and squid × {} rounds, {} shoots, {} idle tunnels",
+            opts.rounds,
+            bench::ingress::SHOOTS,
+            bench::ingress::IDLE_TUNNELS,
+        );
+        let results = bench::ingress::run(&opts, &mut |line| println!("{line}"))?;
+        let section =
+            ingress_report::ingress_section(&results, &opts, &report::Machine::current(), command);
+        sections.push((INGRESS_HEADING, Some(section)));
+    } else {
+        sections.push((INGRESS_HEADING, None));
     }
     for (heading, section) in sections {
         match section {

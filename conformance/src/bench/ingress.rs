@@ -99,8 +99,9 @@ impl Proxy {
         }
     }
 
-    /// The CONNECT head for shoot `i`.
+    /// The CONNECT head of tunnel `i`, for shoot `i` modulo [`SHOOTS`].
     fn head(self, i: usize) -> String {
+        let i = i % SHOOTS;
         match self {
             Proxy::Router => format!(
                 "CONNECT vpn-seed-server:1194 HTTP/1.1\r\nHost: vpn-seed-server:1194\r\n\

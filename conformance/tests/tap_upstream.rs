@@ -20,6 +20,14 @@
 //! transfer between the clients arrives with its SHA-256; the status file lists both
 //! clients and their MAC addresses as upstream writes them (`xx:xx:xx:xx:xx:xx@0`), and
 //! vpn2's HA readiness check accepts it.
+//!
+//! The other way round, an upstream tap server (`dev tap`, `server NET MASK`,
+//! `client-to-client`, `duplicate-cn`, a pushed route) in SEED with two of our clients
+//! (`TunSettings::tap`), same layout on 10.202.n.0/30 and 192.168.123.0/24: the pushed address
+//! and netmask are on each client's tap device and the pushed route goes via the pushed
+//! `route-gateway`; the clients ping each other, the server's tap address and an address
+//! behind the pushed route; ARP resolved each peer's real MAC address; a 4 MiB transfer
+//! between our clients arrives with its SHA-256; upstream finds our OCC string as expected.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -27,10 +35,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use conformance::netns::Netns;
+use conformance::our_client::ClientThread;
 use conformance::our_server::ServerThread;
+use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
-use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
+use conformance::upstream::{
+    tcp_client_config, tcp_server_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER,
+};
 use openssl::sha::sha256;
 
 const PORT: u16 = 1194;
@@ -164,6 +176,106 @@ fn our_tap_server_switches_between_two_upstream_tap_clients() {
     });
 }
 
+#[test]
+fn our_tap_clients_with_an_upstream_tap_server() {
+    require_lab(&["openvpn", "ping"]);
+    let pki = TestPki::generate().expect("pki");
+    let seed = Netns::new().expect("seed");
+    let clients: Vec<Netns> = (0..2).map(|_| Netns::new().expect("client ns")).collect();
+    for (i, ns) in clients.iter().enumerate() {
+        link_on(&seed, ns, i + 1, 202);
+    }
+    // An address behind the pushed route, on SEED's loopback.
+    let behind = Ipv4Addr::new(10, 203, 0, 1);
+    seed.run(["ip", "addr", "add", "10.203.0.1/32", "dev", "lo"])
+        .expect("address behind the route");
+    let config = tcp_server_config(
+        &pki,
+        PORT,
+        ControlWrap::TlsAuth,
+        &[
+            "auth SHA256",
+            "client-to-client",
+            "duplicate-cn",
+            "push \"route 10.203.0.0 255.255.0.0\"",
+        ],
+    )
+    .replace("local 127.0.0.1\n", "")
+    .replace("dev tun\n", "dev tap\n")
+    .replace("topology subnet\n", "");
+    let server = UpstreamOpenvpn::start(&seed, &config, 4).expect("upstream tap server");
+    server.wait_listening(TIMEOUT).expect("server listening");
+    let server_tap = Ipv4Addr::new(192, 168, 123, 1);
+
+    std::thread::scope(|scope| {
+        let ours: Vec<ClientThread<'_>> = clients
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| {
+                let remote = vpn_client::Remote::new(format!("10.202.{}.1", i + 1), PORT);
+                let mut s = pki.our_client_settings(remote).expect("client settings");
+                s.tun.tap = true;
+                s.tun.name = "tap0".into();
+                ClientThread::spawn(scope, ns, s)
+            })
+            .collect();
+        for (c, ns) in ours.iter().zip(&clients) {
+            c.wait_until("the pushed address on tap0", TIMEOUT, || {
+                ns.run(["ip", "-4", "-o", "addr", "show", "dev", "tap0"])
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("inet "))
+            })
+            .expect("our tap client up");
+            let routes = ns.run(["ip", "route"]).expect("ip route");
+            let routes = String::from_utf8_lossy(&routes.stdout);
+            assert!(
+                routes.contains("10.203.0.0/16 via 192.168.123.1 dev tap0"),
+                "the pushed route goes via the route-gateway:\n{routes}"
+            );
+        }
+        let addrs: Vec<(Ipv4Addr, u8)> = clients.iter().map(tap_address).collect();
+        assert!(addrs.iter().all(|(_, len)| *len == 24), "{addrs:?}");
+        assert_ne!(addrs[0].0, addrs[1].0, "two distinct pool addresses");
+        let (a1, a2) = (addrs[0].0, addrs[1].0);
+
+        for (ns, to) in [
+            (&clients[0], a2),
+            (&clients[1], a1),
+            (&clients[0], server_tap),
+            (&clients[1], server_tap),
+            (&clients[0], behind),
+        ] {
+            ping(ns, to);
+        }
+        let macs: Vec<String> = clients.iter().map(|ns| tap_mac(ns, "tap0")).collect();
+        assert_eq!(neighbour(&clients[0], a2), macs[1], "C1 resolved C2");
+        assert_eq!(neighbour(&clients[1], a1), macs[0], "C2 resolved C1");
+        assert_eq!(
+            neighbour(&clients[0], server_tap),
+            tap_mac(&seed, "tap0"),
+            "C1 resolved the server"
+        );
+
+        let listener = clients[0]
+            .run_in(move || TcpListener::bind((a1, 5002)))
+            .expect("run in C1")
+            .expect("listen in C1");
+        let (sender, want) = serve_bytes(listener, TRANSFER);
+        let (len, got) = fetch(&clients[1], SocketAddr::from((a1, 5002)));
+        sender.join().expect("byte server");
+        assert_eq!(
+            (len, got),
+            (TRANSFER, want),
+            "transfer between our tap clients"
+        );
+
+        let log = server.log();
+        assert!(!log.contains("inconsistently"), "{log}");
+        for c in ours {
+            assert_eq!(c.stop().expect("our client"), vpn_client::Stopped::Shutdown);
+        }
+    });
+}
+
 /// The server config: vpn2's HA server (`dev tap0`, `client-to-client`, `duplicate-cn`) with
 /// an IPv4 pool.
 fn server_config(pki: &TestPki, status: &Path) -> String {
@@ -208,12 +320,17 @@ fn tap_client_config(pki: &TestPki, remote: &str, cert: &Path, key: &Path) -> St
 
 /// A veth pair `vs{n}` (SEED, 10.201.n.1/30) – `vc{n}` (`ns`, 10.201.n.2/30).
 fn link(seed: &Netns, ns: &Netns, n: usize) {
+    link_on(seed, ns, n, 201);
+}
+
+/// A veth pair `vs{n}` (SEED, 10.`net`.n.1/30) – `vc{n}` (`ns`, 10.`net`.n.2/30).
+fn link_on(seed: &Netns, ns: &Netns, n: usize, net: u8) {
     Netns::veth_pair(seed, &format!("vs{n}"), ns, &format!("vc{n}")).expect("veth");
     seed.run([
         "ip",
         "addr",
         "add",
-        &format!("10.201.{n}.1/30"),
+        &format!("10.{net}.{n}.1/30"),
         "dev",
         &format!("vs{n}"),
     ])
@@ -222,7 +339,7 @@ fn link(seed: &Netns, ns: &Netns, n: usize) {
         "ip",
         "addr",
         "add",
-        &format!("10.201.{n}.2/30"),
+        &format!("10.{net}.{n}.2/30"),
         "dev",
         &format!("vc{n}"),
     ])

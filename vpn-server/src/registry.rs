@@ -35,7 +35,7 @@ use crate::routing::{Forward, RoutingTable};
 use crate::settings::{ClientOptions, Settings};
 use crate::spoof::SourceFilter;
 use crate::status::{self, ClientStatus, MacRouteStatus, RouteStatus, StatusSnapshot};
-use crate::switch::{FromClient, FromTap, MacTable};
+use crate::switch::{Dropped, FromClient, FromTap, MacTable};
 
 pub mod admission;
 
@@ -237,7 +237,11 @@ impl Registry {
             FromTap::Drop(why) => FromTap::Drop(why),
             FromTap::Client(id) => match self.clients.get(&id) {
                 Some(c) => FromTap::Client(c),
-                None => FromTap::Drop(crate::switch::Dropped::Short),
+                // Learned from a client that is gone by now (never: removal forgets them).
+                None => FromTap::Drop(match crate::switch::addresses(frame) {
+                    Some((dst, _)) => Dropped::UnknownDestination(dst),
+                    None => Dropped::Short,
+                }),
             },
         })
     }

@@ -13,7 +13,7 @@
 //!
 //! Asserted: upstream finds our OCC options string (`dev-type tap`, its `link-mtu`) as it
 //! expects; each client gets a pool address with the pushed netmask; the clients ping each
-//! other and the server's tap address; each client's neighbour table holds the other
+//! other and the server's tap address, over IPv4 and IPv6 (`server-ipv6`); each client's neighbour table holds the other
 //! client's and the server's real tap MAC addresses (ARP crossed the tunnel: frames are
 //! switched, not routed); the replies come with TTL 64 (no router on the way); the server
 //! switched frames between the clients itself (its client-to-client counter); a 4 MiB TCP
@@ -25,8 +25,8 @@
 //! `client-to-client`, `duplicate-cn`, a pushed route) in SEED with two of our clients
 //! (`TunSettings::tap`), same layout on 10.202.n.0/30 and 192.168.123.0/24: the pushed address
 //! and netmask are on each client's tap device and the pushed route goes via the pushed
-//! `route-gateway`; the clients ping each other, the server's tap address and an address
-//! behind the pushed route; ARP resolved each peer's real MAC address; a 4 MiB transfer
+//! `route-gateway` (IPv6: via the server's `ifconfig-ipv6` address); the clients ping each
+//! other, the server's tap address and an address behind the pushed route (IPv4 and IPv6); ARP resolved each peer's real MAC address; a 4 MiB transfer
 //! between our clients arrives with its SHA-256; upstream finds our OCC string as expected.
 
 use std::io::{Read, Write};
@@ -48,6 +48,7 @@ use openssl::sha::sha256;
 const PORT: u16 = 1194;
 const TIMEOUT: Duration = Duration::from_secs(30);
 const SERVER_TAP: Ipv4Addr = Ipv4Addr::new(192, 168, 124, 1);
+const SERVER_TAP_V6: &str = "fd8f:6d53:b97a:2::1";
 /// Bytes of the transfer between the two clients.
 const TRANSFER: usize = 4 << 20;
 /// The CNs of the two clients: what vpn2's HA readiness check looks for.
@@ -133,6 +134,17 @@ fn our_tap_server_switches_between_two_upstream_tap_clients() {
         );
         assert_eq!(neighbour(&seed, a2), macs[1], "SEED resolved C2");
 
+        // IPv6 (vpn2's HA network is IPv6): neighbour discovery crosses as ARP did.
+        let v6: Vec<String> = clients.iter().map(tap_address_v6).collect();
+        assert_ne!(v6[0], v6[1]);
+        for (ns, to) in [
+            (&clients[0], v6[1].as_str()),
+            (&clients[1], v6[0].as_str()),
+            (&clients[0], SERVER_TAP_V6),
+        ] {
+            ping6(ns, to);
+        }
+
         // A checksummed TCP transfer from C2 to C1.
         let listener = clients[1]
             .run_in(move || TcpListener::bind((a2, 5001)))
@@ -189,6 +201,8 @@ fn our_tap_clients_with_an_upstream_tap_server() {
     let behind = Ipv4Addr::new(10, 203, 0, 1);
     seed.run(["ip", "addr", "add", "10.203.0.1/32", "dev", "lo"])
         .expect("address behind the route");
+    seed.run(["ip", "addr", "add", "fd00:203::1/128", "dev", "lo"])
+        .expect("IPv6 address behind the route");
     let config = tcp_server_config(
         &pki,
         PORT,
@@ -198,6 +212,8 @@ fn our_tap_clients_with_an_upstream_tap_server() {
             "client-to-client",
             "duplicate-cn",
             "push \"route 10.203.0.0 255.255.0.0\"",
+            "server-ipv6 fd8f:6d53:b97a:3::/64",
+            "push \"route-ipv6 fd00:203::/64\"",
         ],
     )
     .replace("local 127.0.0.1\n", "")
@@ -231,6 +247,12 @@ fn our_tap_clients_with_an_upstream_tap_server() {
                 routes.contains("10.203.0.0/16 via 192.168.123.1 dev tap0"),
                 "the pushed route goes via the route-gateway:\n{routes}"
             );
+            let routes = ns.run(["ip", "-6", "route"]).expect("ip -6 route");
+            let routes = String::from_utf8_lossy(&routes.stdout);
+            assert!(
+                routes.contains("fd00:203::/64 via fd8f:6d53:b97a:3::1 dev tap0"),
+                "the pushed IPv6 route goes via the server's address:\n{routes}"
+            );
         }
         let addrs: Vec<(Ipv4Addr, u8)> = clients.iter().map(tap_address).collect();
         assert!(addrs.iter().all(|(_, len)| *len == 24), "{addrs:?}");
@@ -245,6 +267,14 @@ fn our_tap_clients_with_an_upstream_tap_server() {
             (&clients[0], behind),
         ] {
             ping(ns, to);
+        }
+        let v6: Vec<String> = clients.iter().map(tap_address_v6).collect();
+        for (ns, to) in [
+            (&clients[0], v6[1].as_str()),
+            (&clients[1], v6[0].as_str()),
+            (&clients[1], "fd00:203::1"),
+        ] {
+            ping6(ns, to);
         }
         let macs: Vec<String> = clients.iter().map(|ns| tap_mac(ns, "tap0")).collect();
         assert_eq!(neighbour(&clients[0], a2), macs[1], "C1 resolved C2");
@@ -284,6 +314,7 @@ fn server_config(pki: &TestPki, status: &Path) -> String {
         "proto tcp-server".into(),
         "dev tap0".into(),
         "server 192.168.124.0 255.255.255.0".into(),
+        "server-ipv6 fd8f:6d53:b97a:2::/96".into(),
         "client-to-client".into(),
         "duplicate-cn".into(),
         "keepalive 10 60".into(),
@@ -359,6 +390,45 @@ fn tap_address(ns: &Netns) -> (Ipv4Addr, u8) {
         .unwrap_or_else(|| panic!("no inet on tap0: {text}"));
     let (a, len) = cidr.split_once('/').expect("prefix");
     (a.parse().expect("address"), len.parse().expect("length"))
+}
+
+/// The global IPv6 address on `tap0` in `ns` (waiting up to 10 s for duplicate address
+/// detection to finish).
+fn tap_address_v6(ns: &Netns) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = ns
+            .run([
+                "ip", "-6", "-o", "addr", "show", "dev", "tap0", "scope", "global",
+            ])
+            .expect("ip addr");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let addr = text
+            .split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .map(|cidr| cidr.split('/').next().unwrap_or(cidr).to_owned());
+        match addr {
+            Some(a) if !text.contains("tentative") => return a,
+            _ if std::time::Instant::now() >= deadline => {
+                panic!("no usable IPv6 address on tap0: {text:?}")
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Pings `to` over IPv6 from `ns` until three replies came (at most 15 s: the peer's
+/// address may still be in duplicate address detection).
+fn ping6(ns: &Netns, to: &str) {
+    let out = ns
+        .run(["ping", "-6", "-c", "3", "-i", "0.2", "-w", "15", to])
+        .expect("ping -6");
+    assert!(
+        out.status.success(),
+        "ping -6 {to}:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 /// The MAC address of `dev` in `ns`.

@@ -1,7 +1,8 @@
 //! `netio::tun` and `netio::netlink` inside a lab namespace: a tun device gets link settings,
 //! addresses and routes through netlink (checked with our route listing and with `ip -n NS`),
 //! a datagram routed into the tun is read from the tun fd byte by byte, and a reply written
-//! into the tun reaches the sending socket.
+//! into the tun reaches the sending socket. A tap device hands over the kernel's ARP request
+//! as an Ethernet frame and takes the reply, which the kernel's neighbour table then shows.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
@@ -227,6 +228,95 @@ fn datagram_routed_into_the_tun_is_read_and_a_reply_written_back() {
                 .expect("recv_from");
             assert_eq!(&got[..n], b"out of the tun");
             assert_eq!(from, (PEER, 7777).into());
+        })
+    })
+    .expect("run_in");
+}
+
+#[test]
+fn tap_device_reads_the_kernels_arp_request_and_takes_the_reply() {
+    require_lab(&[]);
+    const TAP: &str = "vpnt-tap0";
+    const PEER_MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 0x07];
+    let ns = Netns::new().expect("netns");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let tap = Tun::open_tap(TAP).expect("open tap");
+            assert!(tap.is_tap() && !tap.offload());
+            let nl = Netlink::open().expect("netlink");
+            nl.set_mtu(TAP, 1400).await.expect("mtu");
+            nl.set_link_up(TAP).await.expect("up");
+            nl.add_address(TAP, p("10.98.0.1/24"))
+                .await
+                .expect("address");
+            let sock = tokio::net::UdpSocket::bind(("10.98.0.1", 0))
+                .await
+                .expect("bind");
+            sock.send_to(b"x", ("10.98.0.2", 7777))
+                .await
+                .expect("send_to");
+
+            let mut pool = RecvPool::default();
+            let layout = PacketLayout {
+                headroom: HEADROOM,
+                max_len: 1400 + 18,
+                tailroom: 16,
+            };
+            let request = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    let mut batch = Vec::new();
+                    tap.recv_many(&mut pool, layout, &mut batch, 1)
+                        .await
+                        .expect("recv_many");
+                    for buf in batch {
+                        let f = &buf[HEADROOM..];
+                        // ARP (0x0806), a request (op 1) for 10.98.0.2.
+                        if f.len() >= 42
+                            && f[12..14] == [8, 6]
+                            && f[21] == 1
+                            && f[38..42] == [10, 98, 0, 2]
+                        {
+                            return f.to_vec();
+                        }
+                    }
+                }
+            })
+            .await
+            .expect("no ARP request from the tap device");
+            assert_eq!(request[..6], [0xff; 6], "broadcast");
+            let own_mac = request[6..12].to_vec();
+            assert!(ip_n(&ns, &["link", "show", TAP]).contains(&format!(
+                "link/ether {}",
+                own_mac
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            )));
+
+            // The reply: to the device's address, from PEER_MAC for 10.98.0.2.
+            let mut reply = own_mac.clone();
+            reply.extend_from_slice(&PEER_MAC);
+            reply.extend_from_slice(&[8, 6, 0, 1, 8, 0, 6, 4, 0, 2]);
+            reply.extend_from_slice(&PEER_MAC);
+            reply.extend_from_slice(&[10, 98, 0, 2]);
+            reply.extend_from_slice(&own_mac);
+            reply.extend_from_slice(&[10, 98, 0, 1]);
+            let mut batch = vec![BytesMut::from(&reply[..])];
+            let mut gro = netio::tun::Coalescer::with_capacity(4);
+            assert_eq!(tap.send_many_sync(&mut batch, &mut gro).expect("write"), 1);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let neigh = ip_n(&ns, &["neigh", "show", "10.98.0.2", "dev", TAP]);
+                if neigh.contains("lladdr 02:42:00:00:00:07") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "not resolved: {neigh}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         })
     })
     .expect("run_in");

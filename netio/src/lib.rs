@@ -11,7 +11,8 @@
 //! * [`tun`] - a layer-3 tun device under tokio with the kernel's TCP offloads: super-packets
 //!   read are cut into MTU-sized packets in caller buffers with headroom for in-place
 //!   encryption, consecutive segments of a flow are merged into one write; the writer thread
-//!   every decrypted packet goes through ([`tun::TunWriter`]).
+//!   every decrypted packet goes through ([`tun::TunWriter`]). [`tun::Tun::open_tap`] opens a
+//!   layer-2 tap device through the same calls (Ethernet frames, no offloads).
 //! * [`netlink`] - link state, MTU, txqueuelen, addresses and routes over rtnetlink, in the
 //!   network namespace of the calling thread.
 //! * [`framed`] - one connection's two directions for both roles: packets cut out of the

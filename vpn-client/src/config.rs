@@ -17,7 +17,9 @@
 //! `persist-key` (keys are never re-read), `tcp-nodelay` (always set), `auth-nocache`
 //! (nothing is cached), `disable-dco` (there is no offload).
 //!
-//! Refused with an error: `dev-type tap` (tun only), `up`/`down` without `script-security 2`,
+//! `dev tap…` / `dev-type tap` run a layer-2 tap device ([`TunSettings::tap`]).
+//!
+//! Refused with an error: `up`/`down` without `script-security 2`,
 //! proxy authentication other than a basic-auth file.
 
 use std::path::{Path, PathBuf};
@@ -178,13 +180,6 @@ fn settings_from_options(
     let c = &o.common;
     let mut warnings: Vec<String> = parser_warnings.iter().map(ToString::to_string).collect();
 
-    if c.dev_type == DevType::Tap {
-        return Err(lines.unsupported(
-            "dev",
-            "tap devices are not supported: tun only (dev tun, dev tunN)",
-        ));
-    }
-
     // TLS material, checked here so that errors name the file.
     let ca = read_source(&c.ca)?;
     let cert = read_source(&c.cert)?;
@@ -276,13 +271,13 @@ fn settings_from_options(
         }
     }
     s.tun = TunSettings {
-        // `dev tun` means "the next free tun device" (the kernel names it tun0, tun1, ...),
-        // as upstream and our server read it; any other name is taken literally.
-        name: if c.dev == "tun" {
-            "tun%d".to_owned()
-        } else {
-            c.dev.clone()
+        // `dev tun` / `dev tap` mean "the next free device" (the kernel names it tun0,
+        // tun1, ...), as upstream and our server read it; any other name is taken literally.
+        name: match c.dev.as_str() {
+            "tun" | "tap" => format!("{}%d", c.dev),
+            dev => dev.to_owned(),
         },
+        tap: c.dev_type == DevType::Tap,
         mtu: match c.tun_mtu {
             Some(m) => u16::try_from(m)
                 .map_err(|_| lines.unsupported("tun-mtu", "the MTU must be at most 65535"))?,
@@ -706,8 +701,20 @@ pub(crate) mod tests {
         let text = fixture_in(dir.path()).replace("script-security 2\n", "");
         let err = load_text("c.conf", &text).expect_err("no script-security");
         assert!(err.to_string().starts_with("c.conf:33: 'up': "), "{err}");
+    }
+
+    #[test]
+    fn a_tap_device_is_taken() {
+        let dir = secrets();
         let text = fixture_in(dir.path()).replace("dev tun0", "dev tap0");
-        let err = load_text("c.conf", &text).expect_err("tap");
-        assert!(err.to_string().starts_with("c.conf:31: 'dev': "), "{err}");
+        let s = load_text("c.conf", &text).expect("tap").settings;
+        assert!(s.tun.tap);
+        assert_eq!(s.tun.name, "tap0");
+        let text = fixture_in(dir.path()).replace("dev tun0", "dev tap");
+        let s = load_text("c.conf", &text).expect("tap").settings;
+        assert!(s.tun.tap);
+        assert_eq!(s.tun.name, "tap%d");
+        let text = fixture_in(dir.path()).replace("dev tun0", "dev tun0\ndev-type tap");
+        assert!(load_text("c.conf", &text).expect("tap").settings.tun.tap);
     }
 }

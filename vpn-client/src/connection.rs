@@ -161,7 +161,9 @@ impl Connection {
                             "TLS up, keys exchanged, push received"
                         );
                         log_push(&push);
-                        tunnel.apply(&Plan::from_push(&push.accepted)).await?;
+                        tunnel
+                            .apply(&Plan::from_push(&push.accepted, tunnel.is_tap()))
+                            .await?;
                         if up_ran.is_none() {
                             let dev = tunnel.tun().map(Tun::name).unwrap_or_default();
                             let info = TunInfo::from_push(dev, tunnel.mtu(), &push.accepted);
@@ -203,7 +205,9 @@ impl Connection {
             };
             let layout = PacketLayout {
                 headroom: SEND_HEADROOM,
-                max_len: usize::from(tunnel.mtu()),
+                // A tap device's frames: the MTU, the Ethernet header and a VLAN tag.
+                max_len: usize::from(tunnel.mtu())
+                    + if tunnel.is_tap() { TAP_FRAME_EXTRA } else { 0 },
                 tailroom: DATA_TAILROOM,
             };
             let tun = tunnel.tun().filter(|_| self.up);
@@ -241,7 +245,9 @@ impl Connection {
                     read.map_err(RunError::TunRead)?;
                     let now = Instant::now();
                     for mut packet in batch.drain(..) {
-                        if link_scoped_v6(&packet[SEND_HEADROOM..]) {
+                        // Frames of a tap device are passed as they are (neighbour discovery
+                        // needs the link-local ones).
+                        if !tunnel.is_tap() && link_scoped_v6(&packet[SEND_HEADROOM..]) {
                             // No server forwards it (DEVIATIONS C2): not sent.
                             continue;
                         }
@@ -420,6 +426,9 @@ async fn recv_tun(
         None => std::future::pending().await,
     }
 }
+
+/// What a tap device's frames add to its MTU: the Ethernet header (14 bytes) and one VLAN tag.
+const TAP_FRAME_EXTRA: usize = 14 + 4;
 
 /// Whether `packet` is IPv6 from a link-local (`fe80::/10`) or the unspecified (`::`) source:
 /// what the kernel sends by itself on a fresh tun device (router solicitations, MLD reports).

@@ -1,7 +1,7 @@
 //! `vpn-client`: the shoot side. An OpenVPN 2.6 compatible TCP client that dials out directly
 //! or through an HTTP CONNECT proxy (with Gardener's routing header), applies the pushed
 //! `ifconfig`, `ifconfig-ipv6`, `route` and `route-ipv6` that passed the pull policy to a tun
-//! device, carries packets between the tun and the server, and reconnects by itself.
+//! device (or a tap device with `dev tap`: Ethernet frames, routes via `route-gateway`), carries packets between the tun and the server, and reconnects by itself.
 //!
 //! [`run`] is the whole client: give it [`Settings`] and a [`CancellationToken`]; it returns
 //! when the token is cancelled, the server sends `HALT`, or the local setup fails (tun,

@@ -14,6 +14,7 @@ use pki::{CaBundle, Identity};
 use protocol::config::Family;
 use protocol::data::{Compression, DataCipher, PacketIdLimits};
 use protocol::digest::Digest;
+use protocol::km2::occ::DevType;
 use protocol::ncp::DataCiphers;
 use protocol::push::PullPolicy;
 use protocol::session::{
@@ -151,6 +152,11 @@ impl Settings {
         session.reneg_sec = self.reneg_sec;
         session.hand_window = self.hand_window;
         session.tun_mtu = self.tun.mtu;
+        session.dev_type = if self.tun.tap {
+            DevType::Tap
+        } else {
+            DevType::Tun
+        };
         session.compression = self.compression;
         session.reneg_bytes = self.reneg_bytes;
         session.reneg_pkts = self.reneg_pkts;
@@ -296,6 +302,10 @@ impl TlsMaterial {
 pub struct TunSettings {
     /// `dev`: the interface name (`tun%d` lets the kernel pick).
     pub name: String,
+    /// `dev-type tap` (or a `dev tap...` name): a layer-2 tap device; the tunnel carries
+    /// Ethernet frames, the pushed `ifconfig` is an address and netmask, and routes go via
+    /// the pushed `route-gateway`.
+    pub tap: bool,
     /// `tun-mtu` (a pushed `tun-mtu` replaces it).
     pub mtu: u16,
     /// `txqueuelen` (`None`: the kernel's default).
@@ -312,6 +322,7 @@ impl Default for TunSettings {
     fn default() -> Self {
         TunSettings {
             name: "tun0".to_owned(),
+            tap: false,
             mtu: DEFAULT_TUN_MTU,
             txqueuelen: None,
             routes: Vec::new(),

@@ -9,17 +9,22 @@
 //! dropped by the kernel once it is full). [`Tunnel::teardown`] removes what we added and
 //! closes the device when the client stops.
 //!
+//! A tap device (`dev tap`) carries Ethernet frames: the pushed `ifconfig` is an address and
+//! netmask whatever the topology, and a route into it needs a next hop the kernel can resolve
+//! with ARP / neighbour discovery: the route's own gateway, else the pushed `route-gateway`
+//! (IPv4) or the server's `ifconfig-ipv6` address (IPv6); a route with none is not applied.
+//!
 //! What reaches [`Plan::from_push`] has passed the pull policy and the push guard
 //! (`protocol::push::guard`): no route wider than the server named, none that contains an
 //! address the connection dialed (the connection applies the `PathGuard` before the plan).
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::report::chain;
 use netio::tun::{Tun, TunError, TunWriter};
-use protocol::push::options::{RouteVia, Topology};
+use protocol::push::options::{RouteGatewayAddr, RouteVia, Topology};
 use protocol::push::PushedOption;
 
 use crate::settings::TunSettings;
@@ -33,16 +38,29 @@ pub(crate) struct Plan {
     pub routes: Vec<(IpPrefix, Option<u32>)>,
     /// A pushed `tun-mtu`.
     pub mtu: Option<u16>,
+    /// Tap: the pushed `route-gateway`, next hop of IPv4 routes without their own.
+    pub gateway_v4: Option<Ipv4Addr>,
+    /// Tap: the server's `ifconfig-ipv6` address, next hop of IPv6 routes without their own.
+    pub gateway_v6: Option<Ipv6Addr>,
+    /// Tap: routes pushed with a literal gateway, by destination.
+    pub route_gateways: Vec<(IpPrefix, IpAddr)>,
 }
 
 impl Plan {
     /// The device configuration the accepted options describe. Options that would route
     /// outside the tunnel (`redirect-gateway`, `redirect-private`, a route via `net_gateway`
     /// or `remote_host`) are never applied; each is logged.
-    pub fn from_push(accepted: &[PushedOption]) -> Plan {
+    ///
+    /// With `tap`, `ifconfig` is always an address and netmask, and the next hops of the
+    /// routes are kept (module docs).
+    pub fn from_push(accepted: &[PushedOption], tap: bool) -> Plan {
         let mut plan = Plan::default();
-        // Upstream's default topology when the server pushes none.
-        let topology = Topology::of_push(accepted);
+        // Upstream's default topology when the server pushes none; a tap device has none.
+        let topology = if tap {
+            Topology::Subnet
+        } else {
+            Topology::of_push(accepted)
+        };
         let default_metric = accepted.iter().find_map(|o| match o {
             PushedOption::RouteMetric(m) => Some(*m),
             _ => None,
@@ -53,7 +71,10 @@ impl Plan {
                     local,
                     remote_netmask,
                 } => plan.ifconfig(topology, *local, *remote_netmask),
-                PushedOption::IfconfigIpv6 { local, .. } => {
+                PushedOption::IfconfigIpv6 { local, remote } => {
+                    if tap {
+                        plan.gateway_v6 = *remote;
+                    }
                     match IpPrefix::new(IpAddr::V6(local.addr()), local.prefix_len()) {
                         Ok(p) => plan.addresses.push(p),
                         Err(e) => tracing::warn!(%local, error = %e, "ifconfig-ipv6 not applied"),
@@ -71,6 +92,9 @@ impl Plan {
                         if let Ok(dst) = IpPrefix::new(IpAddr::V4(net.addr()), net.prefix_len()) {
                             plan.routes
                                 .push((dst.network(), route.metric.or(default_metric)));
+                            if let (true, Some(RouteVia::Addr(gw))) = (tap, route.gateway) {
+                                plan.route_gateways.push((dst.network(), IpAddr::V4(gw)));
+                            }
                         }
                     }
                 },
@@ -81,6 +105,9 @@ impl Plan {
                     }
                 }
                 PushedOption::TunMtu(mtu) => plan.mtu = Some(*mtu),
+                PushedOption::RouteGateway(RouteGatewayAddr::Addr(gw)) if tap => {
+                    plan.gateway_v4 = Some(*gw)
+                }
                 PushedOption::RedirectGateway(_) | PushedOption::RedirectPrivate(_) => {
                     tracing::warn!(
                         ?option,
@@ -91,6 +118,17 @@ impl Plan {
             }
         }
         plan
+    }
+
+    /// Tap: the next hop of a route to `dst` (module docs).
+    fn next_hop(&self, dst: IpPrefix) -> Option<IpAddr> {
+        if let Some((_, gw)) = self.route_gateways.iter().find(|(d, _)| *d == dst) {
+            return Some(*gw);
+        }
+        match dst.addr() {
+            IpAddr::V4(_) => self.gateway_v4.map(IpAddr::V4),
+            IpAddr::V6(_) => self.gateway_v6.map(IpAddr::V6),
+        }
     }
 
     fn ifconfig(&mut self, topology: Topology, local: Ipv4Addr, remote_netmask: Ipv4Addr) {
@@ -164,12 +202,26 @@ impl Tunnel {
         self.mtu
     }
 
+    /// Whether the device is a tap device (Ethernet frames).
+    pub fn is_tap(&self) -> bool {
+        self.settings.tap
+    }
+
     /// Opens the device if needed and brings it to `plan`. A failed address is an error (the
     /// tunnel cannot work without it); a failed route is logged and skipped, as upstream does.
     pub async fn apply(&mut self, plan: &Plan) -> Result<(), TunnelError> {
         if self.tun.is_none() {
-            let tun = Arc::new(Tun::open(&self.settings.name).map_err(TunnelError::Open)?);
-            tracing::info!(dev = tun.name(), "tun device opened");
+            let tun = if self.settings.tap {
+                Tun::open_tap(&self.settings.name)
+            } else {
+                Tun::open(&self.settings.name)
+            };
+            let tun = Arc::new(tun.map_err(TunnelError::Open)?);
+            tracing::info!(
+                dev = tun.name(),
+                tap = self.settings.tap,
+                "tun device opened"
+            );
             self.writer =
                 Some(TunWriter::spawn(Arc::clone(&tun), TUN_QUEUE).map_err(TunnelError::Writer)?);
             self.tun = Some(tun);
@@ -191,19 +243,35 @@ impl Tunnel {
         }
         nl.set_link_up(&dev).await.map_err(TunnelError::Netlink)?;
 
+        let tap = self.settings.tap;
         let mut wanted_routes: Vec<Route> = plan
             .routes
             .iter()
             .map(|(dst, metric)| Route {
                 metric: *metric,
+                gateway: plan.next_hop(*dst).filter(|_| tap),
                 ..Route::via_dev(*dst, dev.clone())
             })
             .collect();
         for net in &self.settings.routes {
-            let route = Route::via_dev(IpPrefix::from(net.trunc()), dev.clone());
+            let dst = IpPrefix::from(net.trunc());
+            let route = Route {
+                gateway: plan.next_hop(dst).filter(|_| tap),
+                ..Route::via_dev(dst, dev.clone())
+            };
             if !wanted_routes.iter().any(|r| r.dst == route.dst) {
                 wanted_routes.push(route);
             }
+        }
+        if tap {
+            // On a tap device a route without a next hop would ask the whole destination
+            // network for its addresses: not applied.
+            wanted_routes.retain(|r| {
+                if r.gateway.is_none() {
+                    tracing::warn!(dst = %r.dst, "route on a tap device without a gateway (no route-gateway pushed) not applied");
+                }
+                r.gateway.is_some()
+            });
         }
         // Remove what the new push no longer asks for.
         for route in std::mem::take(&mut self.routes) {
@@ -327,7 +395,7 @@ mod tests {
 
     fn plan(options: &str) -> Plan {
         let outcome = PullPolicy::default().process(options).unwrap().outcome;
-        Plan::from_push(&outcome.accepted)
+        Plan::from_push(&outcome.accepted, false)
     }
 
     #[test]
@@ -368,5 +436,34 @@ mod tests {
             ]
         );
         assert_eq!(p.mtu, Some(1400));
+    }
+
+    #[test]
+    fn tap_takes_ifconfig_as_a_netmask_and_routes_via_the_gateways() {
+        let options = "route 10.99.0.0 255.255.0.0,route 10.98.0.0 255.255.0.0 192.168.123.9,\
+             route-ipv6 fd00:99::/64,ifconfig 192.168.123.2 255.255.255.0,\
+             ifconfig-ipv6 fd00:123::1000/96 fd00:123::1,route-gateway 192.168.123.1";
+        let outcome = PullPolicy::default().process(options).unwrap().outcome;
+        let p = Plan::from_push(&outcome.accepted, true);
+        assert_eq!(
+            p.addresses,
+            vec![
+                "192.168.123.2/24".parse().unwrap(),
+                "fd00:123::1000/96".parse().unwrap()
+            ]
+        );
+        let hop = |dst: &str| p.next_hop(dst.parse().unwrap()).map(|a| a.to_string());
+        assert_eq!(hop("10.99.0.0/16").as_deref(), Some("192.168.123.1"));
+        assert_eq!(hop("10.98.0.0/16").as_deref(), Some("192.168.123.9"));
+        assert_eq!(hop("fd00:99::/64").as_deref(), Some("fd00:123::1"));
+        // Without a topology push a tun client reads `ifconfig A B` as net30; tap never does.
+        let outcome = PullPolicy::default()
+            .process("ifconfig 10.8.0.6 255.255.255.0")
+            .unwrap()
+            .outcome;
+        let p = Plan::from_push(&outcome.accepted, true);
+        assert_eq!(p.addresses, vec!["10.8.0.6/24".parse().unwrap()]);
+        assert!(p.routes.is_empty());
+        assert_eq!(p.next_hop("10.99.0.0/16".parse().unwrap()), None);
     }
 }

@@ -35,6 +35,7 @@ use protocol::config::{
     CcdOptions, CertUsage, ConfigError, DevType, Family, ServerOptions, Source, TlsVersion,
     TlsWrapConfig, Warning, X509NameType,
 };
+use protocol::km2::occ::DevType as OccDevType;
 use protocol::session::{ControlProtection, Keepalive};
 use protocol::static_key::{self, StaticKeyError};
 
@@ -188,14 +189,6 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     let mut warn =
         |directive: &str, why: &str| warnings.push(format!("{file}: '{directive}': {why}"));
 
-    if c.dev_type == DevType::Tap {
-        return Err(unsupported(
-            file,
-            "dev-type",
-            "tap (layer 2) is not supported: only tun".into(),
-        ));
-    }
-
     // TLS: CA, identity, the peer policy.
     let ca = read_source(file, "ca", &c.ca)?;
     let cert = read_source(file, "cert", &c.cert)?;
@@ -299,11 +292,15 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     }
 
     // Device.
-    s.dev = if c.dev == "tun" {
-        "tun%d".into()
-    } else {
-        c.dev.clone()
+    s.dev = match c.dev.as_str() {
+        "tun" | "tap" => format!("{}%d", c.dev),
+        dev => dev.to_owned(),
     };
+    s.dev_type = match c.dev_type {
+        DevType::Tun => OccDevType::Tun,
+        DevType::Tap => OccDevType::Tap,
+    };
+    s.max_routes_per_client = usize::try_from(o.max_routes_per_client).unwrap_or(usize::MAX);
     if let Some(mtu) = c.tun_mtu {
         s.tun_mtu = u16::try_from(mtu)
             .map_err(|_| unsupported(file, "tun-mtu", format!("{mtu} is larger than 65535")))?;
@@ -470,13 +467,15 @@ pub fn vpn2_shoot_iroutes(env: &Vpn2ServerEnv) -> Vec<IpNet> {
 /// the client-config-dir entry of `vpn-shoot-client` ([`vpn2_shoot_iroutes`]) and kernel
 /// routes into the tun for those iroutes (what vpn2's `firewall up` hook adds: the mapped
 /// IPv4 ranges and the IPv6 shoot networks, never the real IPv4 ones, which may overlap the
-/// seed's). HA (tap) is refused as tap is. The firewall rules are `crate::vpn2::seed_table`'s.
+/// seed's). HA is refused: tap devices work, but its layout (two servers, bonded taps on the
+/// seed clients, per-index networks) is not built yet. The firewall rules are
+/// `crate::vpn2::seed_table`'s.
 pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadError> {
     if env.is_ha {
         return Err(unsupported(
             VPN2_ENV_CONFIG_NAME,
             "IS_HA",
-            "HA mode runs tap (layer 2) devices, which are not supported".into(),
+            "HA mode (two servers, bonded tap devices) is not supported yet".into(),
         ));
     }
     let text = vpn2_config_text(env, secrets);
@@ -855,6 +854,39 @@ mod tests {
             s.push_for(s.client_options(Some("vpn-shoot-client"))),
             ["socket-flags TCP_NODELAY", "tun-ipv6"]
         );
+    }
+
+    #[test]
+    fn tap_server_config() {
+        let dir = secrets();
+        let d = dir.path().display();
+        let conf = dir.path().join("server.conf");
+        let text = format!(
+            "proto tcp-server\ndev tap\nserver 10.8.0.0 255.255.255.0\nclient-to-client\nduplicate-cn\n\
+             max-routes-per-client 16\nca {d}/vpn-server/ca.crt\ncert {d}/vpn-server/tls.crt\n\
+             key {d}/vpn-server/tls.key\ndh none\n"
+        );
+        std::fs::write(&conf, text).unwrap();
+        let l = load_file(&conf).unwrap();
+        let s = &l.settings;
+        assert!(s.is_tap());
+        assert_eq!(s.dev, "tap%d");
+        assert_eq!(s.max_routes_per_client, 16);
+        assert!(s.client_to_client && s.duplicate_cn);
+        assert_eq!(s.pool_v4, Some("10.8.0.0/24".parse().unwrap()));
+        // Upstream's helper for tap: route-gateway, no topology.
+        assert_eq!(s.push_for(None), ["route-gateway 10.8.0.1"]);
+        // A named device keeps its name; dev-type makes it a tap.
+        std::fs::write(
+            &conf,
+            std::fs::read_to_string(&conf)
+                .unwrap()
+                .replace("dev tap", "dev vpn0\ndev-type tap"),
+        )
+        .unwrap();
+        let s = load_file(&conf).unwrap().settings;
+        assert!(s.is_tap());
+        assert_eq!(s.dev, "vpn0");
     }
 
     #[test]

@@ -50,6 +50,16 @@ use crate::registry::admission::{self, BogusFirstPacket, Deadlines, Expired, Pre
 use crate::registry::{ClientId, ConnHandle, Refused, Slot, Traffic};
 use crate::server::{lock, Shared};
 use crate::spoof::{SourceFilter, SpoofVerdict};
+use crate::switch::{Dropped, FromClient};
+
+/// A copy of `payload` for another client's queue: headroom before it, room after it to
+/// encrypt in place.
+fn laid_out_for_send(payload: &[u8]) -> BytesMut {
+    let mut packet = BytesMut::with_capacity(SEND_HEADROOM + payload.len() + DATA_TAILROOM);
+    packet.resize(SEND_HEADROOM, 0);
+    packet.extend_from_slice(payload);
+    packet
+}
 
 /// Packets queued from the tun device (or other clients) towards one connection before new
 /// ones are dropped.
@@ -522,6 +532,9 @@ impl Connection {
             metrics.packet_malformed();
             return;
         };
+        if self.shared.settings.is_tap() {
+            return self.switch_from_client(payload, to_tun);
+        }
         match filter.check(&payload) {
             SpoofVerdict::Accept { dst, .. } => {
                 // Without client-to-client every packet goes to the tun device: no lookup.
@@ -536,11 +549,7 @@ impl Connection {
                     to_tun.push(payload);
                     return;
                 };
-                let mut packet =
-                    BytesMut::with_capacity(SEND_HEADROOM + payload.len() + DATA_TAILROOM);
-                packet.resize(SEND_HEADROOM, 0);
-                packet.extend_from_slice(&payload);
-                match tx.try_send(packet) {
+                match tx.try_send(laid_out_for_send(&payload)) {
                     Ok(()) => metrics.packet_client_to_client(),
                     Err(_) => metrics.queue_overflowed(),
                 }
@@ -555,6 +564,41 @@ impl Connection {
             SpoofVerdict::Malformed(e) => {
                 metrics.packet_malformed();
                 debug!(error = %e, "malformed packet from client");
+            }
+        }
+    }
+
+    /// Tap mode: a decrypted frame from the client teaches the switch its source address and
+    /// goes to the tap device (`to_tun`), another client, or (a group destination with
+    /// `client-to-client`) every other client and the tap device ([`crate::switch`]). No
+    /// IP source check: upstream has none in tap mode.
+    fn switch_from_client(&self, frame: BytesMut, to_tun: &mut Vec<BytesMut>) {
+        let metrics = &self.shared.metrics;
+        let c2c = self.shared.settings.client_to_client;
+        let mut reg = lock(&self.shared.registry);
+        match reg.switch_from_client(self.id, &frame, c2c, unix_now()) {
+            Some(FromClient::Tap) | None => to_tun.push(frame),
+            Some(FromClient::Client(other)) => {
+                match other.conn.tx.try_send(laid_out_for_send(&frame)) {
+                    Ok(()) => metrics.packet_client_to_client(),
+                    Err(_) => metrics.queue_overflowed(),
+                }
+            }
+            Some(FromClient::Flood) => {
+                for other in reg.flood_targets(Some(self.id)) {
+                    match other.conn.tx.try_send(laid_out_for_send(&frame)) {
+                        Ok(()) => metrics.packet_client_to_client(),
+                        Err(_) => metrics.queue_overflowed(),
+                    }
+                }
+                to_tun.push(frame);
+            }
+            Some(FromClient::Drop(Dropped::Short)) => metrics.packet_malformed(),
+            Some(FromClient::Drop(why)) => {
+                let total = metrics.packet_spoofed();
+                if total <= 10 || (total - 1).is_power_of_two() {
+                    warn!(reason = %why, dropped_total = total, "frame from the client dropped");
+                }
             }
         }
     }

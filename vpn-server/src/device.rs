@@ -21,6 +21,7 @@ use crate::pool::Pool;
 use crate::server::{lock, ServerError, Shared, TunStep};
 use crate::settings::Settings;
 use crate::spoof;
+use crate::switch::{FromTap, TAP_FRAME_EXTRA};
 use crate::unreachable;
 
 /// Most packets the reader takes from the device (and routes under one lock of the registry)
@@ -96,9 +97,10 @@ pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), Server
 /// the registry, and queues each packet to its connection; a packet no client routes is
 /// answered with ICMP unreachable.
 pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let tap = shared.settings.is_tap();
     let layout = PacketLayout {
         headroom: SEND_HEADROOM,
-        max_len: usize::from(shared.settings.tun_mtu),
+        max_len: usize::from(shared.settings.tun_mtu) + if tap { TAP_FRAME_EXTRA } else { 0 },
         tailroom: DATA_TAILROOM,
     };
     let metrics = &shared.metrics;
@@ -119,7 +121,9 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) 
             }
         }
         let lone = batch.len() == 1;
-        {
+        if tap {
+            switch_batch(&shared, &mut batch);
+        } else {
             let reg = lock(&shared.registry);
             for packet in batch.drain(..) {
                 let Some(payload) = packet.get(SEND_HEADROOM..) else {
@@ -156,6 +160,36 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) 
             // Let the connection send it before the next read finds the device empty (that
             // read would otherwise run first, on the packet's way: see `Tun::recv_many`).
             tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Tap mode: each frame read goes to the client owning its destination MAC address, to every
+/// client (a group destination), or nowhere (an unknown destination; [`crate::switch`]).
+fn switch_batch(shared: &Shared, batch: &mut Vec<BytesMut>) {
+    let metrics = &shared.metrics;
+    let reg = lock(&shared.registry);
+    for frame in batch.drain(..) {
+        let Some(payload) = frame.get(SEND_HEADROOM..) else {
+            continue;
+        };
+        match reg.switch_from_tap(payload) {
+            Some(FromTap::Client(client)) => match client.conn.tx.try_send(frame) {
+                Ok(()) => metrics.packet_from_tun(),
+                Err(_) => metrics.queue_overflowed(),
+            },
+            Some(FromTap::Flood) => {
+                for client in reg.flood_targets(None) {
+                    // A copy of the frame with its headroom, and room to encrypt in place.
+                    let mut copy = BytesMut::with_capacity(frame.len() + DATA_TAILROOM);
+                    copy.extend_from_slice(&frame);
+                    match client.conn.tx.try_send(copy) {
+                        Ok(()) => metrics.packet_from_tun(),
+                        Err(_) => metrics.queue_overflowed(),
+                    }
+                }
+            }
+            Some(FromTap::Drop(_)) | None => metrics.packet_no_route(),
         }
     }
 }

@@ -93,6 +93,7 @@ fn snapshot_from(data: &[u8]) -> StatusSnapshot {
         now,
         clients,
         routes,
+        mac_routes: Vec::new(),
         max_bcast_queue: bytes.u64(),
     }
 }

@@ -34,6 +34,11 @@
 //! | the client's queue → encrypted framed packet (in place) | [`connection`] (`send_queued`), `ServerSession::send_tun_packet` |
 //! | framed packets → socket (one vectored write) | [`netio::framed::FrameWriter`] |
 //!
+//! In tap mode (`dev tap`) the payloads are Ethernet frames: instead of the source check and
+//! the routing table, [`switch`] learns each client's MAC addresses and picks the client, all
+//! clients (broadcast), or the tap device ([`registry::Registry::switch_from_client`],
+//! [`registry::Registry::switch_from_tap`]).
+//!
 //! Around them: [`config`] and [`settings`] (what to run), [`launch`] (the process: server,
 //! in-process sidecar, admin endpoint, `up`/`down` [`script`]s), [`device`] (the tun set-up),
 //! [`status`] (the status file), [`metrics`] (counters and series, `docs/metrics.md`).
@@ -53,6 +58,7 @@
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`ha`] | the HA server's packet switch between kube-apiserver and shoot connections (`docs/ha.md`; not wired yet) |
+//! | [`switch`] | tap mode: MAC learning and where a frame goes (unicast, flood, drop) |
 //! | [`status`] | the `status-version 2` status file; [`status::read`] reads it as vpn2's probes do |
 //! | [`probes`] | `vpn-server readiness` / `liveness` |
 //! | [`exporter`] | `vpn-server exporter`: kumina's and vpn2's series from the status file |
@@ -80,6 +86,7 @@ pub mod settings;
 pub mod sidecar;
 pub mod spoof;
 pub mod status;
+pub mod switch;
 pub mod unreachable;
 pub mod vpn2;
 

@@ -13,6 +13,9 @@
 //!   connection with the same CN replaces the older one), its addresses from the pool, its
 //!   routes; the [`Admitted`] settings to push, or why it is [`Refused`] (the reason goes to the
 //!   client with `AUTH_FAILED`).
+//! * In tap mode ([`Registry::tap`]) no IP routes are kept (upstream learns neither addresses
+//!   nor iroutes there): frames are switched by the MAC addresses learned from each client
+//!   ([`crate::switch`]), [`Registry::switch_from_client`] and [`Registry::switch_from_tap`].
 //! * [`Registry::remove`]: a client left; its lease and routes are freed.
 //! * [`Registry::status`]: what the status file shows.
 
@@ -31,7 +34,8 @@ use crate::pool::{Pool, PoolError};
 use crate::routing::{Forward, RoutingTable};
 use crate::settings::{ClientOptions, Settings};
 use crate::spoof::SourceFilter;
-use crate::status::{self, ClientStatus, RouteStatus, StatusSnapshot};
+use crate::status::{self, ClientStatus, MacRouteStatus, RouteStatus, StatusSnapshot};
+use crate::switch::{Dropped, FromClient, FromTap, MacTable};
 
 pub mod admission;
 
@@ -176,6 +180,8 @@ pub struct Admitted {
 pub struct Registry {
     pool: Option<Pool>,
     routes: RoutingTable<ClientId>,
+    /// Tap mode: the learned MAC addresses (no IP routes are kept then).
+    macs: Option<MacTable<ClientId>>,
     clients: HashMap<ClientId, ClientEntry>,
 }
 
@@ -185,8 +191,67 @@ impl Registry {
         Registry {
             pool,
             routes: RoutingTable::new(),
+            macs: None,
             clients: HashMap::new(),
         }
+    }
+
+    /// An empty registry for tap mode: frames are switched by learned MAC addresses, at most
+    /// `max_macs_per_client` per client, and no IP routes are kept.
+    pub fn tap(pool: Option<Pool>, max_macs_per_client: usize) -> Registry {
+        Registry {
+            macs: Some(MacTable::new(max_macs_per_client)),
+            ..Registry::new(pool)
+        }
+    }
+
+    /// Tap mode: learns the source of `frame` from client `from` and says where the frame
+    /// goes ([`crate::switch`]); `None` in tun mode.
+    pub fn switch_from_client(
+        &mut self,
+        from: ClientId,
+        frame: &[u8],
+        client_to_client: bool,
+        now_unix: u64,
+    ) -> Option<FromClient<&ClientEntry>> {
+        let verdict = self
+            .macs
+            .as_mut()?
+            .from_client(from, frame, client_to_client, now_unix);
+        Some(match verdict {
+            FromClient::Tap => FromClient::Tap,
+            FromClient::Flood => FromClient::Flood,
+            FromClient::Drop(why) => FromClient::Drop(why),
+            // Learned from a client that is gone by now: the kernel decides.
+            FromClient::Client(id) => self
+                .clients
+                .get(&id)
+                .map_or(FromClient::Tap, FromClient::Client),
+        })
+    }
+
+    /// Tap mode: where `frame`, read from the tap device, goes; `None` in tun mode.
+    pub fn switch_from_tap(&self, frame: &[u8]) -> Option<FromTap<&ClientEntry>> {
+        Some(match self.macs.as_ref()?.from_tap(frame) {
+            FromTap::Flood => FromTap::Flood,
+            FromTap::Drop(why) => FromTap::Drop(why),
+            FromTap::Client(id) => match self.clients.get(&id) {
+                Some(c) => FromTap::Client(c),
+                // Learned from a client that is gone by now (never: removal forgets them).
+                None => FromTap::Drop(match crate::switch::addresses(frame) {
+                    Some((dst, _)) => Dropped::UnknownDestination(dst),
+                    None => Dropped::Short,
+                }),
+            },
+        })
+    }
+
+    /// The clients a flooded frame goes to: every one with its tunnel up but `except`.
+    pub fn flood_targets(&self, except: Option<ClientId>) -> impl Iterator<Item = &ClientEntry> {
+        self.clients
+            .iter()
+            .filter(move |(id, c)| Some(**id) != except && !c.cipher.is_empty())
+            .map(|(_, c)| c)
     }
 
     /// The admitted client `id`.
@@ -285,13 +350,22 @@ impl Registry {
             .into_iter()
             .chain(v6.map(IpAddr::V6))
             .collect();
-        for a in &addresses {
-            self.routes.insert(IpNet::from(*a), id);
-        }
-        for net in &opts.iroutes {
-            if let Some(old) = self.routes.insert(*net, id) {
-                tracing::info!(route = %net, previous = old, "iroute moved to a new client");
+        // Tap mode switches by MAC address: no IP routes (upstream ignores iroutes there).
+        if self.macs.is_none() {
+            for a in &addresses {
+                self.routes.insert(IpNet::from(*a), id);
             }
+            for net in &opts.iroutes {
+                if let Some(old) = self.routes.insert(*net, id) {
+                    tracing::info!(route = %net, previous = old, "iroute moved to a new client");
+                }
+            }
+        } else if self.clients.values().any(|c| v4.is_some() && c.v4 == v4) {
+            // A fixed address another client holds (outside the pool: no lease tells).
+            self.release(lease);
+            return Err(Refused::AddressInUse {
+                addr: v4.unwrap_or(Ipv4Addr::UNSPECIFIED),
+            });
         }
         self.clients.insert(
             id,
@@ -345,6 +419,9 @@ impl Registry {
         let entry = self.clients.remove(&id)?;
         self.release(entry.lease);
         self.routes.remove_owner(id);
+        if let Some(macs) = self.macs.as_mut() {
+            macs.remove_owner(id);
+        }
         Some(entry)
     }
 
@@ -362,6 +439,20 @@ impl Registry {
                     common_name: c.common_name.clone(),
                     real_address: c.conn.peer,
                     last_ref: c.since,
+                })
+            })
+            .collect();
+        let mac_routes = self
+            .macs
+            .iter()
+            .flat_map(|t| t.entries())
+            .filter_map(|(mac, learned)| {
+                let c = self.clients.get(&learned.owner)?;
+                Some(MacRouteStatus {
+                    mac,
+                    common_name: c.common_name.clone(),
+                    real_address: c.conn.peer,
+                    last_ref: learned.since,
                 })
             })
             .collect();
@@ -388,6 +479,7 @@ impl Registry {
                 })
                 .collect(),
             routes,
+            mac_routes,
             max_bcast_queue: 0,
         }
     }

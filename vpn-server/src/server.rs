@@ -161,7 +161,11 @@ impl Server {
             (None, None) => None,
             (v4, v6) => Some(Pool::with_range(v4, settings.pool_v4_range, v6)?),
         };
-        let tun = Arc::new(Tun::open(&settings.dev)?);
+        let tun = Arc::new(if settings.is_tap() {
+            Tun::open_tap(&settings.dev)?
+        } else {
+            Tun::open(&settings.dev)?
+        });
         device::setup(&settings, tun.name(), pool.as_ref()).await?;
         let tun_writer =
             TunWriter::spawn(Arc::clone(&tun), TUN_WRITE_QUEUE).map_err(ServerError::TunWriter)?;
@@ -174,7 +178,11 @@ impl Server {
         }
         let shared = Arc::new(Shared {
             endpoint: Mutex::new(ServerEndpoint::new(settings.server_config())),
-            registry: Arc::new(Mutex::new(Registry::new(pool))),
+            registry: Arc::new(Mutex::new(if settings.is_tap() {
+                Registry::tap(pool, settings.max_routes_per_client)
+            } else {
+                Registry::new(pool)
+            })),
             metrics: Arc::new(ServerMetrics::new(tun_writer.stats())),
             tun,
             tun_writer,

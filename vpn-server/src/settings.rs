@@ -11,6 +11,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use openssl::ssl::SslContext;
 use protocol::data::{Compression, DataCipher, PacketIdLimits};
 use protocol::digest::Digest;
+use protocol::km2::occ::DevType;
 use protocol::ncp::DataCiphers;
 use protocol::session::{
     ControlProtection, Keepalive, ServerConfig, SessionConfig, DEFAULT_HAND_WINDOW,
@@ -29,6 +30,10 @@ pub const DEFAULT_POOL_V4: Ipv4Net = match Ipv4Net::new(Ipv4Addr::new(192, 168, 
 
 /// Upstream's default `--max-clients` (1024).
 pub const DEFAULT_MAX_CLIENTS: usize = 1024;
+
+/// Upstream's default `--max-routes-per-client` (256): in tap mode, the MAC addresses one
+/// client may own.
+pub const DEFAULT_MAX_ROUTES_PER_CLIENT: usize = 256;
 
 /// How long a connection may take from accept to an established tunnel by default.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = DEFAULT_HAND_WINDOW;
@@ -138,6 +143,11 @@ pub struct Settings {
     pub tun_mtu: u16,
     /// `dev` (e.g. `tun0`; `tun%d` lets the kernel choose).
     pub dev: String,
+    /// `dev-type` (or the `dev` name's prefix): [`DevType::Tun`] routes IP packets,
+    /// [`DevType::Tap`] switches Ethernet frames ([`crate::switch`]).
+    pub dev_type: DevType,
+    /// `max-routes-per-client`: in tap mode, the MAC addresses one client may own.
+    pub max_routes_per_client: usize,
     /// `txqueuelen`.
     pub txqueuelen: Option<u32>,
     /// `server NET MASK` (topology subnet); `None` for no IPv4 pool (vpn2 runs IPv6-only).
@@ -188,6 +198,7 @@ impl std::fmt::Debug for Settings {
             .field("auth", &self.auth)
             .field("keepalive", &self.keepalive)
             .field("dev", &self.dev)
+            .field("dev_type", &self.dev_type)
             .field("pool_v4", &self.pool_v4)
             .field("pool_v6", &self.pool_v6)
             .field("push", &self.push)
@@ -236,6 +247,8 @@ impl Settings {
             compression: Compression::None,
             tun_mtu: 1500,
             dev: "tun0".into(),
+            dev_type: DevType::Tun,
+            max_routes_per_client: DEFAULT_MAX_ROUTES_PER_CLIENT,
             txqueuelen: None,
             pool_v4: Some(DEFAULT_POOL_V4),
             pool_v4_range: None,
@@ -263,6 +276,11 @@ impl Settings {
             .or(self.default_client.as_ref())
     }
 
+    /// Whether the device is a tap device (frames switched by MAC address).
+    pub fn is_tap(&self) -> bool {
+        self.dev_type == DevType::Tap
+    }
+
     /// The session configuration every connection shares. Its `push` list stays empty: the
     /// pushes are per client ([`Settings::push_for`]) so `push-reset` and the iroute rule can
     /// apply.
@@ -283,6 +301,7 @@ impl Settings {
         session.packet_ids = self.packet_ids;
         session.compression = self.compression;
         session.tun_mtu = self.tun_mtu;
+        session.dev_type = self.dev_type;
         let mut config = ServerConfig::new(session);
         config.keepalive = self.keepalive;
         config.capabilities.tls_ekm = self.tls_ekm;
@@ -291,7 +310,7 @@ impl Settings {
 
     /// The `push` part of one client's `PUSH_REPLY` (before keepalive and the per-client
     /// options): the configuration's `push` lines, what the `server` helper adds
-    /// (`route-gateway NET+1`, `topology subnet`) and `tun-ipv6` for `server-ipv6`
+    /// (`route-gateway NET+1`, and `topology subnet` for tun only) and `tun-ipv6` for `server-ipv6`
     /// (reference 10.4, 10.5), then the client's own `push` lines. `push-reset` drops the
     /// inherited part, `push-remove OPT` the inherited lines containing OPT; a pushed
     /// `route` equal to one of the client's own iroutes is left out (reference 10.6).
@@ -302,7 +321,10 @@ impl Settings {
             if let Some(net) = self.pool_v4 {
                 let gateway = Ipv4Addr::from(u32::from(net.network()) + 1);
                 push.push(format!("route-gateway {gateway}"));
-                push.push("topology subnet".into());
+                // Upstream's helper pushes the topology for tun only: tap has none.
+                if self.dev_type != DevType::Tap {
+                    push.push("topology subnet".into());
+                }
             }
             if self.pool_v6.is_some() {
                 push.push("tun-ipv6".into());

@@ -10,7 +10,7 @@
 //! HEADER,CLIENT_LIST,Common Name,Real Address,Virtual Address,Virtual IPv6 Address,Bytes Received,Bytes Sent,Connected Since,Connected Since (time_t),Username,Client ID,Peer ID,Data Channel Cipher
 //! CLIENT_LIST,<cn>,<real>,<v4 or empty>,<v6 or empty>,<rx>,<tx>,<since>,<since unix>,<user or UNDEF>,<client id>,<peer id>,<cipher>
 //! HEADER,ROUTING_TABLE,Virtual Address,Common Name,Real Address,Last Ref,Last Ref (time_t)
-//! ROUTING_TABLE,<addr, or net/len for iroutes>,<cn>,<real>,<last ref>,<last ref unix>
+//! ROUTING_TABLE,<addr, or net/len for iroutes; tap mode: MAC@VLAN>,<cn>,<real>,<last ref>,<last ref unix>
 //! GLOBAL_STATS,Max bcast/mcast queue length,<n>
 //! GLOBAL_STATS,dco_enabled,0
 //! END
@@ -19,6 +19,10 @@
 //! Text fields (title, CN, username, cipher) are written with every `,` and control character
 //! replaced by `_`, so no field can end its line or add one: a status file the probes and the
 //! exporter read always has exactly the rows the registry holds.
+//!
+//! In tap mode the routing table holds the learned MAC addresses instead, as upstream prints
+//! them: lower-case hex with colons and the VLAN id (always 0: no VLAN tagging), e.g.
+//! `ROUTING_TABLE,5a:1e:03:9f:00:21@0,vpn-shoot-client,10.0.0.2:40122,<learned>,<unix>`.
 //!
 //! Real addresses: an IPv4 peer is `a.b.c.d:port`, an IPv6 peer the bare address (2.6 prints
 //! no port there); a v4-mapped peer on a dual-stack socket is printed as its bare IPv6 form.
@@ -86,6 +90,19 @@ pub struct RouteStatus {
     pub last_ref: u64,
 }
 
+/// One learned MAC address (tap mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacRouteStatus {
+    /// The address.
+    pub mac: crate::switch::MacAddr,
+    /// Owner CN.
+    pub common_name: String,
+    /// Owner TCP address.
+    pub real_address: SocketAddr,
+    /// When it was learned (unix seconds).
+    pub last_ref: u64,
+}
+
 /// Everything one status file shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusSnapshot {
@@ -97,6 +114,8 @@ pub struct StatusSnapshot {
     pub clients: Vec<ClientStatus>,
     /// The routing table.
     pub routes: Vec<RouteStatus>,
+    /// The learned MAC addresses (tap mode), printed in the routing table.
+    pub mac_routes: Vec<MacRouteStatus>,
     /// `Max bcast/mcast queue length`.
     pub max_bcast_queue: u64,
 }
@@ -138,6 +157,19 @@ pub fn render(snapshot: &StatusSnapshot) -> String {
     }
     out.push_str(ROUTING_TABLE_HEADER);
     out.push('\n');
+    let mut macs: Vec<&MacRouteStatus> = snapshot.mac_routes.iter().collect();
+    macs.sort_by_key(|r| r.mac);
+    for r in macs {
+        let _ = writeln!(
+            out,
+            "ROUTING_TABLE,{}@0,{},{},{},{}",
+            r.mac,
+            field(&r.common_name),
+            real_address(r.real_address),
+            datetime(r.last_ref),
+            r.last_ref,
+        );
+    }
     let mut routes: Vec<&RouteStatus> = snapshot.routes.iter().collect();
     routes.sort_by_key(|r| {
         (
@@ -218,6 +250,33 @@ mod tests {
     const TCP6: &str = include_str!("../fixtures/openvpn-2.6.14-status-v2-tcp6.csv");
 
     #[test]
+    fn tap_mode_routes_are_mac_addresses_with_their_vlan() {
+        let snap = StatusSnapshot {
+            title: "t".into(),
+            now: 0,
+            clients: Vec::new(),
+            routes: Vec::new(),
+            mac_routes: vec![MacRouteStatus {
+                mac: crate::switch::MacAddr([0x5a, 0x1e, 0x03, 0x9f, 0x00, 0x21]),
+                common_name: "vpn-shoot-client".into(),
+                real_address: "10.0.0.2:40122".parse().unwrap(),
+                last_ref: 1_795_320_809,
+            }],
+            max_bcast_queue: 0,
+        };
+        let text = render(&snap);
+        assert!(
+            text.contains(
+                "\nROUTING_TABLE,5a:1e:03:9f:00:21@0,vpn-shoot-client,10.0.0.2:40122,\
+                 2026-11-22 04:13:29,1795320809\n"
+            ),
+            "{text}"
+        );
+        let back = read::parse(text.as_bytes()).unwrap();
+        assert_eq!(back.routes.len(), 1);
+    }
+
+    #[test]
     fn dates() {
         assert_eq!(datetime(0), "1970-01-01 00:00:00");
         // Both from the captured fixture (the lab machine runs in UTC).
@@ -264,6 +323,7 @@ mod tests {
                 route("192.168.123.2/32"),
                 route("fd00:99::/64"),
             ],
+            mac_routes: Vec::new(),
             max_bcast_queue: 1,
         }
     }
@@ -329,6 +389,7 @@ mod tests {
             now: 60,
             clients: vec![],
             routes: vec![],
+            mac_routes: Vec::new(),
             max_bcast_queue: 0,
         };
         let text = render(&s);

@@ -19,7 +19,12 @@
 //! exists as long as the [`Tun`] is alive (it is not made persistent) and lives in the network
 //! namespace of the thread that created it.
 //!
-//! Not done: multi-queue (`IFF_MULTI_QUEUE`, one descriptor per worker).
+//! [`Tun::open_tap`] opens a layer-2 tap device (`IFF_TAP`) instead: Ethernet frames in and out,
+//! through the same calls. It asks for no offloads (the kernel then hands over whole frames
+//! with finished checksums, each read one frame) and writes frame by frame, never merged: tap
+//! is kept simple, and the header parsing of [`gso`] and [`gro`] is for IP packets only.
+//!
+//! Not done: multi-queue (`IFF_MULTI_QUEUE`, one descriptor per worker); offloads on tap.
 
 use std::io::{self, IoSlice};
 use std::os::fd::OwnedFd;
@@ -89,6 +94,8 @@ pub struct Tun {
     fd: AsyncFd<OwnedFd>,
     name: String,
     offload: bool,
+    /// A tap device (Ethernet frames), not a tun device (IP packets).
+    tap: bool,
     dropped: AtomicU64,
 }
 
@@ -100,31 +107,52 @@ impl Tun {
     ///
     /// Must be called inside a tokio runtime with I/O enabled.
     pub fn open(name: &str) -> Result<Self, TunError> {
+        Self::open_kind(name, false)
+    }
+
+    /// Creates (or attaches to an existing, persistent) layer-2 tap device named `name`, as
+    /// [`Tun::open`] does a tun device: reads and writes carry whole Ethernet frames (without
+    /// the frame check sequence). No offloads are asked for (module docs); `tap%d` or an
+    /// empty name lets the kernel pick.
+    pub fn open_tap(name: &str) -> Result<Self, TunError> {
+        Self::open_kind(name, true)
+    }
+
+    fn open_kind(name: &str, tap: bool) -> Result<Self, TunError> {
         if name.len() > IFNAMSIZ_MAX || name.bytes().any(|b| b == 0 || b == b'/' || b == b' ') {
             return Err(TunError::BadName {
                 name: name.to_owned(),
             });
         }
-        let (fd, given) = sys::open(name).map_err(|source| TunError::Open {
+        let (fd, given) = sys::open(name, tap).map_err(|source| TunError::Open {
             name: name.to_owned(),
             source,
         })?;
-        let offload = match sys::set_offload(&fd, OFFLOADS) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(name = given, error = %e, "tun offloads refused: reading packet by packet");
-                false
+        let offload = if tap {
+            // A persistent device keeps what an earlier owner asked for: ask for none.
+            if let Err(e) = sys::set_offload(&fd, 0) {
+                tracing::debug!(name = given, error = %e, "tap: clearing offloads failed");
+            }
+            false
+        } else {
+            match sys::set_offload(&fd, OFFLOADS) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(name = given, error = %e, "tun offloads refused: reading packet by packet");
+                    false
+                }
             }
         };
         let fd = crate::reactor::register_fd(fd).map_err(|source| TunError::Register {
             name: name.to_owned(),
             source,
         })?;
-        tracing::debug!(name = given, offload, "tun device open");
+        tracing::debug!(name = given, offload, tap, "tun device open");
         Ok(Self {
             fd,
             name: given,
             offload,
+            tap,
             dropped: AtomicU64::new(0),
         })
     }
@@ -137,6 +165,11 @@ impl Tun {
     /// Whether the kernel took the offloads (super-packets and partial checksums).
     pub fn offload(&self) -> bool {
         self.offload
+    }
+
+    /// Whether this is a tap device (Ethernet frames) rather than a tun device (IP packets).
+    pub fn is_tap(&self) -> bool {
+        self.tap
     }
 
     /// Reads dropped because the kernel's virtio header or packet made no sense (each logged
@@ -233,12 +266,15 @@ impl Tun {
     /// Writes `packets` (whole IP packets, in order), consecutive segments of one TCP flow
     /// merged into super-packets as `gro` plans them (it patches their headers in place), each
     /// write without the reactor as [`Tun::send_sync`]. Every write is tried; returns how
-    /// many packets went in, or the first error.
+    /// many packets went in, or the first error. A tap device takes its frames one by one.
     pub fn send_many_sync(
         &self,
         packets: &mut [BytesMut],
         gro: &mut Coalescer,
     ) -> io::Result<usize> {
+        if self.tap {
+            return self.send_each_sync(packets);
+        }
         gro.plan(packets);
         let mut sent = 0;
         let mut first_error = None;
@@ -247,6 +283,24 @@ impl Tun {
             let (hdr, n) = gro.write(w, packets, &mut parts);
             match self.write_retrying(&hdr, &parts[..n]) {
                 Ok(()) => sent += gro.segments(w),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            None => Ok(sent),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Writes `packets` one write each, in order, as [`Tun::send_sync`]; every write is tried.
+    fn send_each_sync(&self, packets: &[BytesMut]) -> io::Result<usize> {
+        let mut sent = 0;
+        let mut first_error = None;
+        for p in packets {
+            match self.send_sync(p) {
+                Ok(()) => sent += 1,
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }

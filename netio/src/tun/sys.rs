@@ -11,10 +11,11 @@ use std::os::unix::fs::OpenOptionsExt;
 /// The clone device every tun is created through.
 const CLONE_DEVICE: &str = "/dev/net/tun";
 
-/// Opens `/dev/net/tun` non-blocking and attaches it to a layer-3 tun device named `name`
-/// (`IFF_TUN | IFF_NO_PI | IFF_VNET_HDR`); returns the descriptor and the name the kernel
-/// gave (for `tun%d` or an empty name). `name` must fit `IFNAMSIZ` with its NUL.
-pub(crate) fn open(name: &str) -> io::Result<(OwnedFd, String)> {
+/// Opens `/dev/net/tun` non-blocking and attaches it to a device named `name`: a layer-3 tun
+/// device (`IFF_TUN`) or, with `tap`, a layer-2 tap device (`IFF_TAP`), both with
+/// `IFF_NO_PI | IFF_VNET_HDR`; returns the descriptor and the name the kernel gave (for
+/// `tun%d` or an empty name). `name` must fit `IFNAMSIZ` with its NUL.
+pub(crate) fn open(name: &str, tap: bool) -> io::Result<(OwnedFd, String)> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -29,7 +30,8 @@ pub(crate) fn open(name: &str) -> io::Result<(OwnedFd, String)> {
     for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
         *dst = src as libc::c_char;
     }
-    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as i16;
+    let kind = if tap { libc::IFF_TAP } else { libc::IFF_TUN };
+    req.ifr_ifru.ifru_flags = (kind | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as i16;
     // SAFETY: TUNSETIFF reads and writes one `struct ifreq` through its pointer argument;
     // `req` is one, exclusively borrowed for the call, on a descriptor we own.
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req) };

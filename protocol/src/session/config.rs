@@ -13,7 +13,7 @@ use openssl::ssl::SslContext;
 use crate::data::{Compression, DataCipher, PacketIdLimits};
 use crate::digest::Digest;
 use crate::key::{Key2, KeyDirection, Role};
-use crate::km2::occ::OccSettings;
+use crate::km2::occ::{DevType, OccSettings};
 use crate::ncp::{DataCiphers, ServerCapabilities};
 use crate::push::PullPolicy;
 use crate::reliable::{PayloadLimits, PeerFamily, TlsMtu, WrapOverhead, DEFAULT_TLS_TIMEOUT};
@@ -124,6 +124,10 @@ pub struct SessionConfig {
     pub tls_mtu: TlsMtu,
     /// `--tun-mtu`.
     pub tun_mtu: u16,
+    /// `--dev-type`: what the data channel carries, IP packets (`tun`) or Ethernet frames
+    /// (`tap`). The session never looks inside a payload; this only goes into the OCC
+    /// options string (`dev-type`, and `link-mtu`, which grows by 32 for tap).
+    pub dev_type: DevType,
     /// When a data key asks for a renegotiation and stops sending: upstream's, unless a test
     /// lowers them (no directive does).
     pub packet_ids: PacketIdLimits,
@@ -149,6 +153,7 @@ impl SessionConfig {
             compression: Compression::None,
             tls_mtu: TlsMtu::DEFAULT,
             tun_mtu: 1500,
+            dev_type: DevType::Tun,
             packet_ids: PacketIdLimits::UPSTREAM,
         }
     }
@@ -165,6 +170,7 @@ impl SessionConfig {
     pub(crate) fn occ(&self, role: Role) -> OccSettings {
         let mut occ = OccSettings::new(role);
         occ.tun_mtu = self.tun_mtu;
+        occ.dev_type = self.dev_type;
         occ.compression = self.compression;
         occ.auth = self.auth;
         if let ControlProtection::TlsAuth { direction, .. } = &self.protection {

@@ -508,3 +508,70 @@ fn an_unverified_username_never_reaches_the_status_file() {
     let text = crate::status::render(&snapshot);
     assert!(!text.contains("TIME,2000"), "{text}");
 }
+
+/// An ARP request from `src` (broadcast destination).
+fn arp_from(src: [u8; 6]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x08, 0x06]);
+    f.resize(42, 0);
+    f
+}
+
+#[test]
+fn tap_mode_switches_by_learned_mac_addresses_and_keeps_no_ip_routes() {
+    let mut s = settings("10.8.0.0/24");
+    s.default_client = Some(ClientOptions {
+        iroutes: vec![IpNet::from_str("10.99.0.0/16").unwrap()],
+        ..ClientOptions::default()
+    });
+    let mut reg = Registry::tap(Some(Pool::new(s.pool_v4, None).expect("pool")), 4);
+    let a = admit(&mut reg, &s, 1, "a").expect("a");
+    admit(&mut reg, &s, 2, "b").expect("b");
+    assert_eq!(
+        a.settings.ifconfig.as_deref(),
+        Some("10.8.0.2 255.255.255.0")
+    );
+    // No host routes, no iroutes: nothing is routed by IP.
+    assert!(reg.route("10.8.0.2".parse().unwrap()).is_none());
+    assert!(reg.route("10.99.0.1".parse().unwrap()).is_none());
+    // Only clients with their tunnel up get flooded frames.
+    reg.established(2, "AES-256-GCM", 1_700_000_100);
+    let (mac_a, mac_b) = ([2, 0, 0, 0, 0, 0xa], [2, 0, 0, 0, 0, 0xb]);
+    assert!(matches!(
+        reg.switch_from_client(1, &arp_from(mac_a), true, 1_700_000_101),
+        Some(FromClient::Flood)
+    ));
+    let targets: Vec<&str> = reg
+        .flood_targets(Some(1))
+        .map(|c| c.common_name.as_str())
+        .collect();
+    assert_eq!(targets, ["b"]);
+    reg.switch_from_client(2, &arp_from(mac_b), true, 1_700_000_102);
+    let mut to_a = mac_a.to_vec();
+    to_a.extend_from_slice(&mac_b);
+    to_a.resize(60, 0);
+    assert!(matches!(
+        reg.switch_from_client(2, &to_a, true, 1_700_000_103),
+        Some(FromClient::Client(c)) if c.common_name == "a"
+    ));
+    assert!(matches!(
+        reg.switch_from_tap(&to_a),
+        Some(FromTap::Client(c)) if c.common_name == "a"
+    ));
+    let status = reg.status(1_700_000_200);
+    assert!(status.routes.is_empty());
+    let macs: Vec<(String, &str)> = status
+        .mac_routes
+        .iter()
+        .map(|r| (r.mac.to_string(), r.common_name.as_str()))
+        .collect();
+    assert_eq!(macs.len(), 2);
+    assert!(macs.contains(&("02:00:00:00:00:0a".into(), "a")));
+    // A client that leaves takes its addresses along.
+    reg.remove(1);
+    assert!(matches!(reg.switch_from_tap(&to_a), Some(FromTap::Drop(_))));
+    assert_eq!(reg.status(1_700_000_300).mac_routes.len(), 1);
+    // Tun mode has no switch.
+    assert!(registry(&s).switch_from_tap(&to_a).is_none());
+}

@@ -241,6 +241,7 @@ fn snapshot(real: &str, clients: usize) -> StatusSnapshot {
             real_address: real,
             last_ref: 1_799_999_990,
         }],
+        mac_routes: Vec::new(),
         max_bcast_queue: 0,
     }
 }

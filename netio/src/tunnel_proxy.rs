@@ -391,6 +391,7 @@ async fn tunnel(
     let relay = RelayConfig {
         idle_timeout: config.idle_timeout,
         buffer_size: config.buffer_size,
+        ..RelayConfig::default()
     };
     let (bytes, outcome) = match relay_tcp(&mut client, &mut upstream, relay).await {
         Ok(s) => ((s.a_to_b, s.b_to_a + leftover), Outcome::Relayed(s.end)),

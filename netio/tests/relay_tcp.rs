@@ -167,6 +167,55 @@ async fn half_close_from_server_with_data_in_flight() {
 }
 
 #[tokio::test]
+async fn a_half_closed_tunnel_nobody_answers_closes_at_the_half_closed_timeout() {
+    let config = RelayConfig {
+        half_closed_timeout: Duration::from_millis(300),
+        ..RelayConfig::default()
+    };
+    let (mut client, mut server, task) = through_relay(config).await;
+    server.write_all(b"banner").await.unwrap();
+    server.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    client.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"banner");
+    // The client neither sends nor closes.
+    let stats = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("relay ends after the half-closed timeout")
+        .unwrap()
+        .unwrap();
+    assert_eq!(stats.end, RelayEnd::Idle);
+    assert_eq!((stats.a_to_b, stats.b_to_a), (0, 6));
+    let mut rest = Vec::new();
+    server.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+}
+
+#[tokio::test]
+async fn both_sockets_get_the_tcp_user_timeout() {
+    let (mut client, mut p1) = pair().await;
+    let (mut p2, mut server) = pair().await;
+    let config = RelayConfig {
+        tcp_user_timeout: Some(Duration::from_millis(2500)),
+        ..RelayConfig::default()
+    };
+    let task = tokio::spawn(async move {
+        let stats = relay_tcp(&mut p1, &mut p2, config).await;
+        (stats, p1, p2)
+    });
+    client.shutdown().await.unwrap();
+    server.shutdown().await.unwrap();
+    let (stats, p1, p2) = task.await.unwrap();
+    assert_eq!(stats.unwrap().end, RelayEnd::Closed);
+    for s in [&p1, &p2] {
+        let timeout = socket2::SockRef::from(s).tcp_user_timeout().unwrap();
+        assert_eq!(timeout, Some(Duration::from_millis(2500)));
+    }
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+}
+
+#[tokio::test]
 async fn idle_timeout_closes_both_sides() {
     let config = RelayConfig {
         idle_timeout: Duration::from_millis(300),

@@ -379,6 +379,32 @@ fn verify_x509_name_pass_and_fail() {
 }
 
 #[test]
+fn every_verify_x509_name_type_parses_to_itself() {
+    assert_eq!("subject".parse(), Ok(X509NameType::Subject));
+    assert_eq!("name".parse(), Ok(X509NameType::Name));
+    assert_eq!("name-prefix".parse(), Ok(X509NameType::NamePrefix));
+    // Upstream's keywords are lower case.
+    assert!("Name".parse::<X509NameType>().is_err());
+}
+
+#[test]
+fn an_eku_mismatch_names_the_purpose_that_is_missing() {
+    let ca = ca("vpn");
+    let client = leaf(&ca, CertProfile::Client, "vpn-shoot-client");
+    let server = leaf(&ca, CertProfile::Server, "vpn-seed-server");
+    let err = check_remote_cert_tls(client.leaf(), RemoteCertTls::Server).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "certificate EKU lacks TLS Web Server Authentication"
+    );
+    let err = check_remote_cert_tls(server.leaf(), RemoteCertTls::Client).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "certificate EKU lacks TLS Web Client Authentication"
+    );
+}
+
+#[test]
 fn client_identity_is_the_single_cn() {
     assert_eq!(
         client_identity(&custom(
@@ -406,6 +432,14 @@ fn client_identity_is_the_single_cn() {
 fn subject_escapes_control_characters_and_backslash() {
     let cert = custom(&[("CN", "a\\b\u{1}c")], true, None);
     assert_eq!(subject_string(cert.subject_name()), "CN=a\\\\b\\01c");
+}
+
+#[test]
+fn subject_keeps_spaces_and_names_unknown_attributes_by_oid() {
+    // A space is printable (only bytes below 0x20 and DEL are escaped); an attribute OpenSSL
+    // has no name for is written as its dotted OID, as `X509_NAME_print_ex` does.
+    let cert = custom(&[("1.2.3.4", "x"), ("CN", "a b\u{1f}")], true, None);
+    assert_eq!(subject_string(cert.subject_name()), "1.2.3.4=x, CN=a b\\1F");
 }
 
 #[test]

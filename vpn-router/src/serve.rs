@@ -27,7 +27,8 @@ use crate::policy::Policy;
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
-/// only call into the byte relay.
+/// only call into the byte relay; the half-closed bound and `TCP_USER_TIMEOUT` are
+/// `netio::relay`'s defaults (60 s each).
 pub async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
@@ -36,6 +37,7 @@ pub async fn relay(
     let relay = RelayConfig {
         idle_timeout: config.idle_timeout,
         buffer_size: config.relay_buffer_size,
+        ..RelayConfig::default()
     };
     netio::relay::relay_tcp(client, upstream, relay).await
 }

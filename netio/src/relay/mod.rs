@@ -11,6 +11,14 @@
 //!   direction keeps flowing until it ends too; the relay returns when both have ended.
 //! * **Idle timeout.** If no byte moves in either direction for [`RelayConfig::idle_timeout`],
 //!   both sides are shut and the relay returns [`RelayEnd::Idle`] with the counts so far.
+//! * **Half-open bound.** Once one direction has ended, the other gets
+//!   [`RelayConfig::half_closed_timeout`] (if shorter than the idle timeout) from that moment
+//!   and after each byte it carries: a peer that half-closed and a peer that never answers or
+//!   closes do not hold a tunnel for the full idle timeout, while a direction that keeps
+//!   carrying bytes after the half-close is never cut.
+//! * **Dead peers.** [`relay_tcp`] sets `TCP_USER_TIMEOUT` ([`RelayConfig::tcp_user_timeout`])
+//!   on both sockets, so bytes a vanished peer never acknowledges fail the relay within that
+//!   bound instead of after the kernel's ~15 minutes of retransmissions.
 //! * **Bounded memory, no allocation per chunk.** Each direction owns one buffer of
 //!   [`RelayConfig::buffer_size`] bytes, allocated once when the relay starts.
 //!
@@ -41,6 +49,24 @@ pub const DEFAULT_BUFFER_SIZE: usize = 32 * 1024;
 /// Envoy's default stream idle timeout (5 min), which the Gardener sidecar relied on.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How long the direction left open after a half-close may go without a byte: 60 s.
+///
+/// What crosses our relays is OpenVPN over TCP with `keepalive 10 60` (a ping each way every
+/// 10 s) or HTTP, and neither leaves a live half-closed connection silent for a minute; a
+/// client that gave up after its `ping-restart 60` and closed its side frees the tunnel a
+/// minute later instead of five.
+pub const DEFAULT_HALF_CLOSED_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `TCP_USER_TIMEOUT` on relayed sockets: 60 s.
+///
+/// OpenVPN's `keepalive 10 60` keeps bytes in flight at least every 10 s, so a dead peer leaves
+/// unacknowledged data within 10 s and the relay fails 60 to 70 s after the peer died. The
+/// client's own `ping-restart 60` has given up on that tunnel by then (it counts from the last
+/// packet received, at most 10 s before the death), so the relay never cuts a tunnel OpenVPN
+/// would still keep; it frees the sockets the endpoints abandoned. A slow reader that still
+/// acknowledges is not affected (zero-window probes are answered).
+pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How a relay is run.
 ///
 /// For [`relay_tcp`] on Linux, `buffer_size` is the pipe size asked for per direction (the
@@ -50,15 +76,24 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct RelayConfig {
     /// No bytes either way for this long closes both sides.
     pub idle_timeout: Duration,
+    /// Once one direction has ended (its EOF passed on), no bytes the other way for this long
+    /// closes both sides; the idle timeout still applies if it is shorter.
+    pub half_closed_timeout: Duration,
     /// Bytes buffered per direction.
     pub buffer_size: usize,
+    /// `TCP_USER_TIMEOUT` that [`relay_tcp`] sets on both sockets (data unacknowledged for this
+    /// long fails the socket, and so the relay); `None` keeps the sockets' setting. The
+    /// generic [`relay`] does not see sockets: its callers set it.
+    pub tcp_user_timeout: Option<Duration>,
 }
 
 impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            half_closed_timeout: DEFAULT_HALF_CLOSED_TIMEOUT,
             buffer_size: DEFAULT_BUFFER_SIZE,
+            tcp_user_timeout: Some(DEFAULT_TCP_USER_TIMEOUT),
         }
     }
 }
@@ -68,7 +103,8 @@ impl Default for RelayConfig {
 pub enum RelayEnd {
     /// Both sides closed their write halves (EOF both ways) and everything was delivered.
     Closed,
-    /// Nothing moved for the idle timeout.
+    /// Nothing moved for the idle timeout (or, once one direction had ended, for the
+    /// half-closed timeout).
     Idle,
 }
 
@@ -96,15 +132,45 @@ pub struct RelayError {
     pub source: io::Error,
 }
 
+/// The relay's one timer: [`RelayConfig::idle_timeout`] after the last byte moved, and once
+/// exactly one direction has ended, the shorter of that and
+/// [`RelayConfig::half_closed_timeout`], counted from the end of that direction on.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    idle: Duration,
+    half_closed: Duration,
+    one_ended: bool,
+}
+
+impl Deadline {
+    pub(crate) fn new(config: &RelayConfig) -> Self {
+        Deadline {
+            idle: config.idle_timeout,
+            half_closed: config.half_closed_timeout,
+            one_ended: false,
+        }
+    }
+
+    /// How long the relay may now go without moving a byte.
+    fn timeout(&self) -> Duration {
+        if self.one_ended {
+            self.idle.min(self.half_closed)
+        } else {
+            self.idle
+        }
+    }
+}
+
 /// One wake-up of a two-direction relay, shared by [`relay`] and the splice relay: the first
-/// error ends it, both directions done is `Closed`, and any byte moved (`moved` changed from
-/// `before`) pushes the idle deadline out; otherwise the idle timer decides.
+/// error ends it, both directions done is `Closed`; any byte moved (`moved` changed from
+/// `before`), and the end of the first direction, push the deadline out; otherwise the timer
+/// decides.
 pub(crate) fn relay_step(
     cx: &mut Context<'_>,
     directions: (Poll<io::Result<()>>, Poll<io::Result<()>>),
     moved: (u64, u64),
     idle: Pin<&mut tokio::time::Sleep>,
-    idle_timeout: Duration,
+    deadline: &mut Deadline,
 ) -> Poll<io::Result<RelayEnd>> {
     let (r1, r2) = directions;
     if let Poll::Ready(Err(e)) = r1 {
@@ -117,11 +183,23 @@ pub(crate) fn relay_step(
         return Poll::Ready(Ok(RelayEnd::Closed));
     }
     let mut idle = idle;
-    if moved.0 != moved.1 {
-        idle.as_mut().reset(Instant::now() + idle_timeout);
+    let half_closed_now = (r1.is_ready() || r2.is_ready()) && !deadline.one_ended;
+    if half_closed_now {
+        deadline.one_ended = true;
+    }
+    if half_closed_now || moved.0 != moved.1 {
+        idle.as_mut().reset(Instant::now() + deadline.timeout());
     }
     match idle.poll(cx) {
-        Poll::Ready(()) => Poll::Ready(Ok(RelayEnd::Idle)),
+        Poll::Ready(()) => {
+            if deadline.one_ended {
+                tracing::debug!(
+                    timeout = ?deadline.timeout(),
+                    "half-closed relay idle; closing both sides"
+                );
+            }
+            Poll::Ready(Ok(RelayEnd::Idle))
+        }
         Poll::Pending => Poll::Pending,
     }
 }
@@ -143,6 +221,7 @@ where
     let mut ba = Direction::new(size);
     let idle = tokio::time::sleep(config.idle_timeout);
     tokio::pin!(idle);
+    let mut deadline = Deadline::new(&config);
     let result = poll_fn(|cx| {
         let before = ab.moved + ba.moved;
         let r1 = ab.poll(cx, Pin::new(&mut *a), Pin::new(&mut *b));
@@ -152,7 +231,7 @@ where
             (r1, r2),
             (before, ab.moved + ba.moved),
             idle.as_mut(),
-            config.idle_timeout,
+            &mut deadline,
         )
     })
     .await;
@@ -181,8 +260,8 @@ where
 pub const MAX_PIPE_SIZE: usize = 1024 * 1024;
 
 /// [`relay`] for two plain TCP sockets, moving bytes socket → pipe → socket with `splice(2)`
-/// on Linux so they never pass through user space: same half-close, idle timeout, counts and
-/// errors.
+/// on Linux so they never pass through user space: same half-close, timeouts, counts and
+/// errors. Sets [`RelayConfig::tcp_user_timeout`] on both sockets first.
 ///
 /// Falls back to [`relay`] (copying, `config.buffer_size` per direction) when pipes cannot be
 /// created or the kernel refuses to splice these sockets before any byte moved, and on other
@@ -192,6 +271,10 @@ pub async fn relay_tcp(
     b: &mut TcpStream,
     config: RelayConfig,
 ) -> Result<RelayStats, RelayError> {
+    if let Some(timeout) = config.tcp_user_timeout {
+        set_tcp_user_timeout(a, timeout);
+        set_tcp_user_timeout(b, timeout);
+    }
     #[cfg(target_os = "linux")]
     match splice::relay(a, b, config).await {
         splice::Outcome::Done(result) => return result,
@@ -200,6 +283,16 @@ pub async fn relay_tcp(
         }
     }
     relay(a, b, config).await
+}
+
+/// Best effort: a socket that refuses keeps the kernel's retransmission limit (logged).
+fn set_tcp_user_timeout(stream: &TcpStream, timeout: Duration) {
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_user_timeout(Some(timeout)) {
+        tracing::debug!("TCP_USER_TIMEOUT not set on a relayed socket: {e}");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
+    let _ = (stream, timeout);
 }
 
 /// One direction: a fixed buffer, what of it is still to be written, and whether the reader
@@ -439,6 +532,74 @@ mod tests {
         client.read_to_end(&mut rest).await.unwrap();
         server.read_to_end(&mut rest).await.unwrap();
         assert!(rest.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_half_closed_tunnel_nobody_answers_closes_at_the_half_closed_timeout() {
+        let config = RelayConfig {
+            half_closed_timeout: Duration::from_millis(300),
+            ..RelayConfig::default()
+        };
+        let (mut client, mut server, task) = through_relay(config).await;
+        client.write_all(b"request").await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"request");
+        // The server never answers nor closes: the relay gives up long before the idle timeout.
+        let stats = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("relay ends after the half-closed timeout")
+            .unwrap()
+            .unwrap();
+        assert_eq!(stats.end, RelayEnd::Idle);
+        assert_eq!((stats.a_to_b, stats.b_to_a), (7, 0));
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_half_closed_tunnel_still_carrying_bytes_is_not_cut() {
+        let config = RelayConfig {
+            half_closed_timeout: Duration::from_millis(300),
+            ..RelayConfig::default()
+        };
+        let (mut client, mut server, task) = through_relay(config).await;
+        client.shutdown().await.unwrap();
+        let mut nothing = Vec::new();
+        server.read_to_end(&mut nothing).await.unwrap();
+        // Four half-closed timeouts long, a byte every half of one.
+        for _ in 0..8 {
+            server.write_all(b"y").await.unwrap();
+            let mut one = [0u8; 1];
+            client.read_exact(&mut one).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        assert!(!task.is_finished());
+        server.shutdown().await.unwrap();
+        let stats = task.await.unwrap().unwrap();
+        assert_eq!(stats.end, RelayEnd::Closed);
+        assert_eq!((stats.a_to_b, stats.b_to_a), (0, 8));
+    }
+
+    #[tokio::test]
+    async fn a_shorter_idle_timeout_wins_over_the_half_closed_one() {
+        let config = RelayConfig {
+            idle_timeout: Duration::from_millis(300),
+            half_closed_timeout: Duration::from_secs(60),
+            ..RelayConfig::default()
+        };
+        let (mut client, mut server, task) = through_relay(config).await;
+        client.shutdown().await.unwrap();
+        let mut nothing = Vec::new();
+        server.read_to_end(&mut nothing).await.unwrap();
+        let stats = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("relay ends after the idle timeout")
+            .unwrap()
+            .unwrap();
+        assert_eq!(stats.end, RelayEnd::Idle);
     }
 
     #[tokio::test]

@@ -17,8 +17,8 @@
 //!    destination's send buffer is full; wait for write readiness.
 //!
 //! EOF is only seen with an empty pipe, so every byte is delivered before `shutdown(Write)` is
-//! passed on, and the other direction keeps flowing. Idle timeout and error counts are those of
-//! the generic relay (same types, same contract).
+//! passed on, and the other direction keeps flowing. Timeouts and error counts are those of the
+//! generic relay (same types, same contract).
 //!
 //! If the kernel refuses to splice these sockets (`EINVAL` before any byte moved), the caller
 //! falls back to the generic copying relay; see [`Outcome::Unsupported`].
@@ -39,7 +39,7 @@ use tokio::io::{AsyncWrite, Interest};
 use tokio::net::tcp::WriteHalf;
 use tokio::net::TcpStream;
 
-use super::{relay_step, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
+use super::{relay_step, Deadline, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
 
 /// What [`relay`] returns: a finished relay, or "splice is not possible here" before anything
 /// moved (the caller then runs the generic relay on the same sockets).
@@ -66,6 +66,7 @@ pub(crate) async fn relay(a: &mut TcpStream, b: &mut TcpStream, config: RelayCon
     let (ar, br): (&TcpStream, &TcpStream) = (ar.as_ref(), br.as_ref());
     let idle = tokio::time::sleep(config.idle_timeout);
     tokio::pin!(idle);
+    let mut deadline = Deadline::new(&config);
     let result = poll_fn(|cx| {
         let before = ab.moved + ba.moved;
         let r1 = ab.poll(cx, ar, &mut bw);
@@ -75,7 +76,7 @@ pub(crate) async fn relay(a: &mut TcpStream, b: &mut TcpStream, config: RelayCon
             (r1, r2),
             (before, ab.moved + ba.moved),
             idle.as_mut(),
-            config.idle_timeout,
+            &mut deadline,
         )
     })
     .await;

@@ -5,7 +5,9 @@
 //!
 //! Listeners of [`CONFIG`]: 0 honours `X-Gardener-Destination` and `X-Gardener-API-Route`;
 //! 1 honours `Reversed-VPN`; 2 is a dual-stack `[::]` listener (`X-Gardener-Destination`);
-//! 3 requires PROXY headers from the "load balancer" 10.79.0.2 (`X-Gardener-Destination`).
+//! 3 requires PROXY headers from the "load balancer" 10.79.0.2 (`X-Gardener-Destination`);
+//! 4 is a dual-stack `[::]` listener with PROXY per source: required from 10.79.0.2,
+//! forbidden from everyone else (`X-Gardener-Destination`).
 
 mod router_common;
 
@@ -13,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use protocol::proxy_protocol::{ProxyHeader, Tlv, Version, PP2_TYPE_AUTHORITY, PP2_TYPE_NOOP};
 use router_common::*;
+use vpn_router::ProxyRefusal;
 
 fn config(u1: SocketAddr, u2: SocketAddr) -> String {
     format!(
@@ -40,6 +43,12 @@ headers = ["X-Gardener-Destination"]
 address = "10.79.0.1:0"
 headers = ["X-Gardener-Destination"]
 proxy_protocol = "required"
+trusted_proxies = ["10.79.0.2/32"]
+
+[[listener]]
+address = "[::]:0"
+headers = ["X-Gardener-Destination"]
+proxy_protocol = "from-trusted"
 trusted_proxies = ["10.79.0.2/32"]
 
 [[route]]
@@ -444,6 +453,99 @@ fn proxy_protocol_headers_set_the_client_and_malformed_ones_close() {
     let (out, closed) = c.read_all();
     assert!(closed && out.is_empty(), "{out:?}");
 
+    assert_eq!(
+        s.connects(),
+        opened,
+        "a refused connection reached an upstream"
+    );
+}
+
+#[test]
+fn proxy_per_source_honours_the_balancer_and_refuses_spoofed_headers() {
+    let s = setup();
+    let va = connect(&[hdr("X-Gardener-Destination", &vpn("shoot--p--a"))]);
+    let with = |pp: Vec<u8>, head: &[u8]| [pp, head.to_vec()].concat();
+    let v6 = |host: &str| -> IpAddr { host.parse().unwrap() };
+    let v6_listener = SocketAddr::new(v6("fd79::1"), s.router.addrs[4].port());
+    let spoof_v1 = v1("PROXY TCP4 10.79.0.3 10.79.0.1 40000 8443\r\n");
+    let spoof_v2 =
+        v2(
+            &ProxyHeader::tcp(Version::V2, sock("10.79.0.3:40000"), sock("10.79.0.1:8443"))
+                .unwrap(),
+        );
+    let closed_unanswered = |src: IpAddr, to: SocketAddr, bytes: &[u8]| {
+        let mut c = s.lab.connect_from(src, to);
+        c.send(bytes);
+        let (out, closed) = c.read_all();
+        assert!(closed, "not closed");
+        assert!(
+            out.is_empty(),
+            "answered: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+    };
+
+    // The load balancer (10.79.0.2, itself not allowed) speaks for 10.79.0.3 (allowed), on
+    // the IPv6 listener as a mapped peer; v1 and v2.
+    s.tunnel(a(), 4, &with(spoof_v1.clone(), &va), "U1");
+    s.tunnel(a(), 4, &with(spoof_v2.clone(), &va), "U1");
+    // Its header naming a client that is not allowed is judged by the header: 403.
+    assert_eq!(
+        s.refused(
+            a(),
+            4,
+            &with(v1("PROXY TCP4 10.79.0.2 10.79.0.1 40000 8443\r\n"), &va)
+        )
+        .0,
+        Some(403)
+    );
+    // The balancer without a header: closed unanswered (it would be judged as itself).
+    closed_unanswered(a(), s.router.addr(4), &va);
+    let opened = s.connects();
+    assert_eq!(opened, 2);
+
+    // Everyone else on the same port: plain requests judged by the TCP peer ...
+    s.tunnel(b(), 4, &va, "U1");
+    let mut c = s.lab.connect_from(v6("fd79::3"), v6_listener);
+    c.send(&va);
+    assert!(c.read_until(b"U1\n").starts_with(b"HTTP/1.1 200 "));
+    drop(c);
+    let mut c = s.lab.connect_from(v6("fd79::2"), v6_listener);
+    c.send(&va);
+    let (out, closed) = c.read_all();
+    assert!(closed);
+    assert_eq!(status(&out), Some(403), "fd79::2 is not on the allow-list");
+    let opened = s.connects();
+    assert_eq!(opened, 4);
+    // ... and a PROXY header from them is spoofing: closed unanswered, whatever it claims,
+    // from an address that is not allowed (fd79::2) or one that is (10.79.0.3).
+    let before = s
+        .router
+        .counters
+        .proxy_refused_total(ProxyRefusal::Forbidden);
+    for header in [&spoof_v1, &spoof_v2] {
+        closed_unanswered(v6("fd79::2"), v6_listener, &with(header.clone(), &va));
+        closed_unanswered(b(), s.router.addr(4), &with(header.clone(), &va));
+    }
+    // Split across reads: the signature is recognised once complete.
+    let mut c = s.lab.connect_from(v6("fd79::2"), v6_listener);
+    c.send(b"PRO");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.send(&with(b"XY UNKNOWN\r\n".to_vec(), &va));
+    let (out, closed) = c.read_all();
+    assert!(closed && out.is_empty(), "{out:?}");
+    assert_eq!(
+        s.router
+            .counters
+            .proxy_refused_total(ProxyRefusal::Forbidden),
+        before + 5
+    );
+    assert_eq!(
+        s.router
+            .counters
+            .proxy_refused_total(ProxyRefusal::Malformed),
+        1
+    );
     assert_eq!(
         s.connects(),
         opened,

@@ -150,6 +150,8 @@ enum RawProxyMode {
     #[default]
     Off,
     Required,
+    #[serde(rename = "from-trusted")]
+    FromTrusted,
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,6 +261,7 @@ impl RawListener {
         let proxy = match self.proxy_protocol {
             RawProxyMode::Off if trusted.is_empty() => ProxyMode::Off,
             RawProxyMode::Required if !trusted.is_empty() => ProxyMode::Required { trusted },
+            RawProxyMode::FromTrusted if !trusted.is_empty() => ProxyMode::FromTrusted { trusted },
             _ => return Err(ConfigError::ProxyMode { address }),
         };
         Ok(ListenerConfig {
@@ -326,9 +329,9 @@ pub enum ConfigError {
         /// The value.
         name: String,
     },
-    /// `proxy_protocol = "required"` without `trusted_proxies`, or trusted proxies with
-    /// `"off"`.
-    #[error("router config: listener {address}: proxy_protocol \"required\" needs trusted_proxies, \"off\" takes none")]
+    /// `proxy_protocol = "required"` or `"from-trusted"` without `trusted_proxies`, or trusted
+    /// proxies with `"off"`.
+    #[error("router config: listener {address}: proxy_protocol \"required\" and \"from-trusted\" need trusted_proxies, \"off\" takes none")]
     ProxyMode {
         /// The listener.
         address: SocketAddr,
@@ -386,6 +389,33 @@ mod tests {
         assert_eq!(config.policy.routes.len(), 3);
         assert_eq!(config.listeners[1].headers, ["Reversed-VPN"]);
         assert_eq!(config.relay_buffer_size, 32 * 1024);
+    }
+
+    #[test]
+    fn proxy_modes() {
+        let listener = |mode: &str| {
+            format!("[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n{mode}")
+        };
+        let trusted = vec!["10.0.0.0/8".parse().unwrap()];
+        for (mode, want) in [
+            ("", ProxyMode::Off),
+            ("proxy_protocol = \"off\"\n", ProxyMode::Off),
+            (
+                "proxy_protocol = \"required\"\ntrusted_proxies = [\"10.1.2.3/8\"]\n",
+                ProxyMode::Required {
+                    trusted: trusted.clone(),
+                },
+            ),
+            (
+                "proxy_protocol = \"from-trusted\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+                ProxyMode::FromTrusted {
+                    trusted: trusted.clone(),
+                },
+            ),
+        ] {
+            let config = RouterConfig::parse(&listener(mode)).unwrap();
+            assert_eq!(config.listeners[0].proxy, want, "{mode}");
+        }
     }
 
     #[test]
@@ -449,6 +479,9 @@ mod tests {
             format!("{listener}unknown = 1\n"),
             "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Host\"]\n".to_owned(),
             "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"required\"\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"from-trusted\"\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"from_trusted\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\ntrusted_proxies = [\"10.0.0.0/8\"]\n".to_owned(),
             format!("{listener}[[route]]\nvalue = \"outbound|443||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x:1\"\n"),
             format!("{listener}[[route]]\nvalue = \"outbound|1194||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x\"\n"),
             format!("{listener}[[route]]\nvalue = \"outbound|1194||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x:1\"\nallow = [\"10.0.0.0/33\"]\n"),

@@ -8,9 +8,14 @@
 //!    most `max_pending` before their head is routed (steps 1 and 2). A connection beyond
 //!    that evicts the oldest pending one (closed unanswered), so silent connections can
 //!    never hold the places of tunnels, nor keep a newer client out.
-//! 1. PROXY header, when the listener requires one: only from its trusted load-balancer
-//!    networks (anyone else is closed unread), complete within the PROXY deadline, else
-//!    closed. Its source address becomes the client address.
+//! 1. PROXY header, by the listener's `proxy_protocol` and the TCP peer: `"required"` takes
+//!    connections only from its trusted load-balancer networks (anyone else is closed
+//!    unread); `"from-trusted"` requires a header from the trusted networks and forbids one
+//!    from everyone else, on the same port (an untrusted peer whose first bytes are `PROXY `
+//!    or the version 2 signature is closed unanswered; one sending a plain CONNECT is served
+//!    with its own address); `"off"` takes none. A header must be complete within the PROXY
+//!    deadline, else the connection is closed; its source address becomes the client address.
+//!    Every connection closed for its PROXY header is counted by reason.
 //! 2. The CONNECT head, strictly parsed and complete within the header deadline
 //!    (`netio::ingress`); a refusal is answered (400 / 405 / 408 / 414 / 431) and closed.
 //!    These refusals, timeouts and evictions are logged at most once a second each (with the
@@ -50,7 +55,9 @@
 //! * A listener with `proxy_protocol = "required"` accepts connections only from its trusted
 //!   networks and only with a header; Istio's listener filter also accepts connections without
 //!   one, which lets a client spoof its address (reference section 2.5). Hairpin traffic that
-//!   bypasses the load balancer needs its own listener with `"off"`.
+//!   bypasses the load balancer needs its own listener with `"off"`, or one listener with
+//!   `"from-trusted"`: headers from the load balancers honoured, headers from anyone else
+//!   refused as spoofing, plain requests from anyone else judged by their TCP peer.
 //! * At most `max_pending` connections wait for their head; a newcomer beyond evicts the
 //!   oldest. Envoy (Istio's gateway) has no bound of its own on connections before their
 //!   request by default; a connection limit, where one is configured, refuses newcomers.
@@ -82,8 +89,9 @@
 //! [[listener]]
 //! address = "0.0.0.0:8443"
 //! headers = ["X-Gardener-Destination", "X-Gardener-API-Route"]
-//! proxy_protocol = "required" # or "off" (default)
-//! trusted_proxies = ["10.180.0.0/16"]   # required with "required", none with "off"
+//! proxy_protocol = "required" # "from-trusted" (per source), or "off" (default)
+//! trusted_proxies = ["10.180.0.0/16"]   # needed by "required" and "from-trusted",
+//!                             # none with "off"
 //!
 //! [[listener]]
 //! address = "0.0.0.0:8132"    # legacy port
@@ -113,6 +121,6 @@ pub use config::{
     ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
-pub use metrics::{ActiveTunnel, Counters, PendingHead};
+pub use metrics::{ActiveTunnel, Counters, PendingHead, ProxyRefusal};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
 pub use serve::{relay, Reloader, Router, RouterError};

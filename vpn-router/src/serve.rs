@@ -22,7 +22,7 @@ use tracing::field::{display, Empty};
 use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
 use crate::config::{ConfigError, ListenerConfig, RouterConfig};
-use crate::metrics::Counters;
+use crate::metrics::{Counters, ProxyRefusal};
 use crate::policy::Policy;
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
@@ -433,10 +433,21 @@ fn refused_head(shared: &Shared, e: &IngressError) {
                 None => debug!(status, "refused: {}", chain(e)),
             }
         }
-        _ => match shared.log(|l| &mut l.refused) {
-            Some(unlogged) => info!(status, unlogged, "refused: {}", chain(e)),
-            None => debug!(status, "refused: {}", chain(e)),
-        },
+        _ => {
+            let proxy = match e {
+                IngressError::Untrusted { .. } => Some(ProxyRefusal::Untrusted),
+                IngressError::ProxyForbidden { .. } => Some(ProxyRefusal::Forbidden),
+                IngressError::Proxy(_) => Some(ProxyRefusal::Malformed),
+                _ => None,
+            };
+            if let Some(why) = proxy {
+                shared.counters.proxy_refused(why);
+            }
+            match shared.log(|l| &mut l.refused) {
+                Some(unlogged) => info!(status, unlogged, "refused: {}", chain(e)),
+                None => debug!(status, "refused: {}", chain(e)),
+            }
+        }
     }
 }
 

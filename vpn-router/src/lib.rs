@@ -22,9 +22,11 @@
 //!    number left out), as a flood would repeat them; every one is counted.
 //! 3. The routing decision against one snapshot of the [`Policy`] ([`Policy::decide`]):
 //!    exactly one routing header under a name the listener honours, a valid value
-//!    (`protocol::http::route`), an exact route, the client on the target's allow-list.
-//!    Anything else: 400 (403 for an allow-list denial), one log line, closed, no upstream
-//!    connection, never a fallback route.
+//!    (`protocol::http::route`), an exact route, the connection admitted by the route's rules
+//!    ([`access`]: always-allowed networks first, then the first matching rule, each judging
+//!    the client address or the TCP peer as it says; no rules: anyone). Anything else: 400
+//!    (403 for a denial), one log line, closed, no upstream connection, never a fallback
+//!    route.
 //! 4. Connect upstream (503 on failure, 504 on timeout), answer 200, forward the bytes the
 //!    client sent after its head, relay both ways ([`relay`]: `netio::relay`, a half-close
 //!    passed on in each direction, both sides shut after the idle timeout).
@@ -42,6 +44,8 @@
 //! timeouts are fixed at start (a change to them is logged and needs a restart).
 //!
 //! # Where it differs from Gardener's Istio gateway, and why
+//!
+//! Each difference is listed with its test in `conformance/DEVIATIONS.md` (R1 onwards).
 //!
 //! * A CONNECT without a usable routing header gets 400, and a non-CONNECT request 405 with
 //!   `Allow: CONNECT`; Istio redirects both to https:443. A redirect is no answer a tunnel
@@ -61,15 +65,20 @@
 //! * At most `max_pending` connections wait for their head; a newcomer beyond evicts the
 //!   oldest. Envoy (Istio's gateway) has no bound of its own on connections before their
 //!   request by default; a connection limit, where one is configured, refuses newcomers.
-//! * Allow-lists are keyed by the exact routing value (the ACL extension matches the header
-//!   with `.<id>.` anchors to the same effect), and only ALLOW semantics exist.
+//! * Rules are keyed by the exact routing value (the ACL extension matches the header with
+//!   `.<id>.` anchors); a route has any number of ordered ALLOW and DENY rules, each judging
+//!   the PROXY source or the TCP peer (the ACL extension: one ALLOW rule per shoot); the
+//!   always-allowed networks come before every rule, so a DENY cannot lock the nodes out.
 //!
 //! # Config file (TOML)
 //!
 //! ```toml
-//! # Networks that may reach every target with an allow-list (seed nodes and pods,
-//! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
+//! # Networks that may reach every target whatever its rules say (seed nodes and pods,
+//! # shoot nodes, egress NAT addresses, the operator's additional CIDRs), judged by the
+//! # client address (the PROXY source when there is one) ...
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
+//! # ... and by the TCP peer (e.g. nodes whose hairpin traffic skips the load balancer).
+//! always_allowed_peers = ["10.250.0.0/16"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
 //! max_pending = 1024          # optional; connections before their head is routed, within
 //!                             # max_connections; one more evicts the oldest
@@ -100,18 +109,29 @@
 //! [[route]]
 //! value = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local"
 //! upstream = "vpn-seed-server.shoot--p--a.svc.cluster.local:1194"
-//! allow = ["203.0.113.0/24"]  # optional; without it any client may use the route
+//! # Ordered rules, first match wins; with rules, a client no rule matches is denied;
+//! # without any, every client may use the route.
+//! [[route.rule]]
+//! action = "deny"             # or "allow"
+//! from = ["203.0.113.66"]     # CIDRs or addresses, IPv4 and IPv6
+//! [[route.rule]]
+//! action = "allow"
+//! from = ["203.0.113.0/24", "2001:db8::/32"]
+//! source = "proxy"            # the PROXY source, else the TCP peer (default);
+//!                             # "peer": always the TCP peer
 //!
 //! [[route]]
 //! value = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local"
 //! upstream = "10.0.12.7:443"
-//! allow = ["203.0.113.0/24"]
+//! allow = ["203.0.113.0/24"]  # short for one allow rule with source "proxy"
+//!                             # (not beside [[route.rule]])
 //! ```
 //!
 //! Unknown keys are errors. A `[[listener]]` on an IPv6 address also takes IPv4 clients (as
-//! IPv4-mapped addresses; allow-lists match them by their IPv4 address).
+//! IPv4-mapped addresses; rules match them by their IPv4 address).
 //! `vpn-router/examples/router.toml` is a complete example.
 
+pub mod access;
 mod config;
 mod metrics;
 mod policy;

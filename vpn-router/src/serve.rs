@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 use tracing::field::{display, Empty};
 use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
+use crate::access::Client;
 use crate::config::{ConfigError, ListenerConfig, RouterConfig};
 use crate::metrics::{Counters, ProxyRefusal};
 use crate::policy::Policy;
@@ -361,7 +362,8 @@ async fn handle(
     Span::current().record("client", display(client));
     // One snapshot decides this request, whatever a reload does meanwhile.
     let policy = shared.snapshot();
-    let decision = match policy.decide(&head, &listener.headers, client) {
+    let who = Client::new(client, peer.ip());
+    let decision = match policy.decide(&head, &listener.headers, who) {
         Ok(d) => d,
         Err(refusal) => {
             let status = refusal.status();

@@ -724,6 +724,37 @@ mod tests {
         assert_eq!(got.client, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)));
     }
 
+    /// Each deadline counts from accept: bytes that arrive late, but before it, are read.
+    #[tokio::test(start_paused = true)]
+    async fn bytes_that_arrive_late_but_within_the_deadlines_are_accepted() {
+        let proxy: &'static [u8] = b"PROXY TCP4 192.0.2.7 198.51.100.1 5000 8443\r\n";
+        let head: &'static [u8] = b"CONNECT a:1 HTTP/1.0\r\n\r\n";
+        for (mode, peer, first, rest) in [
+            (required(), PEER, proxy, head),
+            (from_trusted(), PEER, proxy, head),
+            (from_trusted(), "10.0.1.9:1", &head[..4], &head[4..]),
+            (ProxyMode::Off, PEER, &head[..4], &head[4..]),
+        ] {
+            let (mut client, mut server) = tokio::io::duplex(1024);
+            let writer = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                client.write_all(first).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                client.write_all(rest).await.unwrap();
+                client
+            });
+            let got = accept_connect(
+                &mut server,
+                peer.parse().unwrap(),
+                &mode,
+                Deadlines::default(),
+            )
+            .await;
+            assert!(got.is_ok(), "{mode:?} from {peer}: {got:?}");
+            drop(writer.await.unwrap());
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_untrusted_peer_that_stays_undecided_times_out() {
         let (mut client, mut server) = tokio::io::duplex(1024);

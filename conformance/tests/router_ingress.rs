@@ -5,7 +5,9 @@
 //!
 //! Listeners of [`CONFIG`]: 0 honours `X-Gardener-Destination` and `X-Gardener-API-Route`;
 //! 1 honours `Reversed-VPN`; 2 is a dual-stack `[::]` listener (`X-Gardener-Destination`);
-//! 3 requires PROXY headers from the "load balancer" 10.79.0.2 (`X-Gardener-Destination`).
+//! 3 requires PROXY headers from the "load balancer" 10.79.0.2 (`X-Gardener-Destination`);
+//! 4 is a dual-stack `[::]` listener with PROXY per source: required from 10.79.0.2,
+//! forbidden from everyone else (`X-Gardener-Destination`).
 
 mod router_common;
 
@@ -13,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use protocol::proxy_protocol::{ProxyHeader, Tlv, Version, PP2_TYPE_AUTHORITY, PP2_TYPE_NOOP};
 use router_common::*;
+use vpn_router::ProxyRefusal;
 
 fn config(u1: SocketAddr, u2: SocketAddr) -> String {
     format!(
@@ -40,6 +43,12 @@ headers = ["X-Gardener-Destination"]
 address = "10.79.0.1:0"
 headers = ["X-Gardener-Destination"]
 proxy_protocol = "required"
+trusted_proxies = ["10.79.0.2/32"]
+
+[[listener]]
+address = "[::]:0"
+headers = ["X-Gardener-Destination"]
+proxy_protocol = "from-trusted"
 trusted_proxies = ["10.79.0.2/32"]
 
 [[route]]
@@ -448,6 +457,284 @@ fn proxy_protocol_headers_set_the_client_and_malformed_ones_close() {
         s.connects(),
         opened,
         "a refused connection reached an upstream"
+    );
+}
+
+#[test]
+fn proxy_per_source_honours_the_balancer_and_refuses_spoofed_headers() {
+    let s = setup();
+    let va = connect(&[hdr("X-Gardener-Destination", &vpn("shoot--p--a"))]);
+    let with = |pp: Vec<u8>, head: &[u8]| [pp, head.to_vec()].concat();
+    let v6 = |host: &str| -> IpAddr { host.parse().unwrap() };
+    let v6_listener = SocketAddr::new(v6("fd79::1"), s.router.addrs[4].port());
+    let spoof_v1 = v1("PROXY TCP4 10.79.0.3 10.79.0.1 40000 8443\r\n");
+    let spoof_v2 =
+        v2(
+            &ProxyHeader::tcp(Version::V2, sock("10.79.0.3:40000"), sock("10.79.0.1:8443"))
+                .unwrap(),
+        );
+    let closed_unanswered = |src: IpAddr, to: SocketAddr, bytes: &[u8]| {
+        let mut c = s.lab.connect_from(src, to);
+        c.send(bytes);
+        let (out, closed) = c.read_all();
+        assert!(closed, "not closed");
+        assert!(
+            out.is_empty(),
+            "answered: {:?}",
+            String::from_utf8_lossy(&out)
+        );
+    };
+
+    // The load balancer (10.79.0.2, itself not allowed) speaks for 10.79.0.3 (allowed), on
+    // the IPv6 listener as a mapped peer; v1 and v2.
+    s.tunnel(a(), 4, &with(spoof_v1.clone(), &va), "U1");
+    s.tunnel(a(), 4, &with(spoof_v2.clone(), &va), "U1");
+    // Its header naming a client that is not allowed is judged by the header: 403.
+    assert_eq!(
+        s.refused(
+            a(),
+            4,
+            &with(v1("PROXY TCP4 10.79.0.2 10.79.0.1 40000 8443\r\n"), &va)
+        )
+        .0,
+        Some(403)
+    );
+    // The balancer without a header: closed unanswered (it would be judged as itself).
+    closed_unanswered(a(), s.router.addr(4), &va);
+    let opened = s.connects();
+    assert_eq!(opened, 2);
+
+    // Everyone else on the same port: plain requests judged by the TCP peer ...
+    s.tunnel(b(), 4, &va, "U1");
+    let mut c = s.lab.connect_from(v6("fd79::3"), v6_listener);
+    c.send(&va);
+    assert!(c.read_until(b"U1\n").starts_with(b"HTTP/1.1 200 "));
+    drop(c);
+    let mut c = s.lab.connect_from(v6("fd79::2"), v6_listener);
+    c.send(&va);
+    let (out, closed) = c.read_all();
+    assert!(closed);
+    assert_eq!(status(&out), Some(403), "fd79::2 is not on the allow-list");
+    let opened = s.connects();
+    assert_eq!(opened, 4);
+    // ... and a PROXY header from them is spoofing: closed unanswered, whatever it claims,
+    // from an address that is not allowed (fd79::2) or one that is (10.79.0.3).
+    let before = s
+        .router
+        .counters
+        .proxy_refused_total(ProxyRefusal::Forbidden);
+    for header in [&spoof_v1, &spoof_v2] {
+        closed_unanswered(v6("fd79::2"), v6_listener, &with(header.clone(), &va));
+        closed_unanswered(b(), s.router.addr(4), &with(header.clone(), &va));
+    }
+    // Split across reads: the signature is recognised once complete.
+    let mut c = s.lab.connect_from(v6("fd79::2"), v6_listener);
+    c.send(b"PRO");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    c.send(&with(b"XY UNKNOWN\r\n".to_vec(), &va));
+    let (out, closed) = c.read_all();
+    assert!(closed && out.is_empty(), "{out:?}");
+    assert_eq!(
+        s.router
+            .counters
+            .proxy_refused_total(ProxyRefusal::Forbidden),
+        before + 5
+    );
+    assert_eq!(
+        s.router
+            .counters
+            .proxy_refused_total(ProxyRefusal::Malformed),
+        1
+    );
+    assert_eq!(
+        s.connects(),
+        opened,
+        "a refused connection reached an upstream"
+    );
+}
+
+/// The rules model (`[[route.rule]]`): order, the address each rule and each always-allowed
+/// list judges, IPv6, and routes whose namespaces are prefixes of each other.
+///
+/// Listener 0 takes plain requests on 10.79.0.1; listener 1 (`[::]`) takes PROXY headers
+/// from the "load balancer" 10.79.0.2 and plain requests from everyone else.
+fn rules_config(u1: SocketAddr, u2: SocketAddr) -> String {
+    format!(
+        r#"
+always_allowed = ["10.79.0.99/32"]
+always_allowed_peers = ["fd79::3/128"]
+
+[[listener]]
+address = "10.79.0.1:0"
+headers = ["X-Gardener-Destination"]
+
+[[listener]]
+address = "[::]:0"
+headers = ["X-Gardener-Destination"]
+proxy_protocol = "from-trusted"
+trusted_proxies = ["10.79.0.2/32"]
+
+# shoot--p--a: everyone in the lab but 10.79.0.3.
+[[route]]
+value = "{a}"
+upstream = "{u1}"
+[[route.rule]]
+action = "deny"
+from = ["10.79.0.3/32"]
+[[route.rule]]
+action = "allow"
+from = ["10.79.0.0/24", "fd79::/64"]
+
+# shoot--p--ab: no rules, anyone.
+[[route]]
+value = "{ab}"
+upstream = "{u1}"
+
+# shoot--p--a's API server: only through the load balancer (judged by the TCP peer).
+[[route]]
+value = "{kapi}"
+upstream = "{u2}"
+[[route.rule]]
+action = "allow"
+from = ["10.79.0.2/32"]
+source = "peer"
+
+# shoot--p--a-b: nobody but the always-allowed.
+[[route]]
+value = "{a_b}"
+upstream = "{u1}"
+[[route.rule]]
+action = "deny"
+from = ["0.0.0.0/0", "::/0"]
+"#,
+        a = vpn("shoot--p--a"),
+        ab = vpn("shoot--p--ab"),
+        a_b = vpn("shoot--p--a-b"),
+        kapi = kapi("shoot--p--a"),
+    )
+}
+
+#[test]
+fn rules_first_match_wins_by_their_own_source_and_always_allowed_comes_first() {
+    let lab = Lab::new(&[]);
+    let u1 = lab.upstream("U1", 0);
+    let u2 = lab.upstream("U2", 0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let router = lab.router(&dir, &rules_config(u1.addr, u2.addr));
+    let v6 = |host: &str| -> IpAddr { host.parse().unwrap() };
+    let l0 = router.addr(0);
+    let l1_v4 = router.addr(1);
+    let l1_v6 = SocketAddr::new(v6("fd79::1"), router.addrs[1].port());
+    let head = |value: &str| connect(&[hdr("X-Gardener-Destination", value)]);
+    let lb = |client: &str, value: &str| {
+        let family = if client.contains(':') { "TCP6" } else { "TCP4" };
+        let dst = if client.contains(':') {
+            "fd79::1"
+        } else {
+            "10.79.0.1"
+        };
+        [
+            format!("PROXY {family} {client} {dst} 40000 8443\r\n").into_bytes(),
+            head(value),
+        ]
+        .concat()
+    };
+    // The status a request gets (200 only with the upstream's greeting).
+    let answer = |src: IpAddr, to: SocketAddr, bytes: &[u8]| -> Option<u16> {
+        let mut c = lab.connect_from(src, to);
+        c.send(bytes);
+        let (mut out, _) = c.read_all_until(b"\r\n\r\n");
+        let code = status(&out);
+        if code == Some(200) {
+            // The greeting, unless it came with the head.
+            if out.ends_with(b"\r\n\r\n") {
+                out.extend(c.read_until(b"\n"));
+            }
+            assert!(
+                out.ends_with(b"U1\n") || out.ends_with(b"U2\n"),
+                "{:?}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        code
+    };
+    let (va, vab, va_b, ka) = (
+        vpn("shoot--p--a"),
+        vpn("shoot--p--ab"),
+        vpn("shoot--p--a-b"),
+        kapi("shoot--p--a"),
+    );
+    let cases: Vec<(&str, IpAddr, SocketAddr, Vec<u8>, u16)> = vec![
+        // Order: the deny for 10.79.0.3 before the allow for its /24.
+        ("a direct", a(), l0, head(&va), 200),
+        ("b denied by rule 1", b(), l0, head(&va), 403),
+        ("b mapped on [::]", b(), l1_v4, head(&va), 403),
+        (
+            "fd79::2 allowed by rule 2",
+            v6("fd79::2"),
+            l1_v6,
+            head(&va),
+            200,
+        ),
+        // Behind the balancer the header's client is judged.
+        ("lb for .3", a(), l1_v4, lb("10.79.0.3", &va), 403),
+        ("lb for .7", a(), l1_v4, lb("10.79.0.7", &va), 200),
+        ("lb for fd79::9", a(), l1_v4, lb("fd79::9", &va), 200),
+        ("lb for outsider", a(), l1_v4, lb("192.0.2.1", &va), 403),
+        // A namespace that extends shoot--p--a has its own (empty) rules.
+        ("b to ab", b(), l0, head(&vab), 200),
+        (
+            "lb for outsider to ab",
+            a(),
+            l1_v4,
+            lb("192.0.2.1", &vab),
+            200,
+        ),
+        ("fd79::2 to ab", v6("fd79::2"), l1_v6, head(&vab), 200),
+        // A rule on the TCP peer: only through the balancer, whoever it speaks for.
+        (
+            "lb for outsider to kapi",
+            a(),
+            l1_v4,
+            lb("192.0.2.1", &ka),
+            200,
+        ),
+        ("b to kapi", b(), l0, head(&ka), 403),
+        ("fd79::2 to kapi", v6("fd79::2"), l1_v6, head(&ka), 403),
+        // Deny-all: only the always-allowed, each list judging its own address.
+        ("a to a-b", a(), l0, head(&va_b), 403),
+        ("fd79::2 to a-b", v6("fd79::2"), l1_v6, head(&va_b), 403),
+        (
+            "fd79::3 (peer list) to a-b",
+            v6("fd79::3"),
+            l1_v6,
+            head(&va_b),
+            200,
+        ),
+        (
+            "lb for fd79::3 to a-b",
+            a(),
+            l1_v4,
+            lb("fd79::3", &va_b),
+            403,
+        ),
+        (
+            "lb for 10.79.0.99 to a-b",
+            a(),
+            l1_v4,
+            lb("10.79.0.99", &va_b),
+            200,
+        ),
+    ];
+    let mut opened = 0;
+    for (what, src, to, bytes, want) in &cases {
+        assert_eq!(answer(*src, *to, bytes), Some(*want), "{what}");
+        opened += usize::from(*want == 200);
+    }
+    assert_eq!(
+        u1.connects() + u2.connects(),
+        opened,
+        "a denied request reached an upstream"
     );
 }
 

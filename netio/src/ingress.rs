@@ -2,9 +2,11 @@
 //! head, with the client address the allow-lists must judge.
 //!
 //! ```text
-//! accept ─► [PROXY header]        per listener: ProxyMode::Off, or Required from trusted
-//!              │                  load-balancer CIDRs only (others refused before a byte is
-//!              │                  read); must be complete by `proxy_header_timeout`
+//! accept ─► [PROXY header]        per listener (ProxyMode) and peer (ProxyMode::expect_from):
+//!              │                  none; required from trusted load-balancer CIDRs (others
+//!              │                  refused before a byte is read); or, per source, required
+//!              │                  from the trusted CIDRs and forbidden from everyone else.
+//!              │                  A header must be complete by `proxy_header_timeout`
 //!              ▼
 //!           CONNECT head          strict (protocol::http::connect), complete by
 //!              │                  `header_timeout` (counted from accept), at most
@@ -26,6 +28,13 @@
 //! parsed. Any other header, like a malformed or missing one, is a protocol error: the
 //! connection is closed unanswered ([`IngressError::Proxy`], no status), the caller logs its
 //! one line, and [`proxy_headers_refused`] counts it.
+//!
+//! On a per-source listener ([`ProxyMode::FromTrusted`]) a peer outside the trusted networks
+//! is served with its own address, and its first bytes must not be a PROXY header's start
+//! (`PROXY ` or the version 2 signature): one that is would have the router judge an address
+//! of the sender's choosing, so it is a protocol error too ([`IngressError::ProxyForbidden`],
+//! closed unanswered, counted). Nothing else of those bytes is looked at before the CONNECT
+//! parser reads them.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -51,8 +60,9 @@ pub const LINGER_TIME: Duration = Duration::from_secs(2);
 /// PROXY headers refused in this process: see [`proxy_headers_refused`].
 static PROXY_HEADERS_REFUSED: AtomicU64 = AtomicU64::new(0);
 
-/// How many connections this process closed for their PROXY header (missing, malformed, or not
-/// a TCP connection's), on every listener that requires one, since it started.
+/// How many connections this process closed for their PROXY header (missing, malformed, not a
+/// TCP connection's, or sent by a peer that may not send one), on every listener that takes
+/// PROXY headers, since it started.
 pub fn proxy_headers_refused() -> u64 {
     PROXY_HEADERS_REFUSED.load(Ordering::Relaxed)
 }
@@ -69,6 +79,45 @@ pub enum ProxyMode {
         /// The load balancers' networks.
         trusted: Vec<IpNet>,
     },
+    /// PROXY protocol per source, on one port: a connection from these load-balancer networks
+    /// must start with a PROXY header; one from anywhere else must not (it is served with its
+    /// TCP peer as the client, and a header from it is a protocol error).
+    FromTrusted {
+        /// The load balancers' networks.
+        trusted: Vec<IpNet>,
+    },
+}
+
+/// What a connection must start with, by its listener's [`ProxyMode`] and its peer
+/// ([`ProxyMode::expect_from`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyExpect {
+    /// The listener takes no PROXY header: the request starts at once (a header would be bad
+    /// HTTP).
+    Nothing,
+    /// A trusted load balancer: a PROXY header, then the request.
+    Header,
+    /// An untrusted peer on a per-source listener: the request, which must not start like a
+    /// PROXY header.
+    NoHeader,
+    /// An untrusted peer on a listener that requires a header: closed unread.
+    Refuse,
+}
+
+impl ProxyMode {
+    /// What a connection from `peer` must start with. `peer` is compared after
+    /// [`canonical_ip`], so an IPv4-mapped peer on an IPv6 listener matches IPv4 networks.
+    pub fn expect_from(&self, peer: IpAddr) -> ProxyExpect {
+        let peer = canonical_ip(peer);
+        let trusts = |nets: &[IpNet]| nets.iter().any(|net| net.contains(&peer));
+        match self {
+            ProxyMode::Off => ProxyExpect::Nothing,
+            ProxyMode::Required { trusted } if trusts(trusted) => ProxyExpect::Header,
+            ProxyMode::Required { .. } => ProxyExpect::Refuse,
+            ProxyMode::FromTrusted { trusted } if trusts(trusted) => ProxyExpect::Header,
+            ProxyMode::FromTrusted { .. } => ProxyExpect::NoHeader,
+        }
+    }
 }
 
 /// Deadlines of one accept, both counted from the start of [`accept_connect`].
@@ -98,7 +147,7 @@ pub struct Accepted {
     pub client: IpAddr,
     /// The TCP peer as accepted.
     pub peer: SocketAddr,
-    /// The PROXY header, when the listener required one.
+    /// The PROXY header, when the connection had to carry one.
     pub proxy: Option<ProxyHeader>,
     /// Bytes the client sent after the head (the start of its tunnel payload), at most one
     /// read's worth.
@@ -123,22 +172,33 @@ where
     let mut buf = Vec::with_capacity(1024);
     let mut proxy = None;
     let mut client = peer_ip;
-    if let ProxyMode::Required { trusted } = mode {
-        if !trusted.iter().any(|net| net.contains(&peer_ip)) {
-            return Err(IngressError::Untrusted { peer });
+    match mode.expect_from(peer_ip) {
+        ProxyExpect::Nothing => {}
+        ProxyExpect::Refuse => return Err(IngressError::Untrusted { peer }),
+        ProxyExpect::Header => {
+            let header = tokio::time::timeout_at(
+                start + deadlines.proxy_header,
+                read_proxy_header(stream, &mut buf),
+            )
+            .await
+            .map_err(|_| IngressError::ProxyTimeout {
+                after: deadlines.proxy_header,
+            })??;
+            if let Some(source) = header.source() {
+                client = canonical_ip(source.ip());
+            }
+            proxy = Some(header);
         }
-        let header = tokio::time::timeout_at(
-            start + deadlines.proxy_header,
-            read_proxy_header(stream, &mut buf),
-        )
-        .await
-        .map_err(|_| IngressError::ProxyTimeout {
-            after: deadlines.proxy_header,
-        })??;
-        if let Some(source) = header.source() {
-            client = canonical_ip(source.ip());
+        ProxyExpect::NoHeader => {
+            tokio::time::timeout_at(
+                start + deadlines.header,
+                refuse_proxy_header(stream, &mut buf, peer),
+            )
+            .await
+            .map_err(|_| IngressError::HeaderTimeout {
+                after: deadlines.header,
+            })??;
         }
-        proxy = Some(header);
     }
     let (head, len) =
         tokio::time::timeout_at(start + deadlines.header, read_head(stream, &mut buf))
@@ -213,6 +273,49 @@ async fn read_proxy_header<S: AsyncRead + Unpin>(
     }
 }
 
+/// Reads until the first bytes tell whether they start a PROXY header (an error, counted) or
+/// not (`buf` keeps them for the CONNECT parser).
+async fn refuse_proxy_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+    peer: SocketAddr,
+) -> Result<(), IngressError> {
+    loop {
+        match starts_like_proxy(buf) {
+            Some(false) => return Ok(()),
+            Some(true) => {
+                PROXY_HEADERS_REFUSED.fetch_add(1, Ordering::Relaxed);
+                return Err(IngressError::ProxyForbidden { peer });
+            }
+            None => read_some(stream, buf, MAX_HEAD_LEN).await?,
+        }
+    }
+}
+
+/// Whether `data` starts with `PROXY ` or the version 2 signature; `None` while it is still a
+/// proper prefix of one of them (empty included).
+fn starts_like_proxy(data: &[u8]) -> Option<bool> {
+    let mut undecided = false;
+    for signature in [
+        &proxy_protocol::V1_PREFIX[..],
+        &proxy_protocol::V2_SIGNATURE[..],
+    ] {
+        let n = data.len().min(signature.len());
+        if data[..n] != signature[..n] {
+            continue;
+        }
+        if n == signature.len() {
+            return Some(true);
+        }
+        undecided = true;
+    }
+    if undecided {
+        None
+    } else {
+        Some(false)
+    }
+}
+
 async fn read_head<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
@@ -265,6 +368,12 @@ pub enum IngressError {
     /// The PROXY header is malformed (or missing: no signature).
     #[error("bad PROXY header")]
     Proxy(#[source] ProxyError),
+    /// A peer outside the trusted networks of a per-source listener sent a PROXY header.
+    #[error("PROXY header from {peer}, which is not a trusted load balancer")]
+    ProxyForbidden {
+        /// The peer.
+        peer: SocketAddr,
+    },
     /// The PROXY header did not arrive in time.
     #[error("no PROXY header within {after:?}")]
     ProxyTimeout {
@@ -304,6 +413,7 @@ impl IngressError {
             Self::HeaderTimeout { .. } => Some(Status::REQUEST_TIMEOUT),
             Self::Untrusted { .. }
             | Self::Proxy(_)
+            | Self::ProxyForbidden { .. }
             | Self::ProxyTimeout { .. }
             | Self::Closed { .. }
             | Self::Io { .. } => None,
@@ -411,6 +521,254 @@ mod tests {
             assert_eq!(err.status(), None, "closed unanswered");
             assert!(proxy_headers_refused() > before, "counted");
         }
+    }
+
+    fn from_trusted() -> ProxyMode {
+        ProxyMode::FromTrusted {
+            trusted: vec!["10.0.0.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
+        }
+    }
+
+    async fn run_from(
+        input: &[u8],
+        peer: &str,
+        mode: &ProxyMode,
+    ) -> Result<Accepted, IngressError> {
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        client.write_all(input).await.unwrap();
+        drop(client);
+        accept_connect(
+            &mut server,
+            peer.parse().unwrap(),
+            mode,
+            Deadlines::default(),
+        )
+        .await
+    }
+
+    #[test]
+    fn what_each_mode_expects_of_each_peer() {
+        let required = required();
+        let from_trusted = from_trusted();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (peer, off, req, per_source) in [
+            (
+                "10.0.0.9",
+                ProxyExpect::Nothing,
+                ProxyExpect::Header,
+                ProxyExpect::Header,
+            ),
+            (
+                "10.0.0.0",
+                ProxyExpect::Nothing,
+                ProxyExpect::Header,
+                ProxyExpect::Header,
+            ),
+            (
+                "10.0.0.255",
+                ProxyExpect::Nothing,
+                ProxyExpect::Header,
+                ProxyExpect::Header,
+            ),
+            (
+                "10.0.1.0",
+                ProxyExpect::Nothing,
+                ProxyExpect::Refuse,
+                ProxyExpect::NoHeader,
+            ),
+            (
+                "9.255.255.255",
+                ProxyExpect::Nothing,
+                ProxyExpect::Refuse,
+                ProxyExpect::NoHeader,
+            ),
+            // An IPv4-mapped peer is judged by its IPv4 address.
+            (
+                "::ffff:10.0.0.9",
+                ProxyExpect::Nothing,
+                ProxyExpect::Header,
+                ProxyExpect::Header,
+            ),
+            (
+                "::ffff:10.0.1.9",
+                ProxyExpect::Nothing,
+                ProxyExpect::Refuse,
+                ProxyExpect::NoHeader,
+            ),
+            (
+                "fd00::7",
+                ProxyExpect::Nothing,
+                ProxyExpect::Refuse,
+                ProxyExpect::Header,
+            ),
+            (
+                "fd00:0:0:1::7",
+                ProxyExpect::Nothing,
+                ProxyExpect::Refuse,
+                ProxyExpect::NoHeader,
+            ),
+        ] {
+            assert_eq!(ProxyMode::Off.expect_from(ip(peer)), off, "{peer} off");
+            assert_eq!(required.expect_from(ip(peer)), req, "{peer} required");
+            assert_eq!(
+                from_trusted.expect_from(ip(peer)),
+                per_source,
+                "{peer} from-trusted"
+            );
+        }
+    }
+
+    #[test]
+    fn proxy_signature_prefixes() {
+        let v2 = proxy_protocol::V2_SIGNATURE;
+        for (bytes, want) in [
+            (&b""[..], None),
+            (b"P", None),
+            (b"PROXY", None),
+            (b"PROXY ", Some(true)),
+            (b"PROXY TCP4", Some(true)),
+            (b"PROXYZ", Some(false)),
+            (b"POST / HTTP/1.1", Some(false)),
+            (b"CONNECT a:1", Some(false)),
+            (b"\r", None),
+            (&v2[..11], None),
+            (&v2[..], Some(true)),
+            (b"\r\n\r\n\0\r\nQUIT\r", Some(false)),
+            (b"\r\nX", Some(false)),
+            (b"x", Some(false)),
+        ] {
+            assert_eq!(starts_like_proxy(bytes), want, "{bytes:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn per_source_honours_the_balancer_and_refuses_spoofing() {
+        let mode = from_trusted();
+        let connect = b"CONNECT a:1 HTTP/1.0\r\n\r\nEARLY";
+        let v1 = b"PROXY TCP4 192.0.2.7 198.51.100.1 5000 8443\r\n".to_vec();
+        let inet = [192, 0, 2, 7, 198, 51, 100, 1, 0x13, 0x88, 0x20, 0xfb];
+        let v2h = v2(0x21, 0x11, &inet);
+        let with = |h: &[u8]| [h, &connect[..]].concat();
+
+        // The balancer: its header names the client, v1 and v2, IPv4 and IPv6 peers.
+        for peer in ["10.0.0.9:1", "[fd00::9]:1", "[::ffff:10.0.0.9]:1"] {
+            for header in [&v1, &v2h] {
+                let got = run_from(&with(header), peer, &mode).await.unwrap();
+                assert_eq!(
+                    got.client,
+                    IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
+                    "{peer}"
+                );
+                assert!(got.proxy.is_some());
+                assert_eq!(got.early, b"EARLY");
+            }
+            // Without one: closed, counted.
+            let before = proxy_headers_refused();
+            let err = run_from(connect, peer, &mode).await.unwrap_err();
+            assert!(
+                matches!(err, IngressError::Proxy(ProxyError::NoSignature)),
+                "{err:?}"
+            );
+            assert_eq!(err.status(), None);
+            assert!(proxy_headers_refused() > before);
+        }
+
+        // Anyone else: served with its own address ...
+        for peer in ["10.0.1.9:1", "[fd00:0:0:1::9]:1", "[::ffff:10.0.1.9]:1"] {
+            let got = run_from(connect, peer, &mode).await.unwrap();
+            let want = canonical_ip(peer.parse::<SocketAddr>().unwrap().ip());
+            assert_eq!(got.client, want, "{peer}");
+            assert!(got.proxy.is_none());
+            assert_eq!(got.early, b"EARLY");
+            // ... and a header from it is a protocol error: closed unanswered, counted.
+            for header in [&v1, &v2h, &b"PROXY UNKNOWN\r\n".to_vec()] {
+                let before = proxy_headers_refused();
+                let err = run_from(&with(header), peer, &mode).await.unwrap_err();
+                assert!(
+                    matches!(err, IngressError::ProxyForbidden { .. }),
+                    "{err:?}"
+                );
+                assert_eq!(err.status(), None, "closed unanswered");
+                assert!(proxy_headers_refused() > before, "counted");
+            }
+            // A request that merely starts like one is judged as HTTP.
+            let err = run_from(b"PROXYZ a:1 HTTP/1.0\r\n\r\n", peer, &mode)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, IngressError::Request(_)), "{err:?}");
+        }
+        // A partial signature and then the end: the client left, nothing is judged.
+        let err = run_from(b"PROX", "10.0.1.9:1", &mode).await.unwrap_err();
+        assert!(
+            matches!(err, IngressError::Closed { received: 4 }),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn required_refuses_untrusted_and_off_treats_a_header_as_http() {
+        let v1 = b"PROXY TCP4 192.0.2.7 198.51.100.1 5000 8443\r\nCONNECT a:1 HTTP/1.0\r\n\r\n";
+        let err = run_from(v1, "10.0.1.9:1", &required()).await.unwrap_err();
+        assert!(matches!(err, IngressError::Untrusted { .. }), "{err:?}");
+        let err = run_from(v1, "10.0.0.9:1", &ProxyMode::Off)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, IngressError::Request(_)), "{err:?}");
+        let got = run_from(
+            b"CONNECT a:1 HTTP/1.0\r\n\r\n",
+            "10.0.0.9:1",
+            &ProxyMode::Off,
+        )
+        .await
+        .unwrap();
+        assert_eq!(got.client, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)));
+    }
+
+    /// Each deadline counts from accept: bytes that arrive late, but before it, are read.
+    #[tokio::test(start_paused = true)]
+    async fn bytes_that_arrive_late_but_within_the_deadlines_are_accepted() {
+        let proxy: &'static [u8] = b"PROXY TCP4 192.0.2.7 198.51.100.1 5000 8443\r\n";
+        let head: &'static [u8] = b"CONNECT a:1 HTTP/1.0\r\n\r\n";
+        for (mode, peer, first, rest) in [
+            (required(), PEER, proxy, head),
+            (from_trusted(), PEER, proxy, head),
+            (from_trusted(), "10.0.1.9:1", &head[..4], &head[4..]),
+            (ProxyMode::Off, PEER, &head[..4], &head[4..]),
+        ] {
+            let (mut client, mut server) = tokio::io::duplex(1024);
+            let writer = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                client.write_all(first).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                client.write_all(rest).await.unwrap();
+                client
+            });
+            let got = accept_connect(
+                &mut server,
+                peer.parse().unwrap(),
+                &mode,
+                Deadlines::default(),
+            )
+            .await;
+            assert!(got.is_ok(), "{mode:?} from {peer}: {got:?}");
+            drop(writer.await.unwrap());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_untrusted_peer_that_stays_undecided_times_out() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        client.write_all(b"PROX").await.unwrap();
+        let err = accept_connect(
+            &mut server,
+            "10.0.1.9:1".parse().unwrap(),
+            &from_trusted(),
+            Deadlines::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, IngressError::HeaderTimeout { .. }), "{err:?}");
+        drop(client);
     }
 
     #[tokio::test]

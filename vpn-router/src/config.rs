@@ -12,6 +12,7 @@ use netio::ingress::{Deadlines, ProxyMode};
 use protocol::http::route::{RouteError, RouteValue};
 use serde::Deserialize;
 
+use crate::access::{Action, AlwaysAllowed, Rule, Source};
 use crate::policy::{Policy, Target, ROUTING_HEADERS};
 
 /// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
@@ -105,6 +106,8 @@ fn line_of(text: &str, at: usize) -> usize {
 struct RawConfig {
     #[serde(default)]
     always_allowed: Vec<String>,
+    #[serde(default)]
+    always_allowed_peers: Vec<String>,
     max_connections: Option<usize>,
     max_pending: Option<usize>,
     metrics_listen: Option<String>,
@@ -150,6 +153,8 @@ enum RawProxyMode {
     #[default]
     Off,
     Required,
+    #[serde(rename = "from-trusted")]
+    FromTrusted,
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,6 +163,62 @@ struct RawRoute {
     value: String,
     upstream: String,
     allow: Option<Vec<String>>,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    action: RawAction,
+    from: Vec<String>,
+    #[serde(default)]
+    source: RawSource,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawAction {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawSource {
+    #[default]
+    Proxy,
+    Peer,
+}
+
+impl RawRoute {
+    /// The route's rules: its `[[route.rule]]` tables in order, or `allow = [...]` as one
+    /// allow rule judged by the client address; never both.
+    fn rules(&self) -> Result<Vec<Rule>, ConfigError> {
+        match (&self.allow, self.rules.is_empty()) {
+            (Some(_), false) => Err(ConfigError::AllowAndRules {
+                value: self.value.clone(),
+            }),
+            (Some(allow), true) => Ok(vec![Rule::allow(cidrs(allow)?)]),
+            (None, _) => self
+                .rules
+                .iter()
+                .map(|raw| {
+                    Ok(Rule {
+                        action: match raw.action {
+                            RawAction::Allow => Action::Allow,
+                            RawAction::Deny => Action::Deny,
+                        },
+                        from: cidrs(&raw.from)?,
+                        source: match raw.source {
+                            RawSource::Proxy => Source::Proxy,
+                            RawSource::Peer => Source::Peer,
+                        },
+                    })
+                })
+                .collect(),
+        }
+    }
 }
 
 impl RawConfig {
@@ -185,10 +246,10 @@ impl RawConfig {
                     upstream: raw.upstream,
                 });
             }
-            let allow = raw.allow.map(|list| cidrs(&list)).transpose()?;
+            let rules = raw.rules()?;
             let target = Target {
                 upstream: raw.upstream,
-                allow,
+                rules,
             };
             if routes.insert(value, target).is_some() {
                 return Err(ConfigError::DuplicateRoute { value: raw.value });
@@ -227,7 +288,10 @@ impl RawConfig {
             relay_buffer_size,
             policy: Policy {
                 routes,
-                always_allowed: cidrs(&self.always_allowed)?,
+                always_allowed: AlwaysAllowed {
+                    proxy: cidrs(&self.always_allowed)?,
+                    peer: cidrs(&self.always_allowed_peers)?,
+                },
             },
         })
     }
@@ -259,6 +323,7 @@ impl RawListener {
         let proxy = match self.proxy_protocol {
             RawProxyMode::Off if trusted.is_empty() => ProxyMode::Off,
             RawProxyMode::Required if !trusted.is_empty() => ProxyMode::Required { trusted },
+            RawProxyMode::FromTrusted if !trusted.is_empty() => ProxyMode::FromTrusted { trusted },
             _ => return Err(ConfigError::ProxyMode { address }),
         };
         Ok(ListenerConfig {
@@ -326,9 +391,9 @@ pub enum ConfigError {
         /// The value.
         name: String,
     },
-    /// `proxy_protocol = "required"` without `trusted_proxies`, or trusted proxies with
-    /// `"off"`.
-    #[error("router config: listener {address}: proxy_protocol \"required\" needs trusted_proxies, \"off\" takes none")]
+    /// `proxy_protocol = "required"` or `"from-trusted"` without `trusted_proxies`, or trusted
+    /// proxies with `"off"`.
+    #[error("router config: listener {address}: proxy_protocol \"required\" and \"from-trusted\" need trusted_proxies, \"off\" takes none")]
     ProxyMode {
         /// The listener.
         address: SocketAddr,
@@ -353,6 +418,12 @@ pub enum ConfigError {
     Upstream {
         /// The value.
         upstream: String,
+    },
+    /// A route with both `allow = [...]` and `[[route.rule]]` tables.
+    #[error("router config: route {value:?} has both allow and [[route.rule]]; write the allow list as a rule")]
+    AllowAndRules {
+        /// The route's value.
+        value: String,
     },
     /// Two routes with the same value.
     #[error("router config: route {value:?} appears twice")]
@@ -384,8 +455,129 @@ mod tests {
         let config = RouterConfig::parse(text).unwrap();
         assert_eq!(config.listeners.len(), 2);
         assert_eq!(config.policy.routes.len(), 3);
+        assert!(matches!(
+            config.listeners[1].proxy,
+            ProxyMode::FromTrusted { .. }
+        ));
+        let kapi =
+            RouteValue::parse("outbound|443||kube-apiserver.shoot--dev--a.svc.cluster.local")
+                .unwrap();
+        let rules = &config.policy.routes[&kapi].rules;
+        let actions: Vec<_> = rules.iter().map(|r| (r.action, r.source)).collect();
+        assert_eq!(
+            actions,
+            [
+                (Action::Deny, Source::Proxy),
+                (Action::Allow, Source::Proxy),
+                (Action::Allow, Source::Peer),
+            ]
+        );
+        assert_eq!(config.policy.always_allowed.peer.len(), 1);
         assert_eq!(config.listeners[1].headers, ["Reversed-VPN"]);
         assert_eq!(config.relay_buffer_size, 32 * 1024);
+    }
+
+    #[test]
+    fn proxy_modes() {
+        let listener = |mode: &str| {
+            format!("[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n{mode}")
+        };
+        let trusted = vec!["10.0.0.0/8".parse().unwrap()];
+        for (mode, want) in [
+            ("", ProxyMode::Off),
+            ("proxy_protocol = \"off\"\n", ProxyMode::Off),
+            (
+                "proxy_protocol = \"required\"\ntrusted_proxies = [\"10.1.2.3/8\"]\n",
+                ProxyMode::Required {
+                    trusted: trusted.clone(),
+                },
+            ),
+            (
+                "proxy_protocol = \"from-trusted\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n",
+                ProxyMode::FromTrusted {
+                    trusted: trusted.clone(),
+                },
+            ),
+        ] {
+            let config = RouterConfig::parse(&listener(mode)).unwrap();
+            assert_eq!(config.listeners[0].proxy, want, "{mode}");
+        }
+    }
+
+    #[test]
+    fn rules_in_order_and_allow_as_one_rule() {
+        let text = format!(
+            "always_allowed = [\"10.250.0.0/16\"]\nalways_allowed_peers = [\"10.96.0.0/16\"]\n\
+             [[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n\
+             [[route]]\nvalue = \"{a}\"\nupstream = \"x:1\"\n\
+             [[route.rule]]\naction = \"deny\"\nfrom = [\"192.0.2.9\"]\n\
+             [[route.rule]]\naction = \"allow\"\nfrom = [\"192.0.2.0/24\", \"2001:db8::/32\"]\nsource = \"peer\"\n\
+             [[route]]\nvalue = \"{b}\"\nupstream = \"x:1\"\nallow = [\"192.0.2.0/24\"]\n\
+             [[route]]\nvalue = \"{c}\"\nupstream = \"x:1\"\n",
+            a = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local",
+            b = "outbound|1194||vpn-seed-server.shoot--p--b.svc.cluster.local",
+            c = "outbound|1194||vpn-seed-server.shoot--p--c.svc.cluster.local",
+        );
+        let config = RouterConfig::parse(&text).unwrap();
+        let rules = |ns: &str| {
+            let v = format!("outbound|1194||vpn-seed-server.{ns}.svc.cluster.local");
+            config.policy.routes[&RouteValue::parse(&v).unwrap()]
+                .rules
+                .clone()
+        };
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(
+            rules("shoot--p--a"),
+            [
+                Rule {
+                    action: Action::Deny,
+                    from: vec![net("192.0.2.9/32")],
+                    source: Source::Proxy,
+                },
+                Rule {
+                    action: Action::Allow,
+                    from: vec![net("192.0.2.0/24"), net("2001:db8::/32")],
+                    source: Source::Peer,
+                },
+            ]
+        );
+        assert_eq!(
+            rules("shoot--p--b"),
+            [Rule::allow(vec![net("192.0.2.0/24")])]
+        );
+        assert!(rules("shoot--p--c").is_empty());
+        assert_eq!(
+            config.policy.always_allowed,
+            AlwaysAllowed {
+                proxy: vec![net("10.250.0.0/16")],
+                peer: vec![net("10.96.0.0/16")],
+            }
+        );
+
+        let route = "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n\
+             [[route]]\nvalue = \"outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local\"\n\
+             upstream = \"x:1\"\n";
+        for bad in [
+            format!(
+                "{route}allow = [\"10.0.0.0/8\"]\n[[route.rule]]\naction = \"allow\"\nfrom = []\n"
+            ),
+            format!("{route}[[route.rule]]\naction = \"permit\"\nfrom = []\n"),
+            format!("{route}[[route.rule]]\naction = \"allow\"\nfrom = [\"10.0.0.0/33\"]\n"),
+            format!(
+                "{route}[[route.rule]]\naction = \"allow\"\nfrom = []\nsource = \"remote_ip\"\n"
+            ),
+            format!("{route}[[route.rule]]\naction = \"allow\"\n"),
+            format!("{route}[[route.rule]]\naction = \"allow\"\nfrom = []\ncidrs = []\n"),
+            format!("always_allowed_peers = [\"x\"]\n{route}"),
+        ] {
+            assert!(RouterConfig::parse(&bad).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            RouterConfig::parse(&format!(
+                "{route}allow = []\n[[route.rule]]\naction = \"allow\"\nfrom = []\n"
+            )),
+            Err(ConfigError::AllowAndRules { .. })
+        ));
     }
 
     #[test]
@@ -449,6 +641,9 @@ mod tests {
             format!("{listener}unknown = 1\n"),
             "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Host\"]\n".to_owned(),
             "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"required\"\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"from-trusted\"\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"from_trusted\"\ntrusted_proxies = [\"10.0.0.0/8\"]\n".to_owned(),
+            "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\ntrusted_proxies = [\"10.0.0.0/8\"]\n".to_owned(),
             format!("{listener}[[route]]\nvalue = \"outbound|443||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x:1\"\n"),
             format!("{listener}[[route]]\nvalue = \"outbound|1194||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x\"\n"),
             format!("{listener}[[route]]\nvalue = \"outbound|1194||vpn-seed-server.a.svc.cluster.local\"\nupstream = \"x:1\"\nallow = [\"10.0.0.0/33\"]\n"),

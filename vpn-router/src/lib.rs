@@ -8,18 +8,25 @@
 //!    most `max_pending` before their head is routed (steps 1 and 2). A connection beyond
 //!    that evicts the oldest pending one (closed unanswered), so silent connections can
 //!    never hold the places of tunnels, nor keep a newer client out.
-//! 1. PROXY header, when the listener requires one: only from its trusted load-balancer
-//!    networks (anyone else is closed unread), complete within the PROXY deadline, else
-//!    closed. Its source address becomes the client address.
+//! 1. PROXY header, by the listener's `proxy_protocol` and the TCP peer: `"required"` takes
+//!    connections only from its trusted load-balancer networks (anyone else is closed
+//!    unread); `"from-trusted"` requires a header from the trusted networks and forbids one
+//!    from everyone else, on the same port (an untrusted peer whose first bytes are `PROXY `
+//!    or the version 2 signature is closed unanswered; one sending a plain CONNECT is served
+//!    with its own address); `"off"` takes none. A header must be complete within the PROXY
+//!    deadline, else the connection is closed; its source address becomes the client address.
+//!    Every connection closed for its PROXY header is counted by reason.
 //! 2. The CONNECT head, strictly parsed and complete within the header deadline
 //!    (`netio::ingress`); a refusal is answered (400 / 405 / 408 / 414 / 431) and closed.
 //!    These refusals, timeouts and evictions are logged at most once a second each (with the
 //!    number left out), as a flood would repeat them; every one is counted.
 //! 3. The routing decision against one snapshot of the [`Policy`] ([`Policy::decide`]):
 //!    exactly one routing header under a name the listener honours, a valid value
-//!    (`protocol::http::route`), an exact route, the client on the target's allow-list.
-//!    Anything else: 400 (403 for an allow-list denial), one log line, closed, no upstream
-//!    connection, never a fallback route.
+//!    (`protocol::http::route`), an exact route, the connection admitted by the route's rules
+//!    ([`access`]: always-allowed networks first, then the first matching rule, each judging
+//!    the client address or the TCP peer as it says; no rules: anyone). Anything else: 400
+//!    (403 for a denial), one log line, closed, no upstream connection, never a fallback
+//!    route.
 //! 4. Connect upstream (503 on failure, 504 on timeout), answer 200, forward the bytes the
 //!    client sent after its head, relay both ways ([`relay`]: `netio::relay`, a half-close
 //!    passed on in each direction, both sides shut after the idle timeout).
@@ -38,6 +45,8 @@
 //!
 //! # Where it differs from Gardener's Istio gateway, and why
 //!
+//! Each difference is listed with its test in `conformance/DEVIATIONS.md` (R1 onwards).
+//!
 //! * A CONNECT without a usable routing header gets 400, and a non-CONNECT request 405 with
 //!   `Allow: CONNECT`; Istio redirects both to https:443. A redirect is no answer a tunnel
 //!   client can use, and the issue asks for 400 and never a fallback.
@@ -50,19 +59,26 @@
 //! * A listener with `proxy_protocol = "required"` accepts connections only from its trusted
 //!   networks and only with a header; Istio's listener filter also accepts connections without
 //!   one, which lets a client spoof its address (reference section 2.5). Hairpin traffic that
-//!   bypasses the load balancer needs its own listener with `"off"`.
+//!   bypasses the load balancer needs its own listener with `"off"`, or one listener with
+//!   `"from-trusted"`: headers from the load balancers honoured, headers from anyone else
+//!   refused as spoofing, plain requests from anyone else judged by their TCP peer.
 //! * At most `max_pending` connections wait for their head; a newcomer beyond evicts the
 //!   oldest. Envoy (Istio's gateway) has no bound of its own on connections before their
 //!   request by default; a connection limit, where one is configured, refuses newcomers.
-//! * Allow-lists are keyed by the exact routing value (the ACL extension matches the header
-//!   with `.<id>.` anchors to the same effect), and only ALLOW semantics exist.
+//! * Rules are keyed by the exact routing value (the ACL extension matches the header with
+//!   `.<id>.` anchors); a route has any number of ordered ALLOW and DENY rules, each judging
+//!   the PROXY source or the TCP peer (the ACL extension: one ALLOW rule per shoot); the
+//!   always-allowed networks come before every rule, so a DENY cannot lock the nodes out.
 //!
 //! # Config file (TOML)
 //!
 //! ```toml
-//! # Networks that may reach every target with an allow-list (seed nodes and pods,
-//! # shoot nodes, egress NAT addresses, the operator's additional CIDRs).
+//! # Networks that may reach every target whatever its rules say (seed nodes and pods,
+//! # shoot nodes, egress NAT addresses, the operator's additional CIDRs), judged by the
+//! # client address (the PROXY source when there is one) ...
 //! always_allowed = ["10.250.0.0/16", "100.64.0.0/12"]
+//! # ... and by the TCP peer (e.g. nodes whose hairpin traffic skips the load balancer).
+//! always_allowed_peers = ["10.250.0.0/16"]
 //! max_connections = 8192      # optional; one more is answered 503 and closed
 //! max_pending = 1024          # optional; connections before their head is routed, within
 //!                             # max_connections; one more evicts the oldest
@@ -82,8 +98,9 @@
 //! [[listener]]
 //! address = "0.0.0.0:8443"
 //! headers = ["X-Gardener-Destination", "X-Gardener-API-Route"]
-//! proxy_protocol = "required" # or "off" (default)
-//! trusted_proxies = ["10.180.0.0/16"]   # required with "required", none with "off"
+//! proxy_protocol = "required" # "from-trusted" (per source), or "off" (default)
+//! trusted_proxies = ["10.180.0.0/16"]   # needed by "required" and "from-trusted",
+//!                             # none with "off"
 //!
 //! [[listener]]
 //! address = "0.0.0.0:8132"    # legacy port
@@ -92,18 +109,29 @@
 //! [[route]]
 //! value = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local"
 //! upstream = "vpn-seed-server.shoot--p--a.svc.cluster.local:1194"
-//! allow = ["203.0.113.0/24"]  # optional; without it any client may use the route
+//! # Ordered rules, first match wins; with rules, a client no rule matches is denied;
+//! # without any, every client may use the route.
+//! [[route.rule]]
+//! action = "deny"             # or "allow"
+//! from = ["203.0.113.66"]     # CIDRs or addresses, IPv4 and IPv6
+//! [[route.rule]]
+//! action = "allow"
+//! from = ["203.0.113.0/24", "2001:db8::/32"]
+//! source = "proxy"            # the PROXY source, else the TCP peer (default);
+//!                             # "peer": always the TCP peer
 //!
 //! [[route]]
 //! value = "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local"
 //! upstream = "10.0.12.7:443"
-//! allow = ["203.0.113.0/24"]
+//! allow = ["203.0.113.0/24"]  # short for one allow rule with source "proxy"
+//!                             # (not beside [[route.rule]])
 //! ```
 //!
 //! Unknown keys are errors. A `[[listener]]` on an IPv6 address also takes IPv4 clients (as
-//! IPv4-mapped addresses; allow-lists match them by their IPv4 address).
+//! IPv4-mapped addresses; rules match them by their IPv4 address).
 //! `vpn-router/examples/router.toml` is a complete example.
 
+pub mod access;
 mod config;
 mod metrics;
 mod policy;
@@ -113,6 +141,6 @@ pub use config::{
     ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
-pub use metrics::{ActiveTunnel, Counters, PendingHead};
+pub use metrics::{ActiveTunnel, Counters, PendingHead, ProxyRefusal};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
 pub use serve::{relay, Reloader, Router, RouterError};

@@ -10,6 +10,7 @@
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
 //! | `vpn_router_pending` | gauge | connections before their head is routed (PROXY header and CONNECT head still arriving) |
 //! | `vpn_router_pending_closed_total{reason}` | counter | connections closed before their head arrived: `evicted` (the oldest pending one made room for a newer one, `max_pending`), `timeout` (the PROXY header or the head deadline; a head deadline is also a 408) |
+//! | `vpn_router_proxy_refused_total{reason}` | counter | connections closed unanswered for their PROXY header: `untrusted` (a `"required"` listener, a peer outside `trusted_proxies`), `forbidden` (a `"from-trusted"` listener, a header from a peer outside `trusted_proxies`), `malformed` (missing, malformed, or not a TCP connection's, from a trusted peer) |
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -39,6 +40,8 @@ pub struct Counters {
     pub pending_evicted: AtomicU64,
     /// Connections closed by the PROXY header or head deadline.
     pub pending_timeouts: AtomicU64,
+    /// Connections closed for their PROXY header, by [`ProxyRefusal`].
+    proxy_refused: [AtomicU64; ProxyRefusal::ALL.len()],
     by_code: [AtomicU64; CODES.len()],
     /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
     serving: AtomicBool,
@@ -78,6 +81,16 @@ impl Counters {
     /// A connection was closed by the PROXY header or head deadline; returns the total so far.
     pub fn pending_timed_out(&self) -> u64 {
         self.pending_timeouts.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A connection was closed for its PROXY header.
+    pub fn proxy_refused(&self, why: ProxyRefusal) {
+        self.proxy_refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections closed so far for `why`.
+    pub fn proxy_refused_total(&self, why: ProxyRefusal) -> u64 {
+        self.proxy_refused[why as usize].load(Ordering::Relaxed)
     }
 
     /// A tunnel ended having relayed these bytes.
@@ -146,10 +159,53 @@ impl AdminState for Counters {
         ] {
             out.sample(name, &[("reason", reason)], get(n));
         }
+        let name = "vpn_router_proxy_refused_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "Connections closed for their PROXY header, by reason.",
+        );
+        for why in ProxyRefusal::ALL {
+            out.sample(
+                name,
+                &[("reason", why.label())],
+                self.proxy_refused_total(why),
+            );
+        }
     }
 
     fn ready(&self) -> bool {
         self.serving.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a connection was closed for its PROXY header (the `reason` of
+/// `vpn_router_proxy_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyRefusal {
+    /// A `"required"` listener and a peer outside its trusted networks.
+    Untrusted = 0,
+    /// A `"from-trusted"` listener and a header from a peer outside its trusted networks.
+    Forbidden = 1,
+    /// A header missing, malformed, or not a TCP connection's, from a trusted peer.
+    Malformed = 2,
+}
+
+impl ProxyRefusal {
+    /// Every reason, in index order.
+    pub const ALL: [ProxyRefusal; 3] = [
+        ProxyRefusal::Untrusted,
+        ProxyRefusal::Forbidden,
+        ProxyRefusal::Malformed,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProxyRefusal::Untrusted => "untrusted",
+            ProxyRefusal::Forbidden => "forbidden",
+            ProxyRefusal::Malformed => "malformed",
+        }
     }
 }
 
@@ -211,6 +267,14 @@ mod tests {
         assert!(text.contains("vpn_router_pending_closed_total{reason=\"timeout\"} 2\n"));
         drop(head);
         assert!(c.render().contains("vpn_router_pending 0\n"));
+        c.proxy_refused(ProxyRefusal::Forbidden);
+        c.proxy_refused(ProxyRefusal::Forbidden);
+        c.proxy_refused(ProxyRefusal::Malformed);
+        let text = c.render();
+        for (reason, n) in [("untrusted", 0), ("forbidden", 2), ("malformed", 1)] {
+            let line = format!("vpn_router_proxy_refused_total{{reason=\"{reason}\"}} {n}\n");
+            assert!(text.contains(&line), "{line}: {text}");
+        }
         assert_eq!(c.refused.load(Ordering::Relaxed), 2);
     }
 }

@@ -1,13 +1,14 @@
 //! The routing decision: which header, which route, whether the client may use it. Pure:
-//! the caller supplies the parsed head, the listener's header names, the client address and
-//! one [`Policy`] snapshot, so every request is decided by exactly one policy.
+//! the caller supplies the parsed head, the listener's header names, the connection's
+//! addresses and one [`Policy`] snapshot, so every request is decided by exactly one policy.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
 use protocol::http::connect::{ConnectHead, Status};
 use protocol::http::route::{RouteError, RouteValue};
+
+use crate::access::{admits, AlwaysAllowed, Client, Denial, Rule};
 
 /// The routing header names the router knows (canonical spelling; matching ignores case).
 pub const ROUTING_HEADERS: [&str; 3] = [
@@ -16,14 +17,14 @@ pub const ROUTING_HEADERS: [&str; 3] = [
     "X-Gardener-API-Route",
 ];
 
-/// Routes and allow-lists; replaced as a whole on reload.
+/// Routes and their rules; replaced as a whole on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     /// Routing value → target; exact match only.
     pub routes: HashMap<RouteValue, Target>,
-    /// Networks allowed to reach every target that has an allow-list (seed nodes and pods,
-    /// the operator's additional CIDRs).
-    pub always_allowed: Vec<IpNet>,
+    /// Networks allowed to reach every target whatever its rules say (seed nodes and pods,
+    /// shoot nodes, egress addresses, the operator's additional CIDRs).
+    pub always_allowed: AlwaysAllowed,
 }
 
 /// Where a routing value leads, and who may go there.
@@ -31,9 +32,8 @@ pub struct Policy {
 pub struct Target {
     /// `host:port` to connect to.
     pub upstream: String,
-    /// `None`: any client. `Some(list)`: clients in `list` or in
-    /// [`Policy::always_allowed`] only.
-    pub allow: Option<Vec<IpNet>>,
+    /// Ordered rules, first match wins ([`crate::access`]); none: any client.
+    pub rules: Vec<Rule>,
 }
 
 /// An accepted request: the route it matched and its target.
@@ -46,17 +46,17 @@ pub struct Decision<'p> {
 }
 
 impl Policy {
-    /// Decides `head` from `client` on a listener honouring `honoured` header names.
+    /// Decides `head` from `who` on a listener honouring `honoured` header names.
     ///
     /// The request must carry exactly one routing header line, under a name the listener
     /// honours; a routing header the listener does not honour, a second line (even with the
     /// same value), a malformed value or one without a route is refused, never routed
-    /// elsewhere. Then the client must be on the target's allow-list.
+    /// elsewhere. Then the target's rules must admit `who` ([`admits`]).
     pub fn decide<'p>(
         &'p self,
         head: &ConnectHead,
         honoured: &[&str],
-        client: IpAddr,
+        who: Client,
     ) -> Result<Decision<'p>, Refusal> {
         let mut found = Vec::new();
         for header in &head.headers {
@@ -86,18 +86,12 @@ impl Policy {
         let Some((route, target)) = self.routes.get_key_value(&route) else {
             return Err(Refusal::Unknown { route });
         };
-        if let Some(allow) = &target.allow {
-            let ok = allow
-                .iter()
-                .chain(&self.always_allowed)
-                .any(|net| net.contains(&client));
-            if !ok {
-                return Err(Refusal::Denied {
-                    route: route.clone(),
-                    client,
-                });
-            }
-        }
+        admits(&target.rules, &self.always_allowed, who).map_err(|by| Refusal::Denied {
+            route: route.clone(),
+            client: who.address,
+            peer: who.peer,
+            by,
+        })?;
         Ok(Decision { route, target })
     }
 }
@@ -137,13 +131,17 @@ pub enum Refusal {
         /// The value.
         route: RouteValue,
     },
-    /// The client is not on the target's allow-list.
-    #[error("client {client} is not allowed to reach {route}")]
+    /// The target's rules do not admit the connection.
+    #[error("client {client} (peer {peer}) is not allowed to reach {route}: {by}")]
     Denied {
         /// The target.
         route: RouteValue,
-        /// The client address judged.
+        /// The client address (PROXY source, else the peer).
         client: IpAddr,
+        /// The TCP peer.
+        peer: IpAddr,
+        /// Which rule denied, or none matched.
+        by: Denial,
     },
 }
 
@@ -160,6 +158,8 @@ impl Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::{Action, Source};
+    use ipnet::IpNet;
     use protocol::http::connect::parse_connect_request;
 
     fn head(headers: &str) -> ConnectHead {
@@ -174,15 +174,33 @@ mod tests {
     fn policy() -> Policy {
         let mut routes = HashMap::new();
         for (ns, allow) in [
-            ("shoot--p--a", Some(vec!["192.0.2.0/24".parse().unwrap()])),
-            ("shoot--p--ab", None),
-            ("shoot--p--a-b", None),
+            (
+                "shoot--p--a",
+                vec![Rule::allow(vec!["192.0.2.0/24".parse().unwrap()])],
+            ),
+            ("shoot--p--ab", vec![]),
+            ("shoot--p--a-b", vec![]),
+            (
+                "shoot--p--deny",
+                vec![
+                    Rule {
+                        action: Action::Deny,
+                        from: vec!["192.0.2.9/32".parse().unwrap()],
+                        source: Source::Proxy,
+                    },
+                    Rule {
+                        action: Action::Allow,
+                        from: vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()],
+                        source: Source::Proxy,
+                    },
+                ],
+            ),
         ] {
             routes.insert(
                 RouteValue::parse(&vpn(ns)).unwrap(),
                 Target {
                     upstream: format!("{ns}:1194"),
-                    allow,
+                    rules: allow,
                 },
             );
         }
@@ -190,19 +208,23 @@ mod tests {
             RouteValue::parse("shoot--p--a--kube-apiserver-socket").unwrap(),
             Target {
                 upstream: "kube-apiserver-socket:443".into(),
-                allow: None,
+                rules: vec![],
             },
         );
+        let always: Vec<IpNet> = vec!["10.250.0.0/16".parse().unwrap()];
         Policy {
             routes,
-            always_allowed: vec!["10.250.0.0/16".parse().unwrap()],
+            always_allowed: AlwaysAllowed {
+                proxy: always,
+                peer: vec![],
+            },
         }
     }
 
     #[test]
     fn the_socket_shape_routes_to_its_own_upstream() {
         let p = policy();
-        let c: IpAddr = "192.0.2.9".parse().unwrap();
+        let c = Client::direct("192.0.2.9".parse().unwrap());
         let h = |v: &str| head(&format!("X-Gardener-Destination: {v}\r\n"));
         let routed = p.decide(&h("shoot--p--a--kube-apiserver-socket"), H, c);
         assert_eq!(routed.unwrap().target.upstream, "kube-apiserver-socket:443");
@@ -217,9 +239,9 @@ mod tests {
     #[test]
     fn allow_lists_apply_to_their_exact_target_only() {
         let p = policy();
-        let outsider: IpAddr = "198.51.100.1".parse().unwrap();
-        let insider: IpAddr = "192.0.2.9".parse().unwrap();
-        let seed: IpAddr = "10.250.3.4".parse().unwrap();
+        let outsider = Client::direct("198.51.100.1".parse().unwrap());
+        let insider = Client::direct("192.0.2.9".parse().unwrap());
+        let seed = Client::direct("10.250.3.4".parse().unwrap());
         let h = |ns: &str| head(&format!("X-Gardener-Destination: {}\r\n", vpn(ns)));
         assert!(matches!(
             p.decide(&h("shoot--p--a"), H, outsider),
@@ -229,12 +251,32 @@ mod tests {
         assert!(p.decide(&h("shoot--p--a"), H, seed).is_ok());
         assert!(p.decide(&h("shoot--p--ab"), H, outsider).is_ok());
         assert!(p.decide(&h("shoot--p--a-b"), H, outsider).is_ok());
+        // The deny rule before the allow-all, and the always-allowed before both.
+        assert_eq!(
+            p.decide(&h("shoot--p--deny"), H, insider),
+            Err(Refusal::Denied {
+                route: RouteValue::parse(&vpn("shoot--p--deny")).unwrap(),
+                client: "192.0.2.9".parse().unwrap(),
+                peer: "192.0.2.9".parse().unwrap(),
+                by: Denial::Rule(0),
+            })
+        );
+        assert!(p.decide(&h("shoot--p--deny"), H, outsider).is_ok());
+        let mapped = Client::direct("::ffff:192.0.2.9".parse().unwrap());
+        assert!(p.decide(&h("shoot--p--deny"), H, mapped).is_err());
+        assert!(p.decide(&h("shoot--p--a"), H, mapped).is_ok());
+        assert_eq!(
+            p.decide(&h("shoot--p--a"), H, outsider)
+                .unwrap_err()
+                .status(),
+            Status::FORBIDDEN
+        );
     }
 
     #[test]
     fn header_refusals() {
         let p = policy();
-        let c: IpAddr = "192.0.2.9".parse().unwrap();
+        let c = Client::direct("192.0.2.9".parse().unwrap());
         let v = vpn("shoot--p--a");
         for (headers, want) in [
             (String::new(), Refusal::Missing),

@@ -21,8 +21,9 @@ use tokio_util::task::TaskTracker;
 use tracing::field::{display, Empty};
 use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
+use crate::access::Client;
 use crate::config::{ConfigError, ListenerConfig, RouterConfig};
-use crate::metrics::Counters;
+use crate::metrics::{Counters, ProxyRefusal};
 use crate::policy::Policy;
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
@@ -363,7 +364,8 @@ async fn handle(
     Span::current().record("client", display(client));
     // One snapshot decides this request, whatever a reload does meanwhile.
     let policy = shared.snapshot();
-    let decision = match policy.decide(&head, &listener.headers, client) {
+    let who = Client::new(client, peer.ip());
+    let decision = match policy.decide(&head, &listener.headers, who) {
         Ok(d) => d,
         Err(refusal) => {
             let status = refusal.status();
@@ -435,10 +437,21 @@ fn refused_head(shared: &Shared, e: &IngressError) {
                 None => debug!(status, "refused: {}", chain(e)),
             }
         }
-        _ => match shared.log(|l| &mut l.refused) {
-            Some(unlogged) => info!(status, unlogged, "refused: {}", chain(e)),
-            None => debug!(status, "refused: {}", chain(e)),
-        },
+        _ => {
+            let proxy = match e {
+                IngressError::Untrusted { .. } => Some(ProxyRefusal::Untrusted),
+                IngressError::ProxyForbidden { .. } => Some(ProxyRefusal::Forbidden),
+                IngressError::Proxy(_) => Some(ProxyRefusal::Malformed),
+                _ => None,
+            };
+            if let Some(why) = proxy {
+                shared.counters.proxy_refused(why);
+            }
+            match shared.log(|l| &mut l.refused) {
+                Some(unlogged) => info!(status, unlogged, "refused: {}", chain(e)),
+                None => debug!(status, "refused: {}", chain(e)),
+            }
+        }
     }
 }
 

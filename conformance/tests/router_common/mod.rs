@@ -73,7 +73,7 @@ impl Lab {
         let path = dir.path().join("router.toml");
         std::fs::write(&path, config).expect("write router config");
         let token = CancellationToken::new();
-        let (rt, addrs) = self
+        let (rt, addrs, counters) = self
             .seed
             .run_in(|| {
                 let rt = tokio::runtime::Builder::new_multi_thread()
@@ -83,6 +83,7 @@ impl Lab {
                     .expect("runtime");
                 let router = rt.block_on(Router::bind(&path)).expect("router bind");
                 let addrs = router.local_addrs();
+                let counters = router.counters();
                 let run = token.clone();
                 // Also installs the process's SIGHUP handler before `bind` returns here.
                 let hup = rt.block_on(async {
@@ -93,7 +94,7 @@ impl Lab {
                     let _hup = hup;
                     router.run_with_sighup(run).await
                 });
-                (rt, addrs)
+                (rt, addrs, counters)
             })
             .expect("run_in seed");
         RouterGuard {
@@ -101,6 +102,7 @@ impl Lab {
             token,
             addrs,
             path,
+            counters,
         }
     }
 
@@ -174,6 +176,8 @@ pub struct RouterGuard {
     token: CancellationToken,
     pub addrs: Vec<SocketAddr>,
     pub path: PathBuf,
+    /// The router's counters (they keep counting while it runs).
+    pub counters: Arc<vpn_router::Counters>,
 }
 
 impl RouterGuard {

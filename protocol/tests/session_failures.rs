@@ -154,3 +154,34 @@ fn pull_filter_ignore_keeps_option_out() {
     pair.pump();
     assert_eq!(&pair.server_tun[0][..], b"still works");
 }
+
+#[test]
+fn peer_info_lines_with_control_bytes_reach_the_server_only_as_ignored_lines() {
+    let mut setup = Setup::new(29);
+    // The version goes into `IV_VER` unchecked: ESC, BEL and a line feed that starts a line of
+    // its own.
+    setup.client.version = "2.6\u{1b}[2J\u{7}\nIV_FAKE=\u{1b}]0;x\u{7}".to_owned();
+    let mut pair = setup.build();
+    pair.connect();
+    let identity = pair
+        .server_events
+        .iter()
+        .find_map(|e| match e {
+            Event::ClientIdentified(id) => Some(id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(identity.peer_info.version, None);
+    assert!(identity
+        .peer_info
+        .extra
+        .iter()
+        .all(|(k, v)| k != "IV_FAKE" && !v.chars().any(char::is_control)));
+    assert_eq!(identity.peer_info_ignored.len(), 2, "{identity:?}");
+    for line in &identity.peer_info_ignored {
+        let shown = line.to_string();
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    }
+    // The session goes on.
+    assert!(pair.connected());
+}

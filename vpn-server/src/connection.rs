@@ -402,6 +402,18 @@ impl Connection {
                         if let Some(cn) = &identity.common_name {
                             Span::current().record("cn", cn.as_str());
                         }
+                        if let Some(first) = identity.peer_info_ignored.first() {
+                            let n = identity.peer_info_ignored.len();
+                            self.shared.metrics.peer_info_ignored(n);
+                            if let Some(suppressed) = self.dropped_log.allow(now) {
+                                warn!(
+                                    lines = n,
+                                    first = %first,
+                                    suppressed,
+                                    "peer-info lines from the client ignored"
+                                );
+                            }
+                        }
                         // Authenticated: from a pending place to a `max-clients` slot.
                         match self.shared.slots.take() {
                             Ok(slot) => {
@@ -465,6 +477,7 @@ impl Connection {
                         info!(key_id = key_id.get(), "key renegotiated");
                     }
                     Event::ControlMessageDropped(error) => {
+                        self.shared.metrics.control_message_dropped();
                         if let Some(suppressed) = self.dropped_log.allow(now) {
                             warn!(
                                 error = %error,

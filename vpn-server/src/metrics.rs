@@ -40,6 +40,8 @@ pub struct ServerMetrics {
     first_packet_timeouts: AtomicU64,
     evicted: AtomicU64,
     connected: AtomicU64,
+    control_messages_dropped: AtomicU64,
+    peer_info_lines_ignored: AtomicU64,
     /// The tun writer's counts (`to_tun`, `tun_write` drops).
     tun_writes: Arc<TunWriteStats>,
 }
@@ -116,6 +118,15 @@ impl ServerMetrics {
     /// A connection was closed at once for its first frame.
     pub(crate) fn bad_first_packet(&self) {
         bump(&self.bad_first_packets);
+    }
+    /// A text control message from a client was dropped.
+    pub(crate) fn control_message_dropped(&self) {
+        bump(&self.control_messages_dropped);
+    }
+    /// `n` peer-info lines of a client were ignored.
+    pub(crate) fn peer_info_ignored(&self, n: usize) {
+        self.peer_info_lines_ignored
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
     /// A connection was closed by the first-packet deadline.
     pub(crate) fn first_packet_timed_out(&self) {
@@ -265,6 +276,19 @@ impl ServerMetrics {
         ] {
             out.sample(name, &[("direction", direction)], n);
         }
+        let name = "vpn_server_control_dropped_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "Text a client sent on the control channel that was dropped: whole messages \
+             (control characters, not UTF-8, no NUL) and peer-info lines.",
+        );
+        for (kind, c) in [
+            ("message", &self.control_messages_dropped),
+            ("peer_info_line", &self.peer_info_lines_ignored),
+        ] {
+            out.sample(name, &[("kind", kind)], get(c));
+        }
         out.single(
             "vpn_server_unreachable_sent_total",
             Kind::Counter,
@@ -313,6 +337,8 @@ mod tests {
         m.bad_first_packet();
         m.pending_evicted();
         m.tunnel_established();
+        m.control_message_dropped();
+        m.peer_info_ignored(3);
         tun.written.fetch_add(5, Ordering::Relaxed);
         assert_eq!(m.to_tun(), 5);
         let mut out = Exposition::new();
@@ -328,6 +354,8 @@ mod tests {
             "vpn_server_connections_refused_total{reason=\"evicted\"} 1\n",
             "vpn_server_packets_dropped_total{reason=\"spoofed\"} 2\n",
             "vpn_server_packets_total{direction=\"to_tun\"} 5\n",
+            "vpn_server_control_dropped_total{kind=\"message\"} 1\n",
+            "vpn_server_control_dropped_total{kind=\"peer_info_line\"} 3\n",
             "# TYPE vpn_server_unreachable_sent_total counter\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");

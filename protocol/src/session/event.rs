@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::control_msg::{ControlMsgError, ServerSignal};
 use crate::data::{DataCipher, DataError};
 use crate::ids::{KeyId, PeerId};
-use crate::km2::peer_info::PeerInfo;
+use crate::km2::peer_info::{MalformedLine, PeerInfo};
 use crate::km2::Km2Error;
 use crate::ncp::{ClientNcpError, NoSharedCipher};
 use crate::push::{PushError, PushOutcome};
@@ -52,6 +52,9 @@ pub struct ClientIdentity {
     pub password: Option<Vec<u8>>,
     /// The client's peer-info (`IV_*`), as parsed.
     pub peer_info: PeerInfo,
+    /// Peer-info lines that were ignored (malformed, control characters, repeated keys), for
+    /// the driver to count and log; their `Display` escapes what they hold.
+    pub peer_info_ignored: Vec<MalformedLine>,
     /// The client's OCC options string.
     pub options: String,
 }
@@ -66,6 +69,7 @@ impl std::fmt::Debug for ClientIdentity {
             )
             .field("password", &self.password.as_ref().map(|_| ".."))
             .field("peer_info", &self.peer_info)
+            .field("peer_info_ignored", &self.peer_info_ignored.len())
             .field("options", &self.options)
             .finish_non_exhaustive()
     }

@@ -401,16 +401,18 @@ impl ServerSession {
                 .next()
                 .and_then(|e| e.data().to_string().ok())
         });
+        let parsed = km2
+            .peer_info
+            .as_deref()
+            .map(PeerInfo::parse)
+            .unwrap_or_default();
         let identity = ClientIdentity {
             common_name,
             certificate_der: cert.and_then(|c| c.to_der().ok()),
             username: km2.username,
             password: km2.password,
-            peer_info: km2
-                .peer_info
-                .as_deref()
-                .map(|t| PeerInfo::parse(t).info)
-                .unwrap_or_default(),
+            peer_info: parsed.info,
+            peer_info_ignored: parsed.malformed,
             options: km2.options,
         };
         self.conn

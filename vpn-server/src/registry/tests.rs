@@ -34,6 +34,7 @@ fn identity(cn: &str) -> ClientIdentity {
         username: None,
         password: None,
         peer_info: PeerInfo::default(),
+        peer_info_ignored: Vec::new(),
         options: String::new(),
     }
 }

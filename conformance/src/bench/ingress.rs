@@ -50,8 +50,15 @@ use super::{BenchError, Options};
 
 /// Shoots routed (routes in the router, names in squid's list).
 pub const SHOOTS: usize = 1000;
-/// Idle tunnels held at once.
+/// Idle tunnels held at once, at most: the issue's figure. Fewer when the open-file limit
+/// would not let the proxy hold them ([`idle_tunnels`]).
 pub const IDLE_TUNNELS: usize = 10_000;
+/// Descriptors an idle tunnel takes in the proxy at most: two sockets, and in our router two
+/// splice pipes of two ends each.
+pub const FDS_PER_TUNNEL: u64 = 6;
+/// Descriptors left for everything else in a process (listeners, logs, the upstreams'
+/// listeners in the bench).
+const FD_RESERVE: u64 = 2000;
 /// Rates of new tunnels tried, per second, in this order.
 pub const RATES: [u32; 6] = [250, 500, 1000, 2000, 4000, 8000];
 /// How long each rate runs.
@@ -198,6 +205,10 @@ impl IngressSample {
 pub struct IngressResults {
     /// Per proxy (in [`Proxy::ALL`] order), per round.
     pub samples: Vec<(Proxy, Vec<Result<IngressSample, String>>)>,
+    /// Idle tunnels each proxy was asked to hold ([`idle_tunnels`]).
+    pub idle: usize,
+    /// The open-file limit the proxies ran with.
+    pub nofile: u64,
 }
 
 impl IngressResults {
@@ -212,7 +223,14 @@ impl IngressResults {
 
 /// Runs every proxy once per round; `progress` gets a line per proxy and step.
 pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IngressResults, BenchError> {
-    raise_nofile();
+    let nofile = raise_nofile();
+    let idle = idle_tunnels(nofile);
+    if idle < IDLE_TUNNELS {
+        progress(&format!(
+            "open-file limit {nofile}: {idle} idle tunnels instead of {IDLE_TUNNELS} \
+             ({FDS_PER_TUNNEL} descriptors each in our router)"
+        ));
+    }
     let lab = BenchLab::new()?;
     for ns in [&lab.seed, &lab.shoot] {
         for (key, value) in [
@@ -229,6 +247,8 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IngressResu
     start_upstreams(&lab.seed, &seed_rt)?;
     let mut results = IngressResults {
         samples: Proxy::ALL.iter().map(|p| (*p, Vec::new())).collect(),
+        idle,
+        nofile,
     };
     for round in 0..opts.rounds {
         for (k, proxy) in Proxy::ALL.into_iter().enumerate() {
@@ -242,7 +262,8 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IngressResu
                     proxy.name()
                 ))
             };
-            let outcome = measure(&lab, &shoot_rt, opts, proxy, &mut step).map_err(|e| chain(&e));
+            let outcome =
+                measure(&lab, &shoot_rt, opts, proxy, idle, &mut step).map_err(|e| chain(&e));
             if let Err(e) = &outcome {
                 step(&format!("FAILED: {e}"));
             }
@@ -254,21 +275,32 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IngressResu
     Ok(results)
 }
 
-/// Raises this process's open-file limit (soft and hard; the bench runs as root) so the
-/// load generator, the upstreams and the proxies it starts can hold every tunnel.
-fn raise_nofile() {
+/// Raises this process's open-file limit (soft and hard, when allowed: a container may deny
+/// even root) so the load generator, the upstreams and the proxies it starts can hold the
+/// tunnels; returns the soft limit in force, which the proxies inherit.
+fn raise_nofile() -> u64 {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let limit = getrlimit(Resource::Nofile);
     if limit.current.is_some_and(|c| c >= NOFILE) {
-        return;
+        return NOFILE;
     }
     let wanted = Rlimit {
         current: Some(NOFILE),
         maximum: Some(NOFILE.max(limit.maximum.unwrap_or(0))),
     };
-    if let Err(e) = setrlimit(Resource::Nofile, wanted) {
-        eprintln!("bench: cannot raise the open-file limit to {NOFILE}: {e}");
+    if setrlimit(Resource::Nofile, wanted).is_ok() {
+        return NOFILE;
     }
+    // Not allowed: the soft limit up to the hard one.
+    super::memory::raise_nofile_limit();
+    getrlimit(Resource::Nofile).current.unwrap_or(1024)
+}
+
+/// The idle tunnels a proxy can hold under an open-file limit of `limit`: [`IDLE_TUNNELS`], or
+/// fewer so that [`FDS_PER_TUNNEL`] each fit beside [`FD_RESERVE`].
+pub fn idle_tunnels(limit: u64) -> usize {
+    let fit = limit.saturating_sub(FD_RESERVE) / FDS_PER_TUNNEL;
+    IDLE_TUNNELS.min(usize::try_from(fit).unwrap_or(usize::MAX))
 }
 
 fn runtime(ns: &Netns) -> Result<Runtime, BenchError> {
@@ -328,6 +360,7 @@ fn measure(
     rt: &Runtime,
     opts: &Options,
     proxy: Proxy,
+    idle: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<IngressSample, BenchError> {
     let dir = lab.dir.path().join(proxy.name());
@@ -344,9 +377,10 @@ fn measure(
     }
     std::thread::sleep(SETTLE);
     let base_rss_kib = rss_kib(pid)?;
+    let base_fds = fd_count(pid)?;
 
     // 1. Idle tunnels.
-    let (held, failed, first_failure) = in_shoot(rt, open_many(proxy, IDLE_TUNNELS));
+    let (held, failed, first_failure) = in_shoot(rt, open_many(proxy, idle));
     std::thread::sleep(SETTLE);
     let held_rss_kib = rss_kib(pid)?;
     let held_fds = fd_count(pid)?;
@@ -359,7 +393,7 @@ fn measure(
         first_failure.map_or_else(String::new, |e| format!(" (first: {e})"))
     ));
     close_all(held);
-    wait_fds_below(pid, held_fds / 4)?;
+    wait_fds_below(pid, base_fds)?;
 
     // 2. New connections.
     let mut rates = Vec::new();
@@ -378,13 +412,14 @@ fn measure(
         let over = step.ready < step.started || step.p99_ms >= P99_GOAL.as_secs_f64() * 1e3;
         rates.push(step);
         // Let the last step's connections go before the next.
-        wait_fds_below(pid, held_fds / 4)?;
+        wait_fds_below(pid, base_fds)?;
         if over {
             break;
         }
     }
 
     // 3. Reconnect storm.
+    wait_fds_below(pid, base_fds)?;
     let storm = in_shoot(rt, storm(proxy));
     let mut ms: Vec<f64> = storm.iter().map(|t| ms_or_timeout(*t)).collect();
     let storm_ready = storm.iter().filter(|t| t.is_some()).count();
@@ -595,11 +630,12 @@ fn fd_count(pid: u32) -> Result<usize, BenchError> {
     Ok(dir.count())
 }
 
-/// Waits (at most 30 s) until the proxy holds fewer than `fds` descriptors (or 200).
-fn wait_fds_below(pid: u32, fds: usize) -> Result<(), BenchError> {
-    let fds = fds.max(200);
+/// Waits (at most 30 s) until the proxy holds no more than 20 descriptors over `base` (its
+/// count with no tunnel): the last load's connections are gone; then one more second.
+fn wait_fds_below(pid: u32, base: usize) -> Result<(), BenchError> {
+    let fds = base + 20;
     let deadline = Instant::now() + Duration::from_secs(30);
-    while fd_count(pid)? >= fds {
+    while fd_count(pid)? > fds {
         if Instant::now() >= deadline {
             return Err(BenchError::unexpected(
                 "the proxy's descriptors after the tunnels closed",
@@ -608,6 +644,7 @@ fn wait_fds_below(pid: u32, fds: usize) -> Result<(), BenchError> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    std::thread::sleep(SETTLE);
     Ok(())
 }
 
@@ -756,6 +793,9 @@ mod tests {
             storm_p50_ms: 0.0,
         };
         assert_eq!(sample.highest_rate(), Some(500));
+        assert_eq!(idle_tunnels(200_000), IDLE_TUNNELS);
+        assert_eq!(idle_tunnels(20_000), 3000);
+        assert_eq!(idle_tunnels(100), 0);
         assert_eq!(sample.kib_per_tunnel(), 10.0);
         assert_eq!(
             Proxy::Squid.head(7),

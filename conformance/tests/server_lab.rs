@@ -33,71 +33,6 @@ const IROUTE: &str = "10.251.0.0/16";
 const IROUTE_HOST: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 1);
 const SERVER_TUN: Ipv4Addr = Ipv4Addr::new(192, 168, 123, 1);
 
-/// Issues a client certificate with `cn` from the fixture's CA (same extensions as the
-/// fixture's own client certificate). Returns (cert, key).
-fn issue_client(pki: &TestPki, cn: &str) -> (PathBuf, PathBuf) {
-    let d = pki.dir();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(d)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let key = format!("{cn}.key");
-    let csr = format!("{cn}.csr");
-    let crt = format!("{cn}.crt");
-    run(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &key,
-    ]);
-    run(&[
-        "req",
-        "-new",
-        "-key",
-        &key,
-        "-subj",
-        &format!("/CN={cn}"),
-        "-out",
-        &csr,
-    ]);
-    let serial = format!(
-        "{}",
-        100 + cn.len() + cn.bytes().map(usize::from).sum::<usize>()
-    );
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-set_serial",
-        &serial,
-        "-days",
-        "30",
-        "-extfile",
-        "ext.cnf",
-        "-extensions",
-        "client",
-        "-out",
-        &crt,
-    ]);
-    (d.join(crt), d.join(key))
-}
-
 fn settings(pki: &TestPki, status: PathBuf) -> Settings {
     let mut s = pki.our_server_settings(PORT).expect("server settings");
     s.keepalive = Some(Keepalive {
@@ -204,7 +139,9 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
             .enumerate()
             .map(|(i, shoot)| {
                 let n = i + 1;
-                let (cert, key) = issue_client(&pki, &format!("shoot{n}"));
+                let (cert, key) = pki
+                    .issue_client(&format!("shoot{n}"))
+                    .expect("client certificate");
                 let config = tcp_client_config(&pki, PORT, ControlWrap::TlsAuth, &["auth SHA256"])
                     .replace(
                         &format!("remote 127.0.0.1 {PORT}"),

@@ -31,7 +31,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use conformance::netns::Netns;
@@ -78,7 +78,7 @@ fn our_tap_server_switches_between_two_upstream_tap_clients() {
             .enumerate()
             .map(|(i, ns)| {
                 let n = i + 1;
-                let (cert, key) = issue_client(&pki, CNS[i]);
+                let (cert, key) = pki.issue_client(CNS[i]).expect("client certificate");
                 let config = tap_client_config(&pki, &format!("10.201.{n}.1"), &cert, &key);
                 UpstreamOpenvpn::start(ns, &config, 4).expect("start upstream client")
             })
@@ -494,68 +494,4 @@ fn fetch(ns: &Netns, addr: SocketAddr) -> (usize, [u8; 32]) {
         (buf.len(), sha256(&buf))
     })
     .expect("run in namespace")
-}
-
-/// Issues a client certificate with `cn` from the fixture's CA (the extensions of the
-/// fixture's own client certificate). Returns (cert, key).
-fn issue_client(pki: &TestPki, cn: &str) -> (PathBuf, PathBuf) {
-    let d = pki.dir();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(d)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let (key, csr, crt) = (
-        format!("{cn}.key"),
-        format!("{cn}.csr"),
-        format!("{cn}.crt"),
-    );
-    run(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        &key,
-    ]);
-    run(&[
-        "req",
-        "-new",
-        "-key",
-        &key,
-        "-subj",
-        &format!("/CN={cn}"),
-        "-out",
-        &csr,
-    ]);
-    let serial = (100 + cn.len() + cn.bytes().map(usize::from).sum::<usize>()).to_string();
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-set_serial",
-        &serial,
-        "-days",
-        "30",
-        "-extfile",
-        "ext.cnf",
-        "-extensions",
-        "client",
-        "-out",
-        &crt,
-    ]);
-    (d.join(crt), d.join(key))
 }

@@ -99,6 +99,35 @@ impl TestPki {
         Ok(Self { dir })
     }
 
+    /// Issues one more client certificate with common name `cn` from the CA (the extensions of
+    /// the fixture's own client certificate), as `<cn>.crt` and `<cn>.key` in [`dir`]; the
+    /// serial is derived from `cn`. Returns (cert, key).
+    ///
+    /// [`dir`]: TestPki::dir
+    pub fn issue_client(&self, cn: &str) -> Result<(PathBuf, PathBuf), LabError> {
+        let d = self.dir.path();
+        let (key, csr, crt) = (
+            format!("{cn}.key"),
+            format!("{cn}.csr"),
+            format!("{cn}.crt"),
+        );
+        tool(d, "openssl")
+            .args(["genpkey", "-algorithm", "EC", "-pkeyopt"])
+            .args(["ec_paramgen_curve:P-256", "-out", &key])
+            .run()?;
+        tool(d, "openssl")
+            .args(["req", "-new", "-key", &key, "-subj", &format!("/CN={cn}")])
+            .args(["-out", &csr])
+            .run()?;
+        let serial = (100 + cn.len() + cn.bytes().map(usize::from).sum::<usize>()).to_string();
+        tool(d, "openssl")
+            .args(["x509", "-req", "-in", &csr, "-CA", "ca.crt"])
+            .args(["-CAkey", "ca.key", "-set_serial", &serial, "-days", "30"])
+            .args(["-extfile", "ext.cnf", "-extensions", "client", "-out", &crt])
+            .run()?;
+        Ok((d.join(crt), d.join(key)))
+    }
+
     /// The directory holding all files.
     pub fn dir(&self) -> &Path {
         self.dir.path()

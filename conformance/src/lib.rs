@@ -55,4 +55,6 @@ pub mod our_settings;
 pub mod probe;
 pub mod sidecar_lab;
 
-pub use lab::{check_lab, icmp, netns, pki_fixture, require_lab, tinyproxy, upstream, LabError};
+pub use lab::{
+    check_lab, icmp, netns, pki_fixture, require_lab, tinyproxy, transfer, upstream, LabError,
+};

@@ -12,8 +12,7 @@
 //! reached through its client; a spoofed source from a client never reaching SEED while the
 //! server's counter records the drop; the status file; graceful shutdown with RESTART.
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -22,8 +21,8 @@ use conformance::our_server::ServerThread;
 use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
+use conformance::transfer::{fetch, serve_bytes};
 use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
-use openssl::sha::sha256;
 use protocol::session::Keepalive;
 use vpn_server::{ClientOptions, Settings, StatusFile};
 
@@ -71,29 +70,6 @@ fn tun_address(ns: &Netns) -> Ipv4Addr {
         .next()
         .and_then(|a| a.parse().ok())
         .expect("address")
-}
-
-/// Serves `len` deterministic bytes once on `listener`; returns their SHA-256.
-fn serve_bytes(listener: TcpListener, len: usize) -> (std::thread::JoinHandle<()>, [u8; 32]) {
-    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
-    let digest = sha256(&data);
-    let handle = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().expect("accept");
-        s.write_all(&data).expect("write");
-    });
-    (handle, digest)
-}
-
-/// Connects from `ns` to `addr`, reads to EOF; returns (bytes, SHA-256).
-fn fetch(ns: &Netns, addr: SocketAddr) -> (usize, [u8; 32]) {
-    ns.run_in(move || {
-        let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect through the tunnel");
-        s.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).expect("read");
-        (buf.len(), sha256(&buf))
-    })
-    .expect("run in namespace")
 }
 
 #[test]
@@ -186,7 +162,8 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
             .expect("run in shoot2")
             .expect("listen in shoot2");
         let (server, want) = serve_bytes(listener, 4 << 20);
-        let (len, got) = fetch(&seed, SocketAddr::from((addrs[1], 5001)));
+        let (len, got) = fetch(&seed, SocketAddr::from((addrs[1], 5001)), TIMEOUT)
+            .expect("transfer through the tunnel");
         server.join().expect("byte server");
         assert_eq!(len, 4 << 20);
         assert_eq!(got, want, "checksum of the transfer through the tunnel");
@@ -207,7 +184,8 @@ fn three_upstream_clients_pool_traffic_iroute_antispoof_shutdown() {
             .expect("run in shoot1")
             .expect("listen on the iroute address");
         let (server, want) = serve_bytes(listener, 256 << 10);
-        let (len, got) = fetch(&seed, SocketAddr::from((IROUTE_HOST, 5002)));
+        let (len, got) = fetch(&seed, SocketAddr::from((IROUTE_HOST, 5002)), TIMEOUT)
+            .expect("transfer through the tunnel");
         server.join().expect("iroute byte server");
         assert_eq!((len, got), (256 << 10, want), "iroute transfer");
 

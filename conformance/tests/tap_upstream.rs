@@ -29,8 +29,7 @@
 //! other, the server's tap address and an address behind the pushed route (IPv4 and IPv6); ARP resolved each peer's real MAC address; a 4 MiB transfer
 //! between our clients arrives with its SHA-256; upstream finds our OCC string as expected.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
@@ -40,10 +39,10 @@ use conformance::our_server::ServerThread;
 use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
+use conformance::transfer::{fetch, serve_bytes};
 use conformance::upstream::{
     tcp_client_config, tcp_server_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER,
 };
-use openssl::sha::sha256;
 
 const PORT: u16 = 1194;
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -151,7 +150,8 @@ fn our_tap_server_switches_between_two_upstream_tap_clients() {
             .expect("run in C2")
             .expect("listen in C2");
         let (sender, want) = serve_bytes(listener, TRANSFER);
-        let (len, got) = fetch(&clients[0], SocketAddr::from((a2, 5001)));
+        let (len, got) = fetch(&clients[0], SocketAddr::from((a2, 5001)), TIMEOUT)
+            .expect("transfer through the tunnel");
         sender.join().expect("byte server");
         assert_eq!(len, TRANSFER);
         assert_eq!(got, want, "SHA-256 of the transfer between the tap clients");
@@ -290,7 +290,8 @@ fn our_tap_clients_with_an_upstream_tap_server() {
             .expect("run in C1")
             .expect("listen in C1");
         let (sender, want) = serve_bytes(listener, TRANSFER);
-        let (len, got) = fetch(&clients[1], SocketAddr::from((a1, 5002)));
+        let (len, got) = fetch(&clients[1], SocketAddr::from((a1, 5002)), TIMEOUT)
+            .expect("transfer through the tunnel");
         sender.join().expect("byte server");
         assert_eq!(
             (len, got),
@@ -471,27 +472,4 @@ fn ping(ns: &Netns, to: Ipv4Addr) -> Vec<u8> {
         .collect();
     assert_eq!(ttls.len(), 3, "three replies from {to}:\n{text}");
     ttls
-}
-
-/// Serves `len` deterministic bytes once on `listener`; returns their SHA-256.
-fn serve_bytes(listener: TcpListener, len: usize) -> (std::thread::JoinHandle<()>, [u8; 32]) {
-    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
-    let digest = sha256(&data);
-    let handle = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().expect("accept");
-        s.write_all(&data).expect("write");
-    });
-    (handle, digest)
-}
-
-/// Connects from `ns` to `addr`, reads to EOF; returns (bytes, SHA-256).
-fn fetch(ns: &Netns, addr: SocketAddr) -> (usize, [u8; 32]) {
-    ns.run_in(move || {
-        let mut s = TcpStream::connect_timeout(&addr, TIMEOUT).expect("connect through the tunnel");
-        s.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).expect("read");
-        (buf.len(), sha256(&buf))
-    })
-    .expect("run in namespace")
 }

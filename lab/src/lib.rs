@@ -37,6 +37,7 @@ pub mod netns;
 pub mod pki_fixture;
 pub mod sidecar_client;
 pub mod tinyproxy;
+pub mod transfer;
 pub mod upstream;
 
 mod error;

@@ -291,21 +291,12 @@ fn k8s_publish(dir: &Path, version: u32, files: &[(&str, &str)]) {
     }
 }
 
-/// The IPv4 address of the tunnel device in `ns`.
+/// The IPv4 address on the tunnel device in `ns`.
 fn tunnel_address(ns: &Netns) -> std::net::Ipv4Addr {
-    let out = ns
-        .run(["ip", "-4", "-o", "addr", "show", "dev", DEVICE])
-        .expect("ip addr");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let cidr = text
-        .split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no address on {DEVICE}: {text}"));
-    cidr.split('/')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .expect("address")
+    ns.ipv4_on(DEVICE)
+        .expect("ip addr")
+        .expect("an IPv4 address on the tunnel device")
+        .0
 }
 
 fn device_exists(ns: &Netns) -> bool {

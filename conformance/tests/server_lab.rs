@@ -57,19 +57,10 @@ fn settings(pki: &TestPki, status: PathBuf) -> Settings {
 
 /// The IPv4 address on `tun0` in `ns`.
 fn tun_address(ns: &Netns) -> Ipv4Addr {
-    let out = ns
-        .run(["ip", "-4", "-o", "addr", "show", "dev", "tun0"])
-        .expect("ip addr");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let cidr = text
-        .split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no inet on tun0: {text}"));
-    cidr.split('/')
-        .next()
-        .and_then(|a| a.parse().ok())
-        .expect("address")
+    ns.ipv4_on("tun0")
+        .expect("ip addr")
+        .expect("an IPv4 address on tun0")
+        .0
 }
 
 #[test]

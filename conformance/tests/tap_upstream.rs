@@ -380,17 +380,9 @@ fn link_on(seed: &Netns, ns: &Netns, n: usize, net: u8) {
 
 /// The IPv4 address and prefix length on `tap0` in `ns`.
 fn tap_address(ns: &Netns) -> (Ipv4Addr, u8) {
-    let out = ns
-        .run(["ip", "-4", "-o", "addr", "show", "dev", "tap0"])
-        .expect("ip addr");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let cidr = text
-        .split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no inet on tap0: {text}"));
-    let (a, len) = cidr.split_once('/').expect("prefix");
-    (a.parse().expect("address"), len.parse().expect("length"))
+    ns.ipv4_on("tap0")
+        .expect("ip addr")
+        .expect("an IPv4 address on tap0")
 }
 
 /// The global IPv6 address on `tap0` in `ns` (waiting up to 10 s for duplicate address

@@ -96,6 +96,19 @@ impl Netns {
         run_checked(&mut cmd)
     }
 
+    /// The first IPv4 address and its prefix length on device `dev` in this namespace (as
+    /// `ip -4 -o addr show dev DEV` lists it); `None` when it has none.
+    pub fn ipv4_on(&self, dev: &str) -> Result<Option<(std::net::Ipv4Addr, u8)>, LabError> {
+        let out = self.run(["ip", "-4", "-o", "addr", "show", "dev", dev])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text
+            .split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .and_then(|cidr| cidr.split_once('/'))
+            .and_then(|(a, len)| Some((a.parse().ok()?, len.parse().ok()?))))
+    }
+
     /// Runs `f` on a new thread that has entered this namespace with setns(2) and returns its
     /// result. Sockets the closure opens belong to the namespace. A panic in `f` is re-raised
     /// in the caller (so the test fails with the original message and this guard still drops).

@@ -46,6 +46,7 @@ use crate::LabError;
 
 use super::lab::{BenchLab, SEED_ADDR, SHOOT_ADDR};
 use super::measure::{cpu_seconds, rss_kib};
+use super::memory::fd_count;
 use super::{BenchError, Options};
 
 /// Shoots routed (routes in the router, names in squid's list).
@@ -621,13 +622,6 @@ async fn storm(proxy: Proxy) -> Vec<Option<Duration>> {
     }
     close_all(streams);
     times
-}
-
-/// Open descriptors of a process.
-fn fd_count(pid: u32) -> Result<usize, BenchError> {
-    let path = format!("/proc/{pid}/fd");
-    let dir = std::fs::read_dir(&path).map_err(|source| LabError::io(&path, source))?;
-    Ok(dir.count())
 }
 
 /// Waits (at most 30 s) until the proxy holds no more than 20 descriptors over `base` (its

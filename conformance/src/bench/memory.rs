@@ -403,7 +403,7 @@ pub(crate) fn raise_nofile_limit() {
 }
 
 /// Open file descriptors of a process.
-fn fd_count(pid: u32) -> Result<usize, BenchError> {
+pub(crate) fn fd_count(pid: u32) -> Result<usize, BenchError> {
     let path = format!("/proc/{pid}/fd");
     let dir = std::fs::read_dir(&path).map_err(|source| LabError::io(&path, source))?;
     Ok(dir.count())

@@ -145,6 +145,9 @@ pub struct Route {
     pub gateway: Option<IpAddr>,
     /// Route metric (`RTA_PRIORITY`); `None` leaves the kernel default.
     pub metric: Option<u32>,
+    /// Preferred source address (`RTA_PREFSRC`, `ip route ... src A`); `None` lets the kernel
+    /// choose.
+    pub source: Option<IpAddr>,
 }
 
 impl Route {
@@ -155,6 +158,7 @@ impl Route {
             dev: dev.into(),
             gateway: None,
             metric: None,
+            source: None,
         }
     }
 }
@@ -172,6 +176,8 @@ pub struct RouteEntry {
     pub gateway: Option<IpAddr>,
     /// Metric (`RTA_PRIORITY`).
     pub metric: Option<u32>,
+    /// Preferred source address (`RTA_PREFSRC`).
+    pub source: Option<IpAddr>,
     /// Routing table id.
     pub table: u32,
 }
@@ -373,7 +379,7 @@ impl Netlink {
         Ok(out)
     }
 
-    /// `ip route add DST dev DEV [via GW] [metric M]` (protocol boot, main table).
+    /// `ip route add DST dev DEV [via GW] [metric M] [src A]` (protocol boot, main table).
     pub async fn add_route(&self, route: &Route) -> Result<(), NetlinkError> {
         let req = self
             .route_request(route, libc::RTM_NEWROUTE, CREATE_EXCL)
@@ -439,7 +445,7 @@ impl Netlink {
             .is_some_and(|gw| gw.is_ipv4() != route.dst.addr().is_ipv4())
         {
             return Err(NetlinkError::InvalidRoute {
-                route: route.clone(),
+                route: Box::new(route.clone()),
                 reason: "gateway and destination differ in address family",
             });
         }
@@ -468,6 +474,9 @@ impl Netlink {
         }
         if let Some(metric) = route.metric {
             req = req.attr_u32(libc::RTA_PRIORITY, metric);
+        }
+        if let Some(src) = route.source {
+            req = req.attr_ip(libc::RTA_PREFSRC, src);
         }
         Ok(req)
     }
@@ -640,6 +649,7 @@ fn route_entry(payload: &[u8], names: &[(u32, String)]) -> Result<Option<RouteEn
         dev: None,
         gateway: None,
         metric: None,
+        source: None,
         table: u32::from(header.table),
     };
     for (kind, value) in wire::attributes(payload, wire::RTMSG_LEN)? {
@@ -648,6 +658,7 @@ fn route_entry(payload: &[u8], names: &[(u32, String)]) -> Result<Option<RouteEn
             libc::RTA_GATEWAY => entry.gateway = Some(wire::ip_attr(header.family, value)?),
             libc::RTA_OIF => entry.oif = Some(wire::u32_attr(value)?),
             libc::RTA_PRIORITY => entry.metric = Some(wire::u32_attr(value)?),
+            libc::RTA_PREFSRC => entry.source = Some(wire::ip_attr(header.family, value)?),
             libc::RTA_TABLE => entry.table = wire::u32_attr(value)?,
             _ => {}
         }
@@ -701,8 +712,8 @@ pub enum NetlinkError {
     /// The route cannot be expressed as a netlink message (e.g. mixed address families).
     #[error("invalid route {route:?}: {reason}")]
     InvalidRoute {
-        /// The route.
-        route: Route,
+        /// The route (boxed: the error stays small).
+        route: Box<Route>,
         /// What is wrong with it.
         reason: &'static str,
     },

@@ -954,7 +954,7 @@ fn with_lab(rec: &mut Recorder<'_>, lab: &Lab) -> Result<(), DemoError> {
                     let server = vpn_server::Server::bind(settings)
                         .await
                         .map_err(DemoError::Server)?;
-                    let _ = ready_tx.send(server.tun_name().to_owned());
+                    let _ = ready_tx.send(server.tun_name().unwrap_or_default().to_owned());
                     server.run(token).await.map_err(DemoError::Server)
                 })
             })?

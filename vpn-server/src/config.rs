@@ -472,11 +472,7 @@ pub fn vpn2_shoot_iroutes(env: &Vpn2ServerEnv) -> Vec<IpNet> {
 /// `crate::vpn2::seed_table`'s.
 pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadError> {
     if env.is_ha {
-        return Err(unsupported(
-            VPN2_ENV_CONFIG_NAME,
-            "IS_HA",
-            "HA mode (two servers, bonded tap devices) is not supported yet".into(),
-        ));
+        return from_vpn2_env_ha(env, secrets);
     }
     let text = vpn2_config_text(env, secrets);
     let parsed = ServerOptions::parse(VPN2_ENV_CONFIG_NAME, &text)?;
@@ -498,6 +494,42 @@ pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, Load
         },
     );
     loaded.settings.auto_mtu = env.auto_mtu;
+    Ok(loaded)
+}
+
+/// Keepalive of the HA server (`docs/ha.md` §4): a ping every second each way; the clients
+/// are pushed `ping-restart 10` (our kube-apiserver clients cut it to 5 s themselves: inside
+/// the seed), the server restarts a connection silent for 20 s.
+pub const HA_KEEPALIVE: Keepalive = Keepalive {
+    ping: 1,
+    ping_restart: 10,
+};
+
+/// vpn2 environment mode with `IS_HA=true` (`docs/ha.md`): vpn2's server config (TLS, ciphers,
+/// port, status file, `duplicate-cn`), but no device and no pool: the server switches in the
+/// process between `vpn-seed-client` connections (kube-apiservers, each owning its pod IP) and
+/// `vpn-shoot-client-<j>` connections ([`crate::ha`]). The shoot networks the switch lets
+/// through are the real ones and their mapped /8 images (vpn2 maps IPv4 ones when the seed's
+/// pod network overlaps).
+fn from_vpn2_env_ha(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadError> {
+    let text = vpn2_config_text(env, secrets);
+    let parsed = ServerOptions::parse(VPN2_ENV_CONFIG_NAME, &text)?;
+    let mut loaded = from_options(VPN2_ENV_CONFIG_NAME, &parsed.config)?;
+    let s = &mut loaded.settings;
+    let mut shoot_networks = env.shoot_networks();
+    for net in vpn2_shoot_iroutes(env) {
+        if !shoot_networks.contains(&net) {
+            shoot_networks.push(net);
+        }
+    }
+    s.ha = Some(crate::settings::HaSettings { shoot_networks });
+    s.dev_type = OccDevType::Tun;
+    s.pool_v4 = None;
+    s.pool_v6 = None;
+    s.routes.clear();
+    s.client_to_client = false;
+    s.keepalive = Some(HA_KEEPALIVE);
+    s.auto_mtu = env.auto_mtu;
     Ok(loaded)
 }
 
@@ -1076,14 +1108,41 @@ mod tests {
         std::fs::remove_file(dir.path().join("tlsauth/vpn.tlsauth")).unwrap();
         let err = from_vpn2_env(&e, dir.path()).unwrap_err().to_string();
         assert!(err.contains("tlsauth/vpn.tlsauth: cannot read"), "{err}");
-        // HA (tap) is refused clearly.
+    }
+
+    #[test]
+    fn vpn2_env_ha_switches_without_a_device_or_pool() {
+        let dir = secrets();
         let ha = env(&[
             ("OPENVPN_STATUS_PATH", "/s"),
             ("IS_HA", "true"),
             ("POD_NAME", "vpn-seed-server-1"),
             ("HA_VPN_CLIENTS", "2"),
+            ("SHOOT_NODE_NETWORKS", "10.250.0.0/16"),
         ]);
-        let err = from_vpn2_env(&ha, dir.path()).unwrap_err().to_string();
-        assert!(err.contains("'IS_HA'"), "{err}");
+        let l = from_vpn2_env(&ha, dir.path()).unwrap();
+        let s = &l.settings;
+        let nets = &s.ha.as_ref().expect("HA settings").shoot_networks;
+        for n in [
+            "100.64.0.0/13",
+            "100.96.0.0/11",
+            "10.250.0.0/16",
+            "242.0.0.0/8",
+            "243.0.0.0/8",
+            "244.0.0.0/8",
+        ] {
+            assert!(nets.contains(&net(n)), "{n} not in {nets:?}");
+        }
+        assert_eq!(nets.len(), 6, "{nets:?}");
+        assert_eq!((s.pool_v4, s.pool_v6), (None, None));
+        assert!(s.routes.is_empty(), "{:?}", s.routes);
+        assert!(s.duplicate_cn && !s.client_to_client);
+        assert!(!s.is_tap());
+        assert_eq!(s.keepalive, Some(HA_KEEPALIVE));
+        assert!(
+            s.push_for(None).iter().all(|p| !p.starts_with("route")),
+            "{:?}",
+            s.push_for(None)
+        );
     }
 }

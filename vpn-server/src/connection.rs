@@ -46,6 +46,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument as _, Span};
 
+use crate::ha::Dropped as HaDropped;
 use crate::registry::admission::{self, BogusFirstPacket, Deadlines, Expired, PreAuthEvent};
 use crate::registry::{ClientId, ConnHandle, Refused, Slot, Traffic};
 use crate::server::{lock, Shared};
@@ -358,7 +359,9 @@ impl Connection {
                         if let Err(e) = self.receive(packet, &mut to_tun) {
                             return Ended::Read(e);
                         }
-                        shared.tun_writer.write(&mut to_tun).await;
+                        if let Some(device) = &shared.device {
+                            device.writer.write(&mut to_tun).await;
+                        }
                     }
                     Ok(None) => return Ended::PeerClosed,
                     Err(e) => return Ended::Read(e),
@@ -545,6 +548,9 @@ impl Connection {
             metrics.packet_malformed();
             return;
         };
+        if self.shared.settings.ha.is_some() {
+            return self.switch_ha(&payload);
+        }
         if self.shared.settings.is_tap() {
             return self.switch_from_client(payload, to_tun);
         }
@@ -578,6 +584,48 @@ impl Connection {
                 metrics.packet_malformed();
                 debug!(error = %e, "malformed packet from client");
             }
+        }
+    }
+
+    /// HA mode: a decrypted packet goes to the connection the switch picks ([`crate::ha`]),
+    /// never to a device; anything else is dropped and counted by reason.
+    fn switch_ha(&self, packet: &[u8]) {
+        let metrics = &self.shared.metrics;
+        let mut reg = lock(&self.shared.registry);
+        let verdict = reg.switch_ha(self.id, packet, Instant::now());
+        let why = match verdict {
+            Some(Ok(target)) => {
+                match target.conn.tx.try_send(laid_out_for_send(packet)) {
+                    Ok(()) => metrics.packet_client_to_client(),
+                    Err(_) => metrics.queue_overflowed(),
+                }
+                return;
+            }
+            Some(Err(why)) => why,
+            None => return,
+        };
+        drop(reg);
+        let total = match why {
+            HaDropped::Malformed(_) => {
+                metrics.packet_malformed();
+                return;
+            }
+            HaDropped::NoShoot => {
+                metrics.packet_no_route();
+                return;
+            }
+            HaDropped::Spoofed => metrics.packet_spoofed(),
+            HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
+        };
+        if total <= 10 || (total - 1).is_power_of_two() {
+            let addresses = crate::spoof::addresses(packet).ok();
+            warn!(
+                reason = ?why,
+                src = ?addresses.map(|a| a.0),
+                dst = ?addresses.map(|a| a.1),
+                dropped_total = total,
+                "packet from the client dropped by the HA switch"
+            );
         }
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use ipnet::IpNet;
 use netio::netlink::{IpPrefix, Netlink, Route};
-use netio::tun::{PacketLayout, RecvPool};
+use netio::tun::{PacketLayout, RecvPool, Tun};
 use protocol::data::DATA_TAILROOM;
 use protocol::session::SEND_HEADROOM;
 use tokio_util::sync::CancellationToken;
@@ -96,7 +96,7 @@ pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), Server
 /// headroom and tailroom the connections encrypt in), routes a whole batch under one lock of
 /// the registry, and queues each packet to its connection; a packet no client routes is
 /// answered with ICMP unreachable.
-pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) {
+pub(crate) async fn read_loop(shared: Arc<Shared>, tun: Arc<Tun>, shutdown: CancellationToken) {
     let tap = shared.settings.is_tap();
     let layout = PacketLayout {
         headroom: SEND_HEADROOM,
@@ -112,7 +112,7 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) 
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = shared.tun.recv_many(&mut pool, layout, &mut batch, TUN_READ_BATCH) => {
+            r = tun.recv_many(&mut pool, layout, &mut batch, TUN_READ_BATCH) => {
                 if let Err(e) = r {
                     warn!(error = %e, "tun read failed");
                     tokio::time::sleep(READ_ERROR_PAUSE).await;
@@ -152,7 +152,7 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, shutdown: CancellationToken) 
             }
         }
         for reply in replies.drain(..) {
-            if shared.tun.send(&reply).await.is_ok() {
+            if tun.send(&reply).await.is_ok() {
                 metrics.unreachable_answered();
             }
         }

@@ -12,8 +12,9 @@
 //!   remembers that index. Both servers follow the same rule, so a flow moved from one server
 //!   to the other lands on the same shoot pod, whose NAT state it needs.
 //! - A packet from a shoot connection must come from a shoot network and go to an address a
-//!   seed connection owns. Nothing else crosses: never seed to seed, shoot to shoot, or to the
-//!   server itself.
+//!   seed connection owns, and must not open anything (a TCP SYN without ACK, an echo
+//!   request). Nothing else crosses: never seed to seed, shoot to shoot, or to the server
+//!   itself.
 //!
 //! Flows are keyed by protocol, addresses and ports (the ICMP echo identifier for echo
 //! requests and replies, nothing for other protocols). A flow not seen for
@@ -22,7 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use hashlink::LinkedHashMap;
@@ -45,6 +46,23 @@ const ICMP_ECHO_REPLY: u8 = 0;
 const ICMP_ECHO_REQUEST: u8 = 8;
 const ICMPV6_ECHO_REQUEST: u8 = 128;
 const ICMPV6_ECHO_REPLY: u8 = 129;
+
+/// The common name of every kube-apiserver's client (vpn2's HA seed clients share it, hence
+/// `duplicate-cn`).
+pub const SEED_CLIENT_CN: &str = "vpn-seed-client";
+
+/// The addresses a kube-apiserver connected from `peer` sends from in the tunnel: its pod IP,
+/// and for an IPv4 one also its image in `241.0.0.0/8` (the low 24 bits kept), which is what
+/// vpn2's NETMAP rules make of it when the seed's pod network overlaps the shoot's.
+pub fn seed_addresses(peer: IpAddr) -> Vec<IpAddr> {
+    match peer.to_canonical() {
+        IpAddr::V4(v4) => {
+            let image = Ipv4Addr::from((241 << 24) | (u32::from(v4) & 0x00ff_ffff));
+            vec![IpAddr::V4(v4), IpAddr::V4(image)]
+        }
+        v6 => vec![v6],
+    }
+}
 
 /// The shoot connection index in a shoot client's common name: `vpn-shoot-client-<j>`.
 pub fn shoot_index(common_name: &str) -> Option<u8> {
@@ -184,6 +202,11 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         // A handful of shoot connections; any other connection is a seed connection, which
         // may send only from addresses it owns (one that owns none sends nothing).
         if self.shoot.values().any(|c| *c == from) {
+            // The shoot answers; it never opens anything into the seed (a TCP SYN or an echo
+            // request is dropped here, before the kube-apiserver pod's own rules would).
+            if opens_connection(packet) {
+                return Switched::Dropped(Dropped::NotSeed);
+            }
             self.switch_from_shoot(key, now)
         } else {
             self.switch_from_seed(from, key, now)
@@ -249,6 +272,38 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
             }
             self.flows.pop_front();
         }
+    }
+}
+
+/// Whether `packet` (a readable IP packet) starts something: a TCP SYN without ACK, or an
+/// ICMP / ICMPv6 echo request. Only the first fragment of an IPv4 packet and IPv6 packets
+/// whose next header is the transport are read.
+fn opens_connection(packet: &[u8]) -> bool {
+    let (proto, transport) = match packet.first().map(|b| b >> 4) {
+        Some(4) => {
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            let first = packet
+                .get(6..8)
+                .is_some_and(|f| u16::from_be_bytes([f[0], f[1]]) & 0x1fff == 0);
+            match (packet.get(9), first) {
+                (Some(p), true) => (*p, packet.get(ihl..)),
+                _ => return false,
+            }
+        }
+        Some(6) => match packet.get(6) {
+            Some(p) => (*p, packet.get(IPV6_HEADER_LEN..)),
+            None => return false,
+        },
+        _ => return false,
+    };
+    let transport = transport.unwrap_or(&[]);
+    const SYN: u8 = 0x02;
+    const ACK: u8 = 0x10;
+    match proto {
+        PROTO_TCP => transport.get(13).is_some_and(|f| f & (SYN | ACK) == SYN),
+        PROTO_ICMP => transport.first() == Some(&ICMP_ECHO_REQUEST),
+        PROTO_ICMPV6 => transport.first() == Some(&ICMPV6_ECHO_REQUEST),
+        _ => false,
     }
 }
 
@@ -441,6 +496,61 @@ mod tests {
         assert_eq!(s.switch(SHOOT_1, &reply, now), Switched::To(SEED_B));
         let reply6 = v6(PROTO_TCP, "fd00:100::9", "fd8f:6d53:b97a:1::a01:5", 443, 1);
         assert_eq!(s.switch(SHOOT_0, &reply6, now), Switched::To(SEED_A));
+    }
+
+    /// A TCP segment with `flags` (the full 20-byte header).
+    fn tcp_v4(src: &str, dst: &str, sport: u16, dport: u16, flags: u8) -> Vec<u8> {
+        let mut p = v4(PROTO_TCP, src, dst, sport, dport);
+        p.truncate(IPV4_HEADER_LEN + 4);
+        p.extend_from_slice(&[0; 16]);
+        p[IPV4_HEADER_LEN + 12] = 0x50;
+        p[IPV4_HEADER_LEN + 13] = flags;
+        p
+    }
+
+    #[test]
+    fn the_shoot_opens_nothing_into_the_seed() {
+        let now = Instant::now();
+        let mut s = switch();
+        s.shoot_connected(SHOOT_0, 0);
+        // A SYN from a shoot address to a kube-apiserver's address: dropped; the SYN-ACK and
+        // the rest of a connection the seed opened pass.
+        let syn = tcp_v4("100.64.1.1", "10.1.0.5", 40000, 10250, 0x02);
+        assert_eq!(
+            s.switch(SHOOT_0, &syn, now),
+            Switched::Dropped(Dropped::NotSeed)
+        );
+        let syn_ack = tcp_v4("100.64.1.1", "10.1.0.5", 443, 40000, 0x12);
+        assert_eq!(s.switch(SHOOT_0, &syn_ack, now), Switched::To(SEED_A));
+        let ack = tcp_v4("100.64.1.1", "10.1.0.5", 443, 40000, 0x10);
+        assert_eq!(s.switch(SHOOT_0, &ack, now), Switched::To(SEED_A));
+        // The seed's own SYN goes to the shoot.
+        let out = tcp_v4("10.1.0.5", "100.64.1.1", 40001, 443, 0x02);
+        assert_eq!(s.switch(SEED_A, &out, now), Switched::To(SHOOT_0));
+        // Pings: requests from the shoot dropped, replies pass.
+        let mut echo = v4(PROTO_ICMP, "100.64.1.1", "10.1.0.5", 0, 0);
+        echo[IPV4_HEADER_LEN] = ICMP_ECHO_REQUEST;
+        assert_eq!(
+            s.switch(SHOOT_0, &echo, now),
+            Switched::Dropped(Dropped::NotSeed)
+        );
+        echo[IPV4_HEADER_LEN] = ICMP_ECHO_REPLY;
+        assert_eq!(s.switch(SHOOT_0, &echo, now), Switched::To(SEED_A));
+        let mut echo6 = v6(PROTO_ICMPV6, "fd00:100::9", "fd8f:6d53:b97a:1::a01:5", 0, 0);
+        echo6[IPV6_HEADER_LEN] = ICMPV6_ECHO_REQUEST;
+        assert_eq!(
+            s.switch(SHOOT_0, &echo6, now),
+            Switched::Dropped(Dropped::NotSeed)
+        );
+    }
+
+    #[test]
+    fn seed_addresses_are_the_pod_ip_and_its_241_image() {
+        assert_eq!(
+            seed_addresses(ip("::ffff:10.1.2.3")),
+            [ip("10.1.2.3"), ip("241.1.2.3")]
+        );
+        assert_eq!(seed_addresses(ip("fd00::5")), [ip("fd00::5")]);
     }
 
     #[test]

@@ -78,7 +78,8 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     } = loaded;
     let script_settings = settings.clone();
     let server = Server::bind(settings).await?;
-    let dev = server.tun_name().to_owned();
+    // HA mode has no device: scripts get an empty name and no firewall table needs one.
+    let dev = server.tun_name().unwrap_or_default().to_owned();
     let firewall = match &cloud_api {
         Some(_) => Some(crate::cloud_api::endpoint_table(firewall, &dev)),
         None => firewall,

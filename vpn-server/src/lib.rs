@@ -57,7 +57,7 @@
 //! | [`pool`] | the unified IPv4/IPv6 client address pool (`server`, `server-ipv6`) |
 //! | [`routing`] | prefix → client table with longest-prefix match, `client-to-client` |
 //! | [`spoof`] | the source-address check on packets from clients |
-//! | [`ha`] | the HA server's packet switch between kube-apiserver and shoot connections (`docs/ha.md`; not wired yet) |
+//! | [`ha`] | the HA server's packet switch between kube-apiserver and shoot connections (`docs/ha.md`): HA mode opens no device |
 //! | [`switch`] | tap mode: MAC learning and where a frame goes (unicast, flood, drop) |
 //! | [`status`] | the `status-version 2` status file; [`status::read`] reads it as vpn2's probes do |
 //! | [`probes`] | `vpn-server readiness` / `liveness` |
@@ -95,4 +95,6 @@ pub use metrics::ServerMetrics;
 pub use registry::ClientId;
 pub use script::{Script, ScriptError, ScriptParseError};
 pub use server::{run, ClientRoutes, Server, ServerError};
-pub use settings::{ClientOptions, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile};
+pub use settings::{
+    ClientOptions, HaSettings, IfconfigIpv6Push, IfconfigPush, Settings, StatusFile,
+};

@@ -212,8 +212,11 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
                 &env.shoot_service_networks,
                 &env.shoot_node_networks,
             )?;
-            let table = vpn2::seed_table(env.device(), env.seed_pod_network, Some(&netmap));
-            (from_vpn2_env(&env, &cli.secrets_dir)?, Some(table))
+            // HA has no device, so no rules on one (docs/ha.md: the server switches in the
+            // process and hands no packet to its kernel).
+            let table = (!env.is_ha)
+                .then(|| vpn2::seed_table(env.device(), env.seed_pod_network, Some(&netmap)));
+            (from_vpn2_env(&env, &cli.secrets_dir)?, table)
         }
     };
     let sidecar = match cli.sidecar {

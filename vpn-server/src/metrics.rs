@@ -28,6 +28,7 @@ pub struct ServerMetrics {
     malformed: AtomicU64,
     ignored: AtomicU64,
     no_route: AtomicU64,
+    wrong_side: AtomicU64,
     unreachable_sent: AtomicU64,
     queue_full: AtomicU64,
     from_tun: AtomicU64,
@@ -81,6 +82,11 @@ impl ServerMetrics {
     /// A packet from the tun device had no client route.
     pub(crate) fn packet_no_route(&self) {
         bump(&self.no_route);
+    }
+    /// HA mode: a packet from a kube-apiserver connection not to the shoot, or from a shoot
+    /// connection not to a kube-apiserver, was dropped; returns the total so far.
+    pub(crate) fn packet_wrong_side(&self) -> u64 {
+        bump(&self.wrong_side)
     }
     /// An ICMP unreachable answer went into the tun device.
     pub(crate) fn unreachable_answered(&self) {
@@ -262,6 +268,7 @@ impl ServerMetrics {
             ("malformed", self.malformed()),
             ("ignored", self.ignored()),
             ("no_route", self.no_route()),
+            ("wrong_side", get(&self.wrong_side)),
             ("queue_full", self.queue_full()),
             ("tun_write", tun_failed),
         ] {

@@ -16,6 +16,10 @@
 //! * In tap mode ([`Registry::tap`]) no IP routes are kept (upstream learns neither addresses
 //!   nor iroutes there): frames are switched by the MAC addresses learned from each client
 //!   ([`crate::switch`]), [`Registry::switch_from_client`] and [`Registry::switch_from_tap`].
+//! * In HA mode ([`Registry::ha`]) there is no pool and no routing table: a kube-apiserver
+//!   connection (`vpn-seed-client`, any number) owns the address it connected from, a shoot
+//!   connection (`vpn-shoot-client-<j>`, one per index, a newer replacing an older) its index,
+//!   and [`Registry::switch_ha`] says where a packet goes ([`crate::ha`]).
 //! * [`Registry::remove`]: a client left; its lease and routes are freed.
 //! * [`Registry::status`]: what the status file shows.
 
@@ -23,6 +27,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net};
@@ -30,6 +35,7 @@ use protocol::session::{ClientIdentity, ClientSettings};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::ha::{self, HaSwitch, Switched};
 use crate::pool::{Pool, PoolError};
 use crate::routing::{Forward, RoutingTable};
 use crate::settings::{ClientOptions, Settings};
@@ -113,6 +119,14 @@ pub enum Refused {
     /// Its `ifconfig-push` address inside the pool is held by another client.
     #[error(transparent)]
     FixedAddress(PoolError),
+    /// HA mode: the common name is neither `vpn-seed-client` nor `vpn-shoot-client-<j>`.
+    #[error(
+        "common name {cn:?} has no place in the HA layout (vpn-seed-client, vpn-shoot-client-<j>)"
+    )]
+    NotHaClient {
+        /// The name.
+        cn: String,
+    },
     /// The pool has no free address.
     #[error("no address available")]
     PoolExhausted {
@@ -182,6 +196,8 @@ pub struct Registry {
     routes: RoutingTable<ClientId>,
     /// Tap mode: the learned MAC addresses (no IP routes are kept then).
     macs: Option<MacTable<ClientId>>,
+    /// HA mode: the switch between kube-apiserver and shoot connections (no routes then).
+    ha: Option<HaSwitch<ClientId>>,
     clients: HashMap<ClientId, ClientEntry>,
 }
 
@@ -192,8 +208,35 @@ impl Registry {
             pool,
             routes: RoutingTable::new(),
             macs: None,
+            ha: None,
             clients: HashMap::new(),
         }
+    }
+
+    /// An empty registry for HA mode over the shoot's networks (as the tunnel sees them): no
+    /// pool, no routes; packets are switched by [`Registry::switch_ha`].
+    pub fn ha(shoot_networks: Vec<IpNet>) -> Registry {
+        Registry {
+            ha: Some(HaSwitch::new(shoot_networks)),
+            ..Registry::new(None)
+        }
+    }
+
+    /// HA mode: where `packet` from client `from` goes at `now`; `None` outside HA mode.
+    pub fn switch_ha(
+        &mut self,
+        from: ClientId,
+        packet: &[u8],
+        now: Instant,
+    ) -> Option<Result<&ClientEntry, ha::Dropped>> {
+        Some(match self.ha.as_mut()?.switch(from, packet, now) {
+            Switched::To(id) => match self.clients.get(&id) {
+                Some(c) => Ok(c),
+                // Never: removal tells the switch.
+                None => Err(ha::Dropped::NoShoot),
+            },
+            Switched::Dropped(why) => Err(why),
+        })
     }
 
     /// An empty registry for tap mode: frames are switched by learned MAC addresses, at most
@@ -315,6 +358,9 @@ impl Registry {
         if opts.disable {
             return Err(Refused::Disabled);
         }
+        if self.ha.is_some() {
+            return self.admit_ha(settings, id, cn, &opts, conn, now_unix);
+        }
         if !settings.duplicate_cn {
             self.replace_same_cn(id, &cn);
         }
@@ -389,6 +435,61 @@ impl Registry {
         })
     }
 
+    /// HA mode's admission: a kube-apiserver connection owns its TCP peer address (the pod
+    /// IP; a newer connection from the same address takes it over), a shoot connection its
+    /// index (a newer one with the same CN replaces the older). Nothing is assigned: the
+    /// push carries no addresses.
+    fn admit_ha(
+        &mut self,
+        settings: &Settings,
+        id: ClientId,
+        cn: String,
+        opts: &ClientOptions,
+        conn: ConnHandle,
+        now_unix: u64,
+    ) -> Result<Admitted, Refused> {
+        let Some(switch) = self.ha.as_mut() else {
+            return Err(Refused::NotHaClient { cn });
+        };
+        let (v4, v6) = if cn == ha::SEED_CLIENT_CN {
+            let addr = conn.peer.ip().to_canonical();
+            switch.seed_connected(id, &ha::seed_addresses(addr));
+            match addr {
+                IpAddr::V4(a) => (Some(a), None),
+                IpAddr::V6(a) => (None, Some(a)),
+            }
+        } else if let Some(index) = ha::shoot_index(&cn) {
+            self.replace_same_cn(id, &cn);
+            if let Some(switch) = self.ha.as_mut() {
+                switch.shoot_connected(id, index);
+            }
+            (None, None)
+        } else {
+            return Err(Refused::NotHaClient { cn });
+        };
+        self.clients.insert(
+            id,
+            ClientEntry {
+                common_name: cn,
+                v4,
+                v6,
+                lease: None,
+                conn,
+                since: now_unix,
+                cipher: String::new(),
+            },
+        );
+        Ok(Admitted {
+            settings: ClientSettings {
+                push: settings.push_for(Some(opts)),
+                ifconfig_ipv6: None,
+                ifconfig: None,
+            },
+            // The switch checks sources in HA mode.
+            filter: SourceFilter::new(Vec::new(), Vec::new()),
+        })
+    }
+
     /// The tunnel of client `id` came up with `cipher` at `now_unix`.
     pub fn established(&mut self, id: ClientId, cipher: &str, now_unix: u64) {
         if let Some(e) = self.clients.get_mut(&id) {
@@ -421,6 +522,10 @@ impl Registry {
         self.routes.remove_owner(id);
         if let Some(macs) = self.macs.as_mut() {
             macs.remove_owner(id);
+        }
+        if let Some(switch) = self.ha.as_mut() {
+            switch.seed_disconnected(id);
+            switch.shoot_disconnected(id);
         }
         Some(entry)
     }

@@ -102,6 +102,13 @@ pub enum TunStep {
     DefaultRoute,
 }
 
+/// The server's device and the writer thread every connection writes to it through.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) tun: Arc<Tun>,
+    pub(crate) writer: TunWriter,
+}
+
 /// What every task of one server shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -109,8 +116,9 @@ pub(crate) struct Shared {
     pub(crate) endpoint: Mutex<ServerEndpoint>,
     pub(crate) registry: Arc<Mutex<Registry>>,
     pub(crate) metrics: Arc<ServerMetrics>,
-    pub(crate) tun: Arc<Tun>,
-    pub(crate) tun_writer: TunWriter,
+    /// The tun (or tap) device and its writer; none in HA mode, which switches in the
+    /// process and never hands a packet to its kernel.
+    pub(crate) device: Option<Device>,
     /// `max-clients`: one slot per authenticated client.
     pub(crate) slots: Slots,
     /// Connections not yet authenticated (`max_pending`, oldest evicted first).
@@ -152,23 +160,33 @@ impl Server {
     /// Opens and configures the tun device (MTU, txqueuelen, the server's pool addresses,
     /// link up, the kernel `routes`), starts its writer and binds the listeners (an IPv6
     /// address takes IPv4 too, as OpenVPN's `tcp6-server`), in the calling thread's network
-    /// namespace. Must run inside a tokio runtime.
+    /// namespace. In HA mode there is no device and no pool. Must run inside a tokio runtime.
     pub async fn bind(mut settings: Settings) -> Result<Server, ServerError> {
         if settings.auto_mtu {
             device::apply_auto_mtu(&mut settings).await?;
         }
         let pool = match (settings.pool_v4, settings.pool_v6) {
+            _ if settings.ha.is_some() => None,
             (None, None) => None,
             (v4, v6) => Some(Pool::with_range(v4, settings.pool_v4_range, v6)?),
         };
-        let tun = Arc::new(if settings.is_tap() {
-            Tun::open_tap(&settings.dev)?
+        let device = if settings.ha.is_some() {
+            info!("HA mode: no device; packets are switched between kube-apiserver and shoot connections");
+            None
         } else {
-            Tun::open(&settings.dev)?
-        });
-        device::setup(&settings, tun.name(), pool.as_ref()).await?;
-        let tun_writer =
-            TunWriter::spawn(Arc::clone(&tun), TUN_WRITE_QUEUE).map_err(ServerError::TunWriter)?;
+            let tun = Arc::new(if settings.is_tap() {
+                Tun::open_tap(&settings.dev)?
+            } else {
+                Tun::open(&settings.dev)?
+            });
+            device::setup(&settings, tun.name(), pool.as_ref()).await?;
+            let writer = TunWriter::spawn(Arc::clone(&tun), TUN_WRITE_QUEUE)
+                .map_err(ServerError::TunWriter)?;
+            Some(Device { tun, writer })
+        };
+        let tun_stats = device
+            .as_ref()
+            .map_or_else(Default::default, |d| d.writer.stats());
         let mut listeners = Vec::new();
         for &addr in &settings.listen {
             let l = netio::listen::bind_dual_stack(addr)
@@ -178,14 +196,15 @@ impl Server {
         }
         let shared = Arc::new(Shared {
             endpoint: Mutex::new(ServerEndpoint::new(settings.server_config())),
-            registry: Arc::new(Mutex::new(if settings.is_tap() {
+            registry: Arc::new(Mutex::new(if let Some(ha) = &settings.ha {
+                Registry::ha(ha.shoot_networks.clone())
+            } else if settings.is_tap() {
                 Registry::tap(pool, settings.max_routes_per_client)
             } else {
                 Registry::new(pool)
             })),
-            metrics: Arc::new(ServerMetrics::new(tun_writer.stats())),
-            tun,
-            tun_writer,
+            metrics: Arc::new(ServerMetrics::new(tun_stats)),
+            device,
             slots: Slots::new(settings.max_clients),
             pending: PendingSet::new(settings.max_pending),
             pre_auth_logs: Mutex::new(PreAuthLogs::default()),
@@ -204,9 +223,9 @@ impl Server {
             .collect()
     }
 
-    /// The tun device's name.
-    pub fn tun_name(&self) -> &str {
-        self.shared.tun.name()
+    /// The tun device's name (none in HA mode).
+    pub fn tun_name(&self) -> Option<&str> {
+        self.shared.device.as_ref().map(|d| d.tun.name())
     }
 
     /// The counters (shared; they keep counting while the server runs).
@@ -245,7 +264,13 @@ impl Server {
                 tracker.clone(),
             ));
         }
-        tracker.spawn(device::read_loop(Arc::clone(&shared), shutdown.clone()));
+        if let Some(d) = &shared.device {
+            tracker.spawn(device::read_loop(
+                Arc::clone(&shared),
+                Arc::clone(&d.tun),
+                shutdown.clone(),
+            ));
+        }
         if let Some(status) = shared.settings.status.clone() {
             tracker.spawn(status_writer(Arc::clone(&shared), status, shutdown.clone()));
         }

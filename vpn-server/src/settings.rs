@@ -188,6 +188,17 @@ pub struct Settings {
     /// vpn2's `OPENVPN_AUTO_MTU`: `tun_mtu` is the default route's link MTU less 130 bytes,
     /// read when the server binds, and pushed to the clients.
     pub auto_mtu: bool,
+    /// HA mode (vpn2's `IS_HA=true`; `docs/ha.md`): no device, no pool; packets are switched
+    /// in the process between kube-apiserver and shoot connections ([`crate::ha`]).
+    pub ha: Option<HaSettings>,
+}
+
+/// What the HA switch needs ([`Settings::ha`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaSettings {
+    /// The shoot's networks as the tunnel sees them: a packet from a kube-apiserver
+    /// connection may go only there, one from a shoot connection must come from there.
+    pub shoot_networks: Vec<IpNet>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -211,6 +222,7 @@ impl std::fmt::Debug for Settings {
             .field("first_packet_timeout", &self.first_packet_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("status", &self.status)
+            .field("ha", &self.ha)
             .finish_non_exhaustive()
     }
 }
@@ -266,6 +278,7 @@ impl Settings {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             status: None,
             auto_mtu: false,
+            ha: None,
         }
     }
 

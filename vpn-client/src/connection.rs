@@ -85,6 +85,8 @@ pub(crate) struct Connection {
     path: PathGuard,
     /// Control messages from the server that were dropped: a line a second at most.
     dropped_log: LogLimiter,
+    /// The local address of the connection to the server (HA: the routes' source).
+    local: Option<std::net::IpAddr>,
 }
 
 impl Connection {
@@ -95,6 +97,7 @@ impl Connection {
             leftover,
             path,
         } = dialed;
+        let local = stream.local_addr().ok().map(|a| a.ip().to_canonical());
         let (read, write) = stream.into_split();
         let mut reader = FrameReader::new(read, leftover, settings.tun.mtu);
         // During the handshake always (a delayed ACK stalls a peer that writes its handshake
@@ -109,6 +112,7 @@ impl Connection {
             ack_hold: None,
             path: PathGuard::new(path),
             dropped_log: LogLimiter::new(LOG_EVERY),
+            local,
         }
     }
 
@@ -175,6 +179,7 @@ impl Connection {
                             *up_ran = Some(info);
                         }
                         self.up = true;
+                        tunnel.ha_up(self.local);
                         tracing::info!("tunnel up");
                     }
                     Event::KeyRenegotiated { key_id } => {
@@ -260,6 +265,9 @@ impl Connection {
                         tracing::warn!(error = %e, "write to the server failed");
                         return Ok(self.retry(false));
                     }
+                }
+                () = sleep_until(tunnel.ha_due()), if tunnel.ha_due().is_some() => {
+                    tunnel.ha_install().await;
                 }
                 () = sleep_until(timeout) => {
                     let now = Instant::now();

@@ -37,6 +37,15 @@
 //! that was up and then dropped reconnects to the same remote after the initial pause (a
 //! `RESTART` with the `N` flag moves on). The tun device is kept across reconnects; see
 //! [`tunnel`] for how addresses and routes are reconciled.
+//!
+//! # HA (vpn2's `IS_HA=true`; `docs/ha.md`)
+//!
+//! Each client owns `tun<VPN_SERVER_INDEX>` and its routes ([`TunSettings::ha`]): the shoot
+//! networks (in a kube-apiserver pod, with the pod IP as source) or the seed side (in a shoot
+//! pod), metric `100 + index`, installed when its tunnel is up (after a 10 s hold-down if an
+//! earlier tunnel of the process went down) and withdrawn the moment a connection ends, so the
+//! kernel moves traffic to the other server's device. [`ha`] holds the verbs whose vpn2 job
+//! this makes unnecessary (`path-controller`, `tunnel-controller`).
 
 use std::io;
 use std::time::Duration;
@@ -50,8 +59,8 @@ use tracing::Instrument as _;
 pub use protocol::session::SEND_HEADROOM;
 pub use script::Scripts;
 pub use settings::{
-    HttpProxy, Remote, Settings, SettingsError, TlsMaterial, TunSettings, DEFAULT_CONNECT_RETRY,
-    DEFAULT_CONNECT_RETRY_MAX, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TUN_MTU,
+    HaRoutes, HttpProxy, Remote, Settings, SettingsError, TlsMaterial, TunSettings,
+    DEFAULT_CONNECT_RETRY, DEFAULT_CONNECT_RETRY_MAX, DEFAULT_CONNECT_TIMEOUT, DEFAULT_TUN_MTU,
 };
 pub use tunnel::TunnelError;
 
@@ -60,6 +69,7 @@ pub mod cloud_api;
 pub mod config;
 pub mod connection;
 pub mod dial;
+pub mod ha;
 pub mod script;
 mod settings;
 pub mod tunnel;
@@ -179,6 +189,8 @@ impl Client<'_> {
                 None => tracing::info_span!("connection", %remote),
             };
             let ended = self.connection(remote, tunnel).instrument(span).await?;
+            // HA: a tunnel that is down carries no routes (the other server's take over).
+            tunnel.ha_withdraw().await;
             let pause = match ended {
                 Ended::Shutdown => return Ok(Stopped::Shutdown),
                 Ended::Halt(message) => return Ok(Stopped::Halted { message }),

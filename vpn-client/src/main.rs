@@ -50,9 +50,18 @@ enum Command {
     /// GEP-21's cloud side: a tunnel to each seed endpoint of the connection files, each with
     /// a CONNECT proxy to its allow-listed cloud-provider API endpoints.
     CloudApi(vpn_client::cloud_api::CloudApiArgs),
-    /// vpn2's init step on the shoot: the kernel settings of the vpn-shoot pod (needs
-    /// privileges).
+    /// vpn2's init step: the kernel settings of the vpn-shoot pod, or (without
+    /// `IS_SHOOT_CLIENT`) of a kube-apiserver pod with HA VPN clients (needs privileges).
     Setup,
+    /// HA, kube-apiserver pod: reports which tunnel carries the shoot networks (each client
+    /// installs its own routes; nothing is chosen here). Needs `POD_IP`.
+    PathController,
+    /// HA, shoot pod: `GET /readyz` on `--port`, 200 while a tunnel of the pod is up.
+    TunnelController {
+        /// The port `/readyz` (and `/metrics`) are served on, every address.
+        #[arg(long, default_value_t = vpn_client::ha::TUNNEL_CONTROLLER_PORT)]
+        port: u16,
+    },
 }
 
 fn main() -> ExitCode {
@@ -72,7 +81,31 @@ fn run() -> anyhow::Result<()> {
         .unwrap_or_else(|| Format::default_for(Format::Ctime));
     netio::logging::init(&cli.log, format).context("--log")?;
     if let Some(Command::Setup) = &cli.command {
-        return Ok(vpn2::setup()?);
+        let shoot = std::env::var("IS_SHOOT_CLIENT").is_ok_and(|v| v == "true");
+        if shoot {
+            vpn2::setup()?;
+        } else {
+            vpn2::setup_seed()?;
+        }
+        return Ok(());
+    }
+    if let Some(Command::PathController) = &cli.command {
+        // The path controller's container has the networks and POD_IP, not the clients'
+        // variables (gardener-pods.md §3.9).
+        let env = Vpn2ClientEnv::parse(std::env::vars().filter(|(k, _)| {
+            k.starts_with("SHOOT_") || k == "SEED_POD_NETWORK" || k == "VPN_NETWORK"
+        }))?;
+        let networks = vpn2::ha_seed_routes(&env)?;
+        let pod_ip = std::env::var("POD_IP").ok();
+        return block_on_signals(|shutdown| async move {
+            Ok(vpn_client::ha::path_controller(pod_ip.as_deref(), &networks, shutdown).await?)
+        });
+    }
+    if let Some(Command::TunnelController { port }) = &cli.command {
+        let port = *port;
+        return block_on_signals(|shutdown| async move {
+            Ok(vpn_client::ha::tunnel_controller(port, shutdown).await?)
+        });
     }
     if let Some(Command::ApiserverProxy(args)) = &cli.command {
         let config = args.to_config()?;
@@ -111,6 +144,23 @@ fn run() -> anyhow::Result<()> {
         Stopped::Shutdown => Ok(()),
         Stopped::Halted { message } => bail!("the server halted the client: {message}"),
     }
+}
+
+/// Runs `f` on a one-thread runtime with SIGINT / SIGTERM cancelling its token.
+fn block_on_signals<F, Fut>(f: F) -> anyhow::Result<()>
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signals(shutdown.clone()).context("signal handlers")?);
+        f(shutdown).await
+    })
 }
 
 /// The config file, else the vpn2 environment.

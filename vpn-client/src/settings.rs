@@ -316,6 +316,24 @@ pub struct TunSettings {
     /// vpn2's `OPENVPN_AUTO_MTU`: `mtu` is the default route's link MTU less 130 bytes, read
     /// when the client starts.
     pub auto_mtu: bool,
+    /// HA mode (`docs/ha.md`): `routes` exist only while the tunnel is up.
+    pub ha: Option<HaRoutes>,
+}
+
+/// How an HA client holds its routes ([`TunSettings::ha`]): `routes` go into the device with
+/// `metric` (and, with `source_from_socket`, the source address of the connection to the
+/// server) once the tunnel is up, `hold_down` later if an earlier tunnel of this process went
+/// down; they are withdrawn the moment a connection ends, so the kernel moves the traffic to
+/// the other server's device (a higher metric).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HaRoutes {
+    /// The routes' metric: `100 + VPN_SERVER_INDEX`.
+    pub metric: u32,
+    /// Whether the routes carry `src` = the local address of the TCP connection to the
+    /// server (the kube-apiserver's pod IP).
+    pub source_from_socket: bool,
+    /// How long a tunnel that came back must stay up before it takes its routes back.
+    pub hold_down: Duration,
 }
 
 impl Default for TunSettings {
@@ -327,6 +345,7 @@ impl Default for TunSettings {
             txqueuelen: None,
             routes: Vec::new(),
             auto_mtu: false,
+            ha: None,
         }
     }
 }

@@ -20,6 +20,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::report::chain;
@@ -169,6 +170,14 @@ pub(crate) struct Tunnel {
     mtu: u16,
     addresses: Vec<IpPrefix>,
     routes: Vec<Route>,
+    /// HA: the routes of `settings.routes` while they are installed.
+    ha_routes: Vec<Route>,
+    /// HA: when the routes go in (the tunnel is up, hold-down running).
+    ha_due: Option<Instant>,
+    /// HA: the source address they carry.
+    ha_source: Option<IpAddr>,
+    /// HA: a tunnel of this process was up before (so the next one waits out the hold-down).
+    was_up: bool,
 }
 
 impl Tunnel {
@@ -184,7 +193,88 @@ impl Tunnel {
             mtu,
             addresses: Vec::new(),
             routes: Vec::new(),
+            ha_routes: Vec::new(),
+            ha_due: None,
+            ha_source: None,
+            was_up: false,
         })
+    }
+
+    /// HA: when the routes are due to go in, if they are waiting.
+    pub fn ha_due(&self) -> Option<Instant> {
+        self.ha_due
+    }
+
+    /// HA: the tunnel is up (over a connection from `local`): its routes go in now, or after
+    /// the hold-down if an earlier tunnel of this process went down.
+    pub fn ha_up(&mut self, local: Option<IpAddr>) {
+        let Some(ha) = &self.settings.ha else {
+            return;
+        };
+        self.ha_source = local.filter(|_| ha.source_from_socket);
+        let wait = if self.was_up {
+            ha.hold_down
+        } else {
+            Duration::ZERO
+        };
+        if !wait.is_zero() {
+            tracing::info!(
+                hold_down_s = wait.as_secs_f32(),
+                "tunnel back up: its routes return after the hold-down"
+            );
+        }
+        self.was_up = true;
+        self.ha_due = Some(Instant::now() + wait);
+    }
+
+    /// HA: installs the routes that are due (the tunnel stayed up through the hold-down).
+    pub async fn ha_install(&mut self) {
+        let (Some(ha), Some(tun)) = (&self.settings.ha, &self.tun) else {
+            return;
+        };
+        self.ha_due = None;
+        let dev = tun.name().to_owned();
+        for net in &self.settings.routes {
+            let route = Route {
+                metric: Some(ha.metric),
+                source: self.ha_source,
+                ..Route::via_dev(IpPrefix::from(net.trunc()), dev.clone())
+            };
+            if self.ha_routes.contains(&route) {
+                continue;
+            }
+            match self.netlink.add_route(&route).await {
+                Ok(()) => {}
+                Err(e) if e.already_exists() => {}
+                Err(e) => {
+                    tracing::warn!(dst = %route.dst, error = %chain(&e), "HA route not added");
+                    continue;
+                }
+            }
+            self.ha_routes.push(route);
+        }
+        tracing::info!(
+            dev,
+            metric = ha.metric,
+            source = ?self.ha_source,
+            routes = self.ha_routes.len(),
+            "HA routes installed: this tunnel carries traffic"
+        );
+    }
+
+    /// HA: the connection ended: the routes go at once (the other server's device, with a
+    /// higher metric, takes the traffic), and a pending install is cancelled.
+    pub async fn ha_withdraw(&mut self) {
+        self.ha_due = None;
+        if self.ha_routes.is_empty() {
+            return;
+        }
+        for route in std::mem::take(&mut self.ha_routes) {
+            if let Err(e) = self.netlink.del_route(&route).await {
+                tracing::warn!(dst = %route.dst, error = %chain(&e), "HA route not removed");
+            }
+        }
+        tracing::info!("HA routes withdrawn: the tunnel is down");
     }
 
     /// The open device, if any.
@@ -253,7 +343,13 @@ impl Tunnel {
                 ..Route::via_dev(*dst, dev.clone())
             })
             .collect();
-        for net in &self.settings.routes {
+        // HA: these routes come and go with the tunnel (`ha_install`, `ha_withdraw`).
+        let extra = if self.settings.ha.is_some() {
+            &[][..]
+        } else {
+            &self.settings.routes[..]
+        };
+        for net in extra {
             let dst = IpPrefix::from(net.trunc());
             let route = Route {
                 gateway: plan.next_hop(dst).filter(|_| tap),
@@ -337,6 +433,7 @@ impl Tunnel {
     /// Removes our routes and addresses and closes the device (once the writer thread has
     /// written what it holds).
     pub async fn teardown(&mut self) {
+        self.ha_withdraw().await;
         self.writer = None;
         let Some(tun) = self.tun.take() else {
             return;

@@ -23,7 +23,15 @@
 //! container's `vpn-client setup`.
 //!
 //! Left out on purpose: `verb 3` (the log level is `--log`) and `management` (we have no
-//! management interface). HA mode (tap devices, bonding) is refused.
+//! management interface).
+//!
+//! HA (`IS_HA=true`, `docs/ha.md`): no tap, no bond, no address lease. A kube-apiserver pod's
+//! `vpn-client-<i>` dials `vpn-seed-server-<i>` with `tun<i>`, routes the shoot networks
+//! ([`ha_seed_routes`]) from its pod IP with metric `100 + i` while its tunnel is up, gives up a
+//! silent server after 5 s, and holds vpn2's INPUT pair on its device ([`ha_seed_table`]); a
+//! shoot pod's `vpn-shoot-s<i>` uses its pod's certificate (`vpn-client-<pod index>/`),
+//! `tun<i>`, the shoot-side rules in a table of its own, and routes the seed side the same
+//! way.
 
 use std::path::Path;
 
@@ -34,6 +42,7 @@ use protocol::config::env::Vpn2ClientEnv;
 use protocol::config::netmap::{Netmap, NetmapError, MAPPED_SEED_POD_NETWORK};
 
 use crate::config::{load_text, LoadError, Loaded};
+use crate::settings::HaRoutes;
 
 /// vpn2's secrets directory.
 pub const DEFAULT_SECRETS_DIR: &str = "/srv/secrets";
@@ -46,9 +55,9 @@ pub enum Vpn2Error {
     /// `ENDPOINT` is not set.
     #[error("ENDPOINT is not set")]
     NoEndpoint,
-    /// `IS_HA=true`.
-    #[error("IS_HA=true: HA mode (tap devices, bonding) is not supported")]
-    Ha,
+    /// `IS_HA=true` without the variable HA mode needs.
+    #[error("IS_HA=true needs {0}")]
+    HaNeeds(&'static str),
     /// A value that would break the config line it goes into.
     #[error("{variable}={value:?}: must not contain whitespace, quotes or backslashes")]
     Unquotable {
@@ -67,9 +76,6 @@ pub enum Vpn2Error {
 
 /// The client config vpn2 writes for `env`, with the secrets under `secrets`.
 pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<String, Vpn2Error> {
-    if env.is_ha {
-        return Err(Vpn2Error::Ha);
-    }
     let endpoint = env.endpoint.as_deref().ok_or(Vpn2Error::NoEndpoint)?;
     let word = |variable: &'static str, value: &str| -> Result<String, Vpn2Error> {
         if value.is_empty()
@@ -99,10 +105,21 @@ pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Strin
         format!("tls-auth {dir}/tlsauth/vpn.tlsauth 1"),
         "remote-cert-tls server".to_owned(),
         format!("proto {}", env.ip_families.client_proto()),
-        format!("key {dir}/vpn-client/tls.key"),
-        format!("cert {dir}/vpn-client/tls.crt"),
-        format!("ca {dir}/vpn-client/ca.crt"),
     ];
+    let certs = match ha_role(env)? {
+        // A shoot pod's certificate is the one of its own index (`vpn-shoot-client-<j>`).
+        Some(HaRole::Shoot { pod, .. }) => format!("vpn-client-{pod}"),
+        _ => "vpn-client".to_owned(),
+    };
+    lines.push(format!("key {dir}/{certs}/tls.key"));
+    lines.push(format!("cert {dir}/{certs}/tls.crt"));
+    lines.push(format!("ca {dir}/{certs}/ca.crt"));
+    if let Some(HaRole::Seed { .. }) = ha_role(env)? {
+        // Inside the seed: a silent server is given up after 5 s (docs/ha.md §4), whatever
+        // the server pushes for the shoot side.
+        lines.push(format!("ping-restart {HA_SEED_PING_RESTART}"));
+        lines.push("pull-filter ignore \"ping-restart\"".to_owned());
+    }
     if env.is_shoot_client {
         lines.push(format!("http-proxy {endpoint} {}", env.openvpn_port));
         lines.push(format!(
@@ -111,7 +128,7 @@ pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Strin
             word("REVERSED_VPN_HEADER", &env.reversed_vpn_header)?,
         ));
     }
-    lines.push(format!("dev {DEVICE}"));
+    lines.push(format!("dev {}", device(env)?));
     lines.push(format!("remote {endpoint}"));
     let mut text = lines.join("\n");
     text.push('\n');
@@ -122,6 +139,8 @@ pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Strin
 pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error> {
     let text = render_client_config(env, secrets)?;
     let mut loaded = load_text(VPN2_CONFIG_NAME, &text)?;
+    let role = ha_role(env)?;
+    let dev = device(env)?;
     let tun = &mut loaded.settings.tun;
     tun.auto_mtu = env.auto_mtu;
     if env.is_shoot_client {
@@ -134,9 +153,151 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
             &env.shoot_service_networks,
             &env.shoot_node_networks,
         )?;
-        loaded.settings.firewall = Some(shoot_table(DEVICE, &netmap));
+        let table = match role {
+            // Each of a shoot pod's clients holds its own table for its own device.
+            Some(_) => format!("{TABLE}-{dev}"),
+            None => TABLE.to_owned(),
+        };
+        loaded.settings.firewall = Some(shoot_table(&table, &dev, &netmap));
+    }
+    match role {
+        None => {}
+        Some(HaRole::Shoot { server, .. }) => {
+            // Replies to the kube-apiservers (their pod IPs, or 241/8 where vpn2 maps them):
+            // also the real seed pod network where it cannot be mistaken for the shoot's.
+            if let Some(seed @ IpNet::V4(_)) = env.seed_pod_network {
+                if !overlaps_shoot(env, seed) {
+                    tun.routes.push(seed.trunc());
+                }
+            }
+            tun.ha = Some(HaRoutes {
+                metric: HA_METRIC_BASE + server,
+                source_from_socket: false,
+                hold_down: HA_HOLD_DOWN,
+            });
+        }
+        Some(HaRole::Seed { server }) => {
+            for net in ha_seed_routes(env)? {
+                if !tun.routes.contains(&net) {
+                    tun.routes.push(net);
+                }
+            }
+            tun.ha = Some(HaRoutes {
+                metric: HA_METRIC_BASE + server,
+                source_from_socket: true,
+                hold_down: HA_HOLD_DOWN,
+            });
+            loaded.settings.firewall = Some(ha_seed_table(&format!("{TABLE}-{dev}"), &dev));
+        }
     }
     Ok(loaded)
+}
+
+/// The shoot networks a kube-apiserver's HA client routes into its tunnel, as the server lets
+/// them through: the real ones, or vpn2's mapped ranges for the IPv4 ones where the seed's pod
+/// network overlaps them (services, pods, nodes; duplicates removed).
+pub fn ha_seed_routes(env: &Vpn2ClientEnv) -> Result<Vec<IpNet>, Vpn2Error> {
+    let netmap = Netmap::vpn2(
+        &env.shoot_pod_networks,
+        &env.shoot_service_networks,
+        &env.shoot_node_networks,
+    )?;
+    let overlap = env
+        .seed_pod_network
+        .is_some_and(|seed| overlaps_shoot(env, seed));
+    let mut out: Vec<IpNet> = Vec::new();
+    for net in env
+        .shoot_service_networks
+        .iter()
+        .chain(&env.shoot_pod_networks)
+        .chain(&env.shoot_node_networks)
+    {
+        let routed = match (overlap, net) {
+            (true, IpNet::V4(real)) => netmap
+                .entries()
+                .iter()
+                .find(|(r, _)| r == real)
+                .map_or(*net, |(_, mapped)| IpNet::V4(*mapped)),
+            _ => net.trunc(),
+        };
+        if !out.contains(&routed) {
+            out.push(routed);
+        }
+    }
+    Ok(out)
+}
+
+/// HA: the metric of server 0's routes; server *i*'s are `100 + i`, so the lowest index up
+/// carries the traffic.
+pub const HA_METRIC_BASE: u32 = 100;
+/// HA: how long a tunnel that came back must stay up before it takes its routes back
+/// (`docs/ha.md` §4: a path going up and down does not drag traffic with it).
+pub const HA_HOLD_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
+/// HA: a kube-apiserver's client gives up a silent server after this many seconds.
+pub const HA_SEED_PING_RESTART: u32 = 5;
+
+/// What an HA client is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HaRole {
+    /// `vpn-client-<server>` in a kube-apiserver pod.
+    Seed { server: u32 },
+    /// `vpn-shoot-s<server>` in shoot pod `pod` (the index of `POD_NAME`).
+    Shoot { server: u32, pod: u32 },
+}
+
+/// The HA role `env` describes (`None` without `IS_HA`).
+fn ha_role(env: &Vpn2ClientEnv) -> Result<Option<HaRole>, Vpn2Error> {
+    if !env.is_ha {
+        return Ok(None);
+    }
+    let server = env
+        .vpn_server_index
+        .ok_or(Vpn2Error::HaNeeds("VPN_SERVER_INDEX"))?;
+    if server >= HA_MAX_SERVERS {
+        return Err(Vpn2Error::HaNeeds("VPN_SERVER_INDEX below 3"));
+    }
+    if !env.is_shoot_client {
+        return Ok(Some(HaRole::Seed { server }));
+    }
+    let pod = env
+        .client_index
+        .ok_or(Vpn2Error::HaNeeds("POD_NAME ending in the pod's index"))?;
+    Ok(Some(HaRole::Shoot { server, pod }))
+}
+
+/// HA servers at most (vpn2's `POD_NAME` suffixes `-0` to `-2`).
+const HA_MAX_SERVERS: u32 = 3;
+
+/// The device: `tun0` without HA, `tun<VPN_SERVER_INDEX>` with.
+fn device(env: &Vpn2ClientEnv) -> Result<String, Vpn2Error> {
+    Ok(match ha_role(env)? {
+        None => DEVICE.to_owned(),
+        Some(HaRole::Seed { server } | HaRole::Shoot { server, .. }) => format!("tun{server}"),
+    })
+}
+
+/// Whether `net` overlaps one of the shoot's networks.
+fn overlaps_shoot(env: &Vpn2ClientEnv, net: IpNet) -> bool {
+    env.shoot_service_networks
+        .iter()
+        .chain(&env.shoot_pod_networks)
+        .chain(&env.shoot_node_networks)
+        .any(|s| s.contains(&net.network()) || net.contains(&s.network()))
+}
+
+/// The kube-apiserver pod's rules for HA client device `device` (vpn2's INPUT pair on `bond+`,
+/// here on the device): from the tunnel only what belongs to connections the pod opened.
+pub fn ha_seed_table(name: &str, device: &str) -> Table {
+    Table::new(name).chain(
+        Chain::filter("input", Hook::Input, priority::FILTER)
+            .rule(
+                Rule::new()
+                    .iifname(device)
+                    .established_or_related()
+                    .accept(),
+            )
+            .rule(Rule::new().iifname(device).drop()),
+    )
 }
 
 /// The tun device vpn2's shoot client uses.
@@ -151,9 +312,9 @@ pub const TABLE: &str = "vpn-shoot";
 /// one on the way in and the real one to the mapped one on the way back into the tunnel; the
 /// pod's address as the source of everything leaving through its interface (so the shoot's
 /// network policies see the vpn-shoot pod); TCP SYNs' MSS clamped to the path MTU, both ways.
-pub fn shoot_table(device: &str, netmap: &Netmap) -> Table {
+pub fn shoot_table(name: &str, device: &str, netmap: &Netmap) -> Table {
     let entries = netmap.entries();
-    Table::new(TABLE)
+    Table::new(name)
         .chain(
             Chain::filter("forward", Hook::Forward, priority::FILTER)
                 .rule(Rule::new().iifname(device).accept()),
@@ -233,6 +394,32 @@ pub fn setup() -> Result<(), SysctlError> {
     tracing::info!(
         count = SHOOT_SYSCTLS.len() + SHOOT_CONNTRACK_SYSCTLS.len(),
         "kernel settings of the shoot side applied"
+    );
+    Ok(())
+}
+
+/// vpn2's kernel settings of a kube-apiserver pod with HA clients (its `vpn-client-init`;
+/// reference gardener-pods.md §2.3): no martian logging or reverse-path filtering (the shoot's
+/// replies may come back through either tunnel), vpn2's TCP buffers, IPv6 on. vpn2 then built
+/// `tap0`, `tap1`, `bond0` with a leased address; our clients need none of it.
+pub const SEED_HA_SYSCTLS: &[(&str, &str)] = &[
+    ("net.ipv4.conf.all.log_martians", "0"),
+    ("net.ipv4.conf.default.log_martians", "0"),
+    ("net.ipv4.conf.all.rp_filter", "0"),
+    ("net.ipv4.conf.default.rp_filter", "0"),
+    ("net.ipv4.tcp_wmem", "65536\t12582912\t16777216"),
+    ("net.ipv4.tcp_rmem", "65536\t12582912\t16777216"),
+    ("net.ipv6.conf.all.disable_ipv6", "0"),
+];
+
+/// `vpn-client setup` in a kube-apiserver pod (HA): [`SEED_HA_SYSCTLS`]; no devices and no
+/// address lease (each client opens its own `tun<i>` and routes from the pod IP).
+pub fn setup_seed() -> Result<(), SysctlError> {
+    sysctl::write_all(SEED_HA_SYSCTLS)?;
+    tracing::info!(
+        count = SEED_HA_SYSCTLS.len(),
+        "kernel settings of the kube-apiserver pod applied; no tap, bond or ip6tnl devices and \
+         no address lease are needed (each vpn-client-<i> opens tun<i> and routes from the pod IP)"
     );
     Ok(())
 }
@@ -342,6 +529,63 @@ mod tests {
     }
 
     #[test]
+    fn ha_clients_have_their_own_device_and_route_only_while_up() {
+        let dir = secrets();
+        let ha = [
+            ("IS_HA", "true"),
+            ("HA_VPN_CLIENTS", "2"),
+            ("HA_VPN_SERVERS", "2"),
+            ("SHOOT_SERVICE_NETWORKS", "100.64.0.0/13"),
+            ("SHOOT_POD_NETWORKS", "100.96.0.0/11"),
+            ("SHOOT_NODE_NETWORKS", "10.250.0.0/16"),
+            ("SEED_POD_NETWORK", "10.1.0.0/16"),
+        ];
+        // vpn-client-1 of a kube-apiserver pod.
+        let mut vars = ha.to_vec();
+        vars.extend([("ENDPOINT", "vpn-seed-server-1"), ("VPN_SERVER_INDEX", "1")]);
+        let s = load_env(&env(&vars), dir.path()).expect("seed HA").settings;
+        assert_eq!(s.tun.name, "tun1");
+        let nets: Vec<IpNet> = ["100.64.0.0/13", "100.96.0.0/11", "10.250.0.0/16"]
+            .map(|n| n.parse().expect("net"))
+            .to_vec();
+        assert_eq!(s.tun.routes, nets);
+        assert_eq!(
+            s.tun.ha,
+            Some(HaRoutes {
+                metric: 101,
+                source_from_socket: true,
+                hold_down: HA_HOLD_DOWN,
+            })
+        );
+        let table = format!("{:?}", s.firewall.expect("INPUT rules"));
+        assert!(table.contains("\"tun1\"") && table.contains("vpn-shoot-tun1"), "{table}");
+        let text = render_client_config(&env(&vars), dir.path()).expect("text");
+        assert!(text.contains("ping-restart 5\npull-filter ignore \"ping-restart\""), "{text}");
+        // On overlap the IPv4 shoot networks are routed as vpn2 maps them.
+        vars.push(("SEED_POD_NETWORK", "100.96.0.0/11"));
+        let routes = ha_seed_routes(&env(&vars)).expect("routes");
+        assert!(routes.iter().all(|n| n.to_string().starts_with("24")), "{routes:?}");
+        // vpn-shoot-s0 of shoot pod 1: its own certificate directory, device and table.
+        let mut vars = ha.to_vec();
+        vars.extend([
+            ("ENDPOINT", "api.example.com"),
+            ("IS_SHOOT_CLIENT", "true"),
+            ("VPN_SERVER_INDEX", "0"),
+            ("POD_NAME", "vpn-shoot-1"),
+        ]);
+        let text = render_client_config(&env(&vars), dir.path()).expect("shoot HA");
+        for line in ["dev tun0", "/vpn-client-1/tls.crt", "http-proxy api.example.com"] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!text.contains("ping-restart"), "{text}");
+        let no_pod = vars[..vars.len() - 1].to_vec();
+        assert!(matches!(
+            render_client_config(&env(&no_pod), dir.path()),
+            Err(Vpn2Error::HaNeeds(_))
+        ));
+    }
+
+    #[test]
     fn missing_endpoint_ha_and_missing_secrets_are_errors() {
         let dir = secrets();
         let e = env(&[("IS_SHOOT_CLIENT", "true")]);
@@ -355,7 +599,10 @@ mod tests {
             ("HA_VPN_CLIENTS", "2"),
             ("HA_VPN_SERVERS", "2"),
         ]);
-        assert!(matches!(load_env(&e, dir.path()), Err(Vpn2Error::Ha)));
+        assert!(matches!(
+            load_env(&e, dir.path()),
+            Err(Vpn2Error::HaNeeds("VPN_SERVER_INDEX"))
+        ));
         let e = env(&[("ENDPOINT", "x")]);
         let err = load_env(&e, Path::new("/nonexistent-secrets")).expect_err("no secrets");
         assert!(

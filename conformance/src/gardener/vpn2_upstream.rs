@@ -187,7 +187,8 @@ pub fn install_shoot_rules(ns: &Netns) -> Result<(), LabError> {
         what: "the landscape's shoot networks".into(),
         source: Box::new(e),
     })?;
-    let table = vpn_client::vpn2::shoot_table(vpn_client::vpn2::DEVICE, &netmap);
+    let table =
+        vpn_client::vpn2::shoot_table(vpn_client::vpn2::TABLE, vpn_client::vpn2::DEVICE, &netmap);
     ns.run_in(move || Firewall::open()?.apply(&table, false))?
         .map_err(|e| LabError::Ours {
             what: "vpn-client",

@@ -122,6 +122,7 @@ enum Match {
     Tcp,
     TcpSyn,
     TcpDport(u16),
+    CtMark(u32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +134,8 @@ enum Action {
     Snat(IpNet),
     Masquerade,
     ClampMssToPmtu,
+    SetCtMark(u32),
+    SetMark(u32),
 }
 
 impl Table {
@@ -244,6 +247,22 @@ impl Rule {
     /// `tcp dport PORT`.
     pub fn tcp_dport(self, port: u16) -> Rule {
         self.with(Match::TcpDport(port))
+    }
+
+    /// `ct mark MARK`: the connection's mark is `mark`.
+    pub fn ct_mark(self, mark: u32) -> Rule {
+        self.with(Match::CtMark(mark))
+    }
+
+    /// `ct mark set MARK`: marks the packet's connection (no verdict: the chain goes on).
+    pub fn set_ct_mark(self, mark: u32) -> Rule {
+        self.then(Action::SetCtMark(mark))
+    }
+
+    /// `meta mark set MARK`: marks the packet (routing rules can select on it, `ip rule
+    /// fwmark`); no verdict.
+    pub fn set_mark(self, mark: u32) -> Rule {
+        self.then(Action::SetMark(mark))
     }
 
     /// `accept`.
@@ -477,6 +496,8 @@ const NFT_REG_2: u32 = 2;
 // meta
 const NFTA_META_DREG: u16 = 1;
 const NFTA_META_KEY: u16 = 2;
+const NFTA_META_SREG: u16 = 3;
+const NFT_META_MARK: u32 = 3;
 const NFT_META_IIFNAME: u32 = 6;
 const NFT_META_OIFNAME: u32 = 7;
 const NFT_META_SKGID: u32 = 11;
@@ -507,7 +528,9 @@ const NFTA_IMMEDIATE_DATA: u16 = 2;
 // ct
 const NFTA_CT_DREG: u16 = 1;
 const NFTA_CT_KEY: u16 = 2;
+const NFTA_CT_SREG: u16 = 4;
 const NFT_CT_STATE: u32 = 0;
+const NFT_CT_MARK: u32 = 3;
 /// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
 const CT_STATE_ESTABLISHED_RELATED: u32 = 2 | 4;
 /// `NF_CT_STATE_BIT(IP_CT_NEW)`.
@@ -662,29 +685,70 @@ fn new_rule(table: &str, chain: &str, exprs: &[Expr]) -> Request {
 /// One nf_tables expression, as `nft --debug=netlink` shows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Expr {
-    Meta { key: u32 },
-    Cmp { op: u32, data: Vec<u8> },
-    Payload { base: u32, offset: u32, len: u32 },
-    Bitwise { len: u32, mask: Vec<u8> },
-    Ct { key: u32 },
-    Immediate { reg: u32, data: Vec<u8> },
-    Verdict { code: u32 },
-    Nat { kind: u32, family: u8 },
+    Meta {
+        key: u32,
+    },
+    Cmp {
+        op: u32,
+        data: Vec<u8>,
+    },
+    Payload {
+        base: u32,
+        offset: u32,
+        len: u32,
+    },
+    Bitwise {
+        len: u32,
+        mask: Vec<u8>,
+    },
+    Ct {
+        key: u32,
+    },
+    /// `ct KEY set` from register 1.
+    CtSet {
+        key: u32,
+    },
+    /// `meta KEY set` from register 1.
+    MetaSet {
+        key: u32,
+    },
+    Immediate {
+        reg: u32,
+        data: Vec<u8>,
+    },
+    Verdict {
+        code: u32,
+    },
+    Nat {
+        kind: u32,
+        family: u8,
+    },
     Masq,
-    Reject { kind: u32 },
-    Rt { key: u32 },
-    Hton { len: u32, size: u32 },
-    ExthdrWrite { kind: u8, offset: u32, len: u32 },
+    Reject {
+        kind: u32,
+    },
+    Rt {
+        key: u32,
+    },
+    Hton {
+        len: u32,
+        size: u32,
+    },
+    ExthdrWrite {
+        kind: u8,
+        offset: u32,
+        len: u32,
+    },
 }
 
 impl Expr {
     fn name(&self) -> &'static str {
         match self {
-            Expr::Meta { .. } => "meta",
+            Expr::Meta { .. } | Expr::MetaSet { .. } => "meta",
             Expr::Cmp { .. } => "cmp",
             Expr::Payload { .. } => "payload",
             Expr::Bitwise { .. } => "bitwise",
-            Expr::Ct { .. } => "ct",
+            Expr::Ct { .. } | Expr::CtSet { .. } => "ct",
             Expr::Immediate { .. } | Expr::Verdict { .. } => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
@@ -725,6 +789,12 @@ impl Expr {
             Expr::Ct { key } => r
                 .attr_be32(NFTA_CT_KEY, *key)
                 .attr_be32(NFTA_CT_DREG, NFT_REG_1),
+            Expr::CtSet { key } => r
+                .attr_be32(NFTA_CT_KEY, *key)
+                .attr_be32(NFTA_CT_SREG, NFT_REG_1),
+            Expr::MetaSet { key } => r
+                .attr_be32(NFTA_META_KEY, *key)
+                .attr_be32(NFTA_META_SREG, NFT_REG_1),
             Expr::Immediate { reg, data } => r
                 .attr_be32(NFTA_IMMEDIATE_DREG, *reg)
                 .nested(NFTA_IMMEDIATE_DATA, |r| r.attr(NFTA_DATA_VALUE, data)),
@@ -807,6 +877,13 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
                     data: port.to_be_bytes().to_vec(),
                 });
             }
+            Match::CtMark(mark) => {
+                out.push(Expr::Ct { key: NFT_CT_MARK });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_EQ,
+                    data: mark.to_ne_bytes().to_vec(),
+                });
+            }
             Match::TcpSyn => {
                 l4proto_tcp(&mut out);
                 // The flags byte: SYN (0x02) set and RST (0x04) clear.
@@ -853,6 +930,16 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
             out.push(Expr::Nat { kind, family: f });
         }
         Some(Action::Masquerade) => out.push(Expr::Masq),
+        Some(Action::SetCtMark(mark) | Action::SetMark(mark)) => {
+            out.push(Expr::Immediate {
+                reg: NFT_REG_1,
+                data: mark.to_ne_bytes().to_vec(),
+            });
+            out.push(match rule.action {
+                Some(Action::SetCtMark(_)) => Expr::CtSet { key: NFT_CT_MARK },
+                _ => Expr::MetaSet { key: NFT_META_MARK },
+            });
+        }
         Some(Action::ClampMssToPmtu) => {
             out.push(Expr::Rt { key: NFT_RT_TCPMSS });
             out.push(Expr::Hton { len: 2, size: 2 });

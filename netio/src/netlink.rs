@@ -148,6 +148,23 @@ pub struct Route {
     /// Preferred source address (`RTA_PREFSRC`, `ip route ... src A`); `None` lets the kernel
     /// choose.
     pub source: Option<IpAddr>,
+    /// Routing table (`ip route ... table T`); `None` is the main table.
+    pub table: Option<u32>,
+}
+
+/// A policy routing rule: packets carrying firewall mark `fwmark` look up `table` first
+/// (`ip rule add fwmark M lookup T priority P`); a table without a matching route falls
+/// through to the next rule (the main table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FwmarkRule {
+    /// IPv4 or IPv6 rules.
+    pub family: Family,
+    /// The mark.
+    pub fwmark: u32,
+    /// The table looked up.
+    pub table: u32,
+    /// The rule's priority (lower first; the main table's rule is 32766).
+    pub priority: u32,
 }
 
 impl Route {
@@ -159,6 +176,7 @@ impl Route {
             gateway: None,
             metric: None,
             source: None,
+            table: None,
         }
     }
 }
@@ -395,6 +413,20 @@ impl Netlink {
         Ok(())
     }
 
+    /// `ip rule add fwmark M lookup T priority P`.
+    pub async fn add_rule(&self, rule: &FwmarkRule) -> Result<(), NetlinkError> {
+        self.exchange("add rule", rule_request(rule, RTM_NEWRULE, CREATE_EXCL))
+            .await?;
+        Ok(())
+    }
+
+    /// `ip rule del fwmark M lookup T priority P`.
+    pub async fn del_rule(&self, rule: &FwmarkRule) -> Result<(), NetlinkError> {
+        self.exchange("delete rule", rule_request(rule, RTM_DELRULE, 0))
+            .await?;
+        Ok(())
+    }
+
     /// Unicast routes of the main table for `family` (what `ip route` / `ip -6 route` show).
     pub async fn routes(&self, family: Family) -> Result<Vec<RouteEntry>, NetlinkError> {
         let names: Vec<(u32, String)> = self
@@ -455,7 +487,11 @@ impl Netlink {
         let header = RtMsg {
             family: family_of(dst.addr()),
             dst_len: dst.prefix_len(),
-            table: wire::RT_TABLE_MAIN,
+            // Tables beyond 255 are named by RTA_TABLE alone.
+            table: match route.table {
+                None => wire::RT_TABLE_MAIN,
+                Some(t) => u8::try_from(t).unwrap_or(0),
+            },
             protocol: if delete { 0 } else { libc::RTPROT_BOOT },
             scope: match (delete, route.gateway) {
                 (true, _) => libc::RT_SCOPE_NOWHERE,
@@ -477,6 +513,9 @@ impl Netlink {
         }
         if let Some(src) = route.source {
             req = req.attr_ip(libc::RTA_PREFSRC, src);
+        }
+        if let Some(table) = route.table {
+            req = req.attr_u32(libc::RTA_TABLE, table);
         }
         Ok(req)
     }
@@ -629,6 +668,32 @@ fn address_of(payload: &[u8], index: u32) -> Result<Option<IpPrefix>, Malformed>
     Ok(local
         .or(address)
         .and_then(|ip| IpPrefix::new(ip, prefix_len).ok()))
+}
+
+const RTM_NEWRULE: u16 = 32;
+const RTM_DELRULE: u16 = 33;
+/// `struct fib_rule_hdr`: family, dst_len, src_len, tos, table, res1, res2, action, flags.
+const FIB_RULE_HDR_LEN: usize = 12;
+const FR_ACT_TO_TBL: u8 = 1;
+const FRA_PRIORITY: u16 = 6;
+const FRA_FWMARK: u16 = 10;
+const FRA_TABLE: u16 = 15;
+
+/// The `RTM_NEWRULE` / `RTM_DELRULE` message for `rule`.
+fn rule_request(rule: &FwmarkRule, kind: u16, create: u16) -> Request {
+    let mut header = [0u8; FIB_RULE_HDR_LEN];
+    header[0] = match rule.family {
+        Family::V4 => libc::AF_INET as u8,
+        Family::V6 => libc::AF_INET6 as u8,
+    };
+    // The table in the header only when it fits; FRA_TABLE always.
+    header[4] = u8::try_from(rule.table).unwrap_or(0);
+    header[7] = FR_ACT_TO_TBL;
+    Request::new(kind, REQUEST | ACK | create)
+        .header(&header)
+        .attr_u32(FRA_FWMARK, rule.fwmark)
+        .attr_u32(FRA_TABLE, rule.table)
+        .attr_u32(FRA_PRIORITY, rule.priority)
 }
 
 /// One `RTM_NEWROUTE` message as a [`RouteEntry`], if it is a unicast IPv4/IPv6 route.

@@ -759,15 +759,10 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             });
         }
     }
+    // Its last report names tun0 (server 0 up: the lowest metric).
     path_controller
-        .wait_log("shoot networks carried by this tunnel", UP)
+        .wait_log("carried by this tunnel dev=\"tun0\"", UP)
         .expect("path controller reports tun0");
-    assert!(
-        path_controller.log().contains("dev=tun0")
-            || path_controller.log().contains("dev=\"tun0\""),
-        "{}",
-        path_controller.log()
-    );
 
     // Readiness: vpn2's HA rule, from the status file (written every 15 s).
     for i in 0..2 {
@@ -878,7 +873,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
         p.tcp_alive().expect("TCP session survives the blackhole");
     }
     let msg = record(&mut figures, format!("blackhole server 0: kube-apiserver routes moved after {:.1} s (ping-restart 5 s), UDP gap {:.1} s, TCP echo gap {:.1} s, TCP sessions alive", seed_moved.as_secs_f64(), udp.as_secs_f64(), tcp.as_secs_f64()));
-    assert!(udp < Duration::from_secs(12), "{}", msg);
+    assert!(udp < Duration::from_secs(7), "{}", msg);
     l.seed_router
         .run(["nft", "delete table ip lab-blackhole"])
         .expect("lift blackhole");

@@ -334,6 +334,12 @@ pub struct HaRoutes {
     pub source_from_socket: bool,
     /// How long a tunnel that came back must stay up before it takes its routes back.
     pub hold_down: Duration,
+    /// Shoot side: replies return through the tunnel their request last came in by. The
+    /// client's firewall table marks each connection coming in from its device with this
+    /// value and each reply of it with the same packet mark; while the tunnel is up, a
+    /// routing rule sends packets with the mark to a table of this number holding `routes`
+    /// through the device (a table without them falls through to the main table's metrics).
+    pub return_by_mark: Option<u32>,
 }
 
 impl Default for TunSettings {

@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
+use netio::netlink::{Family, FwmarkRule, IpPrefix, Netlink, NetlinkError, Route};
 use netio::report::chain;
 use netio::tun::{Tun, TunError, TunWriter};
 use protocol::push::options::{RouteGatewayAddr, RouteVia, Topology};
@@ -170,8 +170,11 @@ pub(crate) struct Tunnel {
     mtu: u16,
     addresses: Vec<IpPrefix>,
     routes: Vec<Route>,
-    /// HA: the routes of `settings.routes` while they are installed.
+    /// HA: the routes of `settings.routes` while they are installed (and their copies in the
+    /// return table).
     ha_routes: Vec<Route>,
+    /// HA, shoot side: the return path's routing rules while installed.
+    ha_rules: Vec<FwmarkRule>,
     /// HA: when the routes go in (the tunnel is up, hold-down running).
     ha_due: Option<Instant>,
     /// HA: the source address they carry.
@@ -194,6 +197,7 @@ impl Tunnel {
             addresses: Vec::new(),
             routes: Vec::new(),
             ha_routes: Vec::new(),
+            ha_rules: Vec::new(),
             ha_due: None,
             ha_source: None,
             was_up: false,
@@ -229,7 +233,7 @@ impl Tunnel {
 
     /// HA: installs the routes that are due (the tunnel stayed up through the hold-down).
     pub async fn ha_install(&mut self) {
-        let (Some(ha), Some(tun)) = (&self.settings.ha, &self.tun) else {
+        let (Some(ha), Some(tun)) = (self.settings.ha.clone(), &self.tun) else {
             return;
         };
         self.ha_due = None;
@@ -253,6 +257,9 @@ impl Tunnel {
             }
             self.ha_routes.push(route);
         }
+        if let Some(mark) = ha.return_by_mark {
+            self.ha_install_return_path(&dev, mark).await;
+        }
         tracing::info!(
             dev,
             metric = ha.metric,
@@ -262,12 +269,51 @@ impl Tunnel {
         );
     }
 
+    /// HA, shoot side: the return path by connection mark ([`HaRoutes::return_by_mark`]):
+    /// `routes` through the device in table `mark`, and the rule sending marked packets there.
+    async fn ha_install_return_path(&mut self, dev: &str, mark: u32) {
+        for net in &self.settings.routes {
+            let dst = IpPrefix::from(net.trunc());
+            let route = Route {
+                table: Some(mark),
+                ..Route::via_dev(dst, dev.to_owned())
+            };
+            match self.netlink.add_route(&route).await {
+                Ok(()) => self.ha_routes.push(route),
+                Err(e) if e.already_exists() => self.ha_routes.push(route),
+                Err(e) => {
+                    tracing::warn!(dst = %route.dst, table = mark, error = %chain(&e), "return route not added")
+                }
+            }
+        }
+        for family in [Family::V4, Family::V6] {
+            let rule = FwmarkRule {
+                family,
+                fwmark: mark,
+                table: mark,
+                priority: mark,
+            };
+            match self.netlink.add_rule(&rule).await {
+                Ok(()) => self.ha_rules.push(rule),
+                Err(e) if e.already_exists() => self.ha_rules.push(rule),
+                Err(e) => {
+                    tracing::warn!(?family, mark, error = %chain(&e), "return rule not added")
+                }
+            }
+        }
+    }
+
     /// HA: the connection ended: the routes go at once (the other server's device, with a
     /// higher metric, takes the traffic), and a pending install is cancelled.
     pub async fn ha_withdraw(&mut self) {
         self.ha_due = None;
-        if self.ha_routes.is_empty() {
+        if self.ha_routes.is_empty() && self.ha_rules.is_empty() {
             return;
+        }
+        for rule in std::mem::take(&mut self.ha_rules) {
+            if let Err(e) = self.netlink.del_rule(&rule).await {
+                tracing::warn!(mark = rule.fwmark, error = %chain(&e), "return rule not removed");
+            }
         }
         for route in std::mem::take(&mut self.ha_routes) {
             if let Err(e) = self.netlink.del_route(&route).await {

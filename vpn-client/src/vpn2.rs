@@ -158,7 +158,11 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
             Some(_) => format!("{TABLE}-{dev}"),
             None => TABLE.to_owned(),
         };
-        loaded.settings.firewall = Some(shoot_table(&table, &dev, &netmap));
+        let mut rules = shoot_table(&table, &dev, &netmap);
+        if let Some(HaRole::Shoot { server, .. }) = role {
+            rules = rules.chain(return_mark_chain(&dev, HA_METRIC_BASE + server));
+        }
+        loaded.settings.firewall = Some(rules);
     }
     match role {
         None => {}
@@ -174,6 +178,7 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                 metric: HA_METRIC_BASE + server,
                 source_from_socket: false,
                 hold_down: HA_HOLD_DOWN,
+                return_by_mark: Some(HA_METRIC_BASE + server),
             });
         }
         Some(HaRole::Seed { server }) => {
@@ -186,6 +191,7 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                 metric: HA_METRIC_BASE + server,
                 source_from_socket: true,
                 hold_down: HA_HOLD_DOWN,
+                return_by_mark: None,
             });
             loaded.settings.firewall = Some(ha_seed_table(&format!("{TABLE}-{dev}"), &dev));
         }
@@ -283,6 +289,21 @@ fn overlaps_shoot(env: &Vpn2ClientEnv, net: IpNet) -> bool {
         .chain(&env.shoot_pod_networks)
         .chain(&env.shoot_node_networks)
         .any(|s| s.contains(&net.network()) || net.contains(&s.network()))
+}
+
+/// A shoot pod's return path for HA client device `device` (`docs/ha.md` §3): a connection
+/// coming in from the device gets connection mark `mark` (every packet, so the mark follows
+/// a flow the kube-apiserver moved to the other server), and every packet of a connection
+/// with that mark gets packet mark `mark`, which the client's routing rule sends back
+/// through the device while its tunnel is up.
+pub fn return_mark_chain(device: &str, mark: u32) -> Chain {
+    Chain::filter(
+        format!("return-{device}"),
+        Hook::Prerouting,
+        priority::MANGLE,
+    )
+    .rule(Rule::new().iifname(device).set_ct_mark(mark))
+    .rule(Rule::new().ct_mark(mark).set_mark(mark))
 }
 
 /// The kube-apiserver pod's rules for HA client device `device` (vpn2's INPUT pair on `bond+`,
@@ -555,16 +576,26 @@ mod tests {
                 metric: 101,
                 source_from_socket: true,
                 hold_down: HA_HOLD_DOWN,
+                return_by_mark: None,
             })
         );
         let table = format!("{:?}", s.firewall.expect("INPUT rules"));
-        assert!(table.contains("\"tun1\"") && table.contains("vpn-shoot-tun1"), "{table}");
+        assert!(
+            table.contains("\"tun1\"") && table.contains("vpn-shoot-tun1"),
+            "{table}"
+        );
         let text = render_client_config(&env(&vars), dir.path()).expect("text");
-        assert!(text.contains("ping-restart 5\npull-filter ignore \"ping-restart\""), "{text}");
+        assert!(
+            text.contains("ping-restart 5\npull-filter ignore \"ping-restart\""),
+            "{text}"
+        );
         // On overlap the IPv4 shoot networks are routed as vpn2 maps them.
         vars.push(("SEED_POD_NETWORK", "100.96.0.0/11"));
         let routes = ha_seed_routes(&env(&vars)).expect("routes");
-        assert!(routes.iter().all(|n| n.to_string().starts_with("24")), "{routes:?}");
+        assert!(
+            routes.iter().all(|n| n.to_string().starts_with("24")),
+            "{routes:?}"
+        );
         // vpn-shoot-s0 of shoot pod 1: its own certificate directory, device and table.
         let mut vars = ha.to_vec();
         vars.extend([
@@ -574,7 +605,11 @@ mod tests {
             ("POD_NAME", "vpn-shoot-1"),
         ]);
         let text = render_client_config(&env(&vars), dir.path()).expect("shoot HA");
-        for line in ["dev tun0", "/vpn-client-1/tls.crt", "http-proxy api.example.com"] {
+        for line in [
+            "dev tun0",
+            "/vpn-client-1/tls.crt",
+            "http-proxy api.example.com",
+        ] {
             assert!(text.contains(line), "{line} in {text}");
         }
         assert!(!text.contains("ping-restart"), "{text}");

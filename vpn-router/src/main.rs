@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{ArgGroup, Parser};
 use netio::logging::Format;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
@@ -25,6 +25,7 @@ netio::libm_pow!();
 /// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
 #[derive(Debug, Parser)]
 #[command(name = "vpn-router", version, about)]
+#[command(group(ArgGroup::new("source").required(true).args(["config", "config_dir"])))]
 struct RouterArgs {
     /// The router's TOML config file (format: the `vpn_router` crate docs).
     #[arg(

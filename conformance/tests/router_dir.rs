@@ -505,6 +505,8 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         let results = Mutex::new(Vec::new());
         let mut tally: HashMap<String, Tally> = HashMap::new();
         let mut checked_broken = 0;
+        let mut pickup_poll = Vec::new();
+        let mut pickup_hup = Vec::new();
         let started = Instant::now();
         std::thread::scope(|scope| {
             for i in 0..TUNNEL_SHOOTS * TUNNELS_PER_SHOOT {
@@ -532,6 +534,7 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
                 let previous = model.clone();
                 model.apply(&gen);
                 volume.write_generation(&gen, &ports);
+                let swapped = Instant::now();
                 if g % 10 == 0 {
                     let ok = Command::new("kill")
                         .args(["-HUP", &pid.to_string()])
@@ -550,6 +553,12 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
                         "generation {g} not picked up within {PICKUP_BOUND:?}"
                     );
                     std::thread::sleep(Duration::from_millis(POLL_MS / 2));
+                }
+                let pickup = swapped.elapsed();
+                if g % 10 == 0 {
+                    pickup_hup.push(pickup);
+                } else {
+                    pickup_poll.push(pickup);
                 }
                 assert_eq!(reloads(), g as u64, "one swap, one reload");
                 // Picked up: exactly this generation's policy.
@@ -582,6 +591,12 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
             drop(guard);
         });
         let churn_time = started.elapsed();
+        eprintln!(
+            "router_dir: swap to reported, {POLL_MS} ms poll: {}; with SIGHUP at once: {} \
+             (these include the probes sent right after each swap)",
+            spread(&mut pickup_poll),
+            spread(&mut pickup_hup)
+        );
         (
             results.into_inner().expect("results"),
             tally,
@@ -690,6 +705,19 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         results.len(),
         churn_time = churn_time,
     );
+}
+
+/// `p50 / p99 / max` of `times`.
+fn spread(times: &mut [Duration]) -> String {
+    times.sort();
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    format!(
+        "p50 {:.1?} / p99 {:.1?} / max {:.1?} ({} swaps)",
+        at(0.5),
+        at(0.99),
+        at(1.0),
+        times.len()
+    )
 }
 
 /// Stops the tunnels also when the churn fails, so the scope can end.

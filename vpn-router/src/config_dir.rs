@@ -21,9 +21,10 @@
 //! one version, never a mix, and neither links not yet made nor links left dangling.
 //! Without `..data`, the files of `DIR` are read, through their links.
 //!
-//! **Reload.** The directory is read every `[watch] poll_ms` (default 1 s) and on SIGHUP; a
-//! read that finds any file's bytes changed builds a new policy off to the side and swaps it
-//! in one step (requests being decided keep the snapshot they started with). Only the
+//! **Reload.** The directory is read every `[watch] poll_ms` (default 1 s) and on SIGHUP (a
+//! Kubernetes volume only when `..data` names another version than the one read last, or on
+//! SIGHUP); a read that finds any file's bytes changed builds a new policy off to the side
+//! and swaps it in one step (requests being decided keep the snapshot they started with). Only the
 //! changed files are parsed again. Open tunnels are never touched by a reload: a shoot whose
 //! file changed or was deleted keeps its tunnels; the change applies to new connections.
 //!
@@ -62,12 +63,20 @@ pub const EXTENSION: &str = "toml";
 /// Kubernetes' link to the version of an atomically written volume in force.
 pub const DATA_LINK: &str = "..data";
 
+/// Configuration files by name, with their bytes.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
 /// Reads of the directory that race with a version's removal are tried this often.
 const SCAN_TRIES: usize = 3;
 
 /// The configuration files of `dir` and their bytes, by name (see the module docs for which
 /// names count and how a Kubernetes volume is read).
-pub fn scan(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
+pub fn scan(dir: &Path) -> io::Result<Files> {
+    scan_version(dir).map(|(files, _)| files)
+}
+
+/// [`scan`], and the target of `..data` the files were read through (`None`: no `..data`).
+fn scan_version(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
     let mut tries = 0;
     loop {
         tries += 1;
@@ -79,7 +88,7 @@ pub fn scan(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
     }
 }
 
-fn scan_once(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
+fn scan_once(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
     let link = std::fs::read_link(dir.join(DATA_LINK)).ok();
     let (root, versioned) = match &link {
         Some(target) => (dir.join(target), true),
@@ -117,7 +126,7 @@ fn scan_once(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
     if versioned && std::fs::read_link(dir.join(DATA_LINK)).ok() != link {
         return Err(io::ErrorKind::NotFound.into());
     }
-    Ok(files)
+    Ok((files, link))
 }
 
 /// The directory's state: what was read last, the last good seed settings, each shoot
@@ -126,7 +135,9 @@ fn scan_once(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
 pub struct DirLoader {
     dir: PathBuf,
     /// Every configuration file's bytes as last read.
-    seen: BTreeMap<String, Vec<u8>>,
+    seen: Files,
+    /// The target of `..data` they were read through, if any.
+    version: Option<PathBuf>,
     /// The last good seed settings (their policy has no routes).
     seed: RouterConfig,
     /// Each shoot file present: its last good routes (`None`: never good).
@@ -146,7 +157,7 @@ impl DirLoader {
     /// Reads `dir` the first time: `seed.toml` must be good; shoot files that are refused
     /// are reported in the log and `files`. Returns the loader and the configuration.
     pub fn open(dir: &Path, files: &ConfigFiles) -> Result<(DirLoader, RouterConfig), DirError> {
-        let found = scan(dir).map_err(|source| DirError::Scan {
+        let (found, version) = scan_version(dir).map_err(|source| DirError::Scan {
             dir: dir.to_owned(),
             source,
         })?;
@@ -160,6 +171,7 @@ impl DirLoader {
         let mut loader = DirLoader {
             dir: dir.to_owned(),
             seen: BTreeMap::from([(SEED_FILE.to_owned(), text.clone())]),
+            version,
             seed,
             shoots: BTreeMap::new(),
         };
@@ -175,11 +187,23 @@ impl DirLoader {
     /// Reads the directory again: `None` if no file's bytes changed, else the new
     /// configuration (refused files reported in the log and `files`, their last good
     /// version kept).
-    pub fn poll(&mut self, files: &ConfigFiles) -> Result<Option<Change>, DirError> {
-        let found = scan(&self.dir).map_err(|source| DirError::Scan {
+    ///
+    /// Unless `force`d (SIGHUP), a Kubernetes volume whose `..data` still names the version
+    /// read last is not read again: the kubelet never changes a version in place, it writes
+    /// a new one and renames `..data`. So the regular poll of a large volume costs one
+    /// `readlink(2)`.
+    pub fn poll(&mut self, files: &ConfigFiles, force: bool) -> Result<Option<Change>, DirError> {
+        if !force && self.version.is_some() {
+            let now = std::fs::read_link(self.dir.join(DATA_LINK)).ok();
+            if now == self.version {
+                return Ok(None);
+            }
+        }
+        let (found, version) = scan_version(&self.dir).map_err(|source| DirError::Scan {
             dir: self.dir.clone(),
             source,
         })?;
+        self.version = version;
         if found == self.seen {
             return Ok(None);
         }
@@ -187,7 +211,7 @@ impl DirLoader {
     }
 
     /// Takes the files of `found` that changed since the last read.
-    fn apply(&mut self, found: BTreeMap<String, Vec<u8>>, files: &ConfigFiles) -> Change {
+    fn apply(&mut self, found: Files, files: &ConfigFiles) -> Change {
         let mut seed_changed = false;
         match found.get(SEED_FILE) {
             None if self.seen.contains_key(SEED_FILE) => {

@@ -310,7 +310,7 @@ impl Reloader {
     /// unreadable directory is logged and returned, the policy stays.
     pub fn reload(&self) -> Result<(), RouterError> {
         if let Some(dir) = &self.shared.dir {
-            return self.reload_dir(dir);
+            return self.reload_dir(dir, true);
         }
         let Some(path) = &self.shared.path else {
             return Err(RouterError::NoFile);
@@ -337,9 +337,11 @@ impl Reloader {
         Ok(())
     }
 
-    fn reload_dir(&self, dir: &Mutex<DirLoader>) -> Result<(), RouterError> {
+    /// Reads the config directory (all of it if `force`d, else a volume only when its
+    /// `..data` moved) and swaps in a new policy if a file changed.
+    fn reload_dir(&self, dir: &Mutex<DirLoader>, force: bool) -> Result<(), RouterError> {
         let mut loader = dir.lock().unwrap_or_else(PoisonError::into_inner);
-        let change = match loader.poll(&self.shared.counters.files) {
+        let change = match loader.poll(&self.shared.counters.files, force) {
             Ok(Some(change)) => change,
             Ok(None) => return Ok(()),
             Err(e) => {
@@ -382,7 +384,11 @@ impl Reloader {
                 () = tokio::time::sleep(self.poll_interval()) => {}
             }
             let reloader = self.clone();
-            let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
+            let _ = tokio::task::spawn_blocking(move || match &reloader.shared.dir {
+                Some(dir) => reloader.reload_dir(dir, false),
+                None => Ok(()),
+            })
+            .await;
         }
     }
 }

@@ -124,7 +124,10 @@ fn shoots_change_alone_and_a_broken_file_keeps_its_last_good_routes() {
     let (mut loader, config) = DirLoader::open(vol.path(), &files).unwrap();
     assert_eq!(config.policy.routes.len(), 2);
     assert_eq!(allow_of(&config, "shoot--p--a"), Some(rule("192.0.2.0/24")));
-    assert!(loader.poll(&files).unwrap().is_none(), "nothing changed");
+    assert!(
+        loader.poll(&files, false).unwrap().is_none(),
+        "nothing changed"
+    );
 
     // a flips, ab breaks (a bad CIDR on line 4): a's change applies, ab keeps its routes.
     vol.write(&[
@@ -132,7 +135,7 @@ fn shoots_change_alone_and_a_broken_file_keeps_its_last_good_routes() {
         ("shoot--p--a.toml", &shoot("shoot--p--a", "203.0.113.0/24")),
         ("shoot--p--ab.toml", &shoot("shoot--p--ab", "10.0.0.0/33")),
     ]);
-    let change = loader.poll(&files).unwrap().unwrap();
+    let change = loader.poll(&files, false).unwrap().unwrap();
     assert!(!change.seed_changed);
     let c = &change.config;
     assert_eq!(allow_of(c, "shoot--p--a"), Some(rule("203.0.113.0/24")));
@@ -152,14 +155,14 @@ fn shoots_change_alone_and_a_broken_file_keeps_its_last_good_routes() {
         ("shoot--p--a.toml", &shoot("shoot--p--a", "203.0.113.0/24")),
         ("shoot--p--ab.toml", &shoot("shoot--p--ab", "10.0.0.0/8")),
     ]);
-    let c = loader.poll(&files).unwrap().unwrap().config;
+    let c = loader.poll(&files, false).unwrap().unwrap().config;
     assert_eq!(allow_of(&c, "shoot--p--ab"), Some(rule("10.0.0.0/8")));
     assert_eq!(files.state("shoot--p--ab.toml"), Some((true, 1)));
     vol.write(&[
         ("seed.toml", SEED),
         ("shoot--p--a.toml", &shoot("shoot--p--a", "203.0.113.0/24")),
     ]);
-    let c = loader.poll(&files).unwrap().unwrap().config;
+    let c = loader.poll(&files, false).unwrap().unwrap().config;
     assert_eq!(allow_of(&c, "shoot--p--ab"), None);
     assert_eq!(c.policy.routes.len(), 1);
     assert_eq!(files.state("shoot--p--ab.toml"), None);
@@ -183,7 +186,7 @@ fn a_shoot_file_cannot_claim_another_shoots_route() {
         ("shoot--p--a.toml", &a),
         ("shoot--p--ab.toml", &hijack),
     ]);
-    let c = loader.poll(&files).unwrap().unwrap().config;
+    let c = loader.poll(&files, false).unwrap().unwrap().config;
     let v = RouteValue::parse(&vpn("shoot--p--a")).unwrap();
     assert_eq!(c.policy.routes[&v].upstream, "shoot--p--a:1194");
     assert_eq!(
@@ -279,7 +282,7 @@ fn the_seed_file_keeps_its_last_good_version_and_takes_no_routes() {
         ("shoot--p--a.toml", &a),
         ("shoot--p--b.toml", &b),
     ]);
-    let change = loader.poll(&files).unwrap().unwrap();
+    let change = loader.poll(&files, false).unwrap().unwrap();
     assert!(!change.seed_changed);
     assert_eq!(change.config.policy.routes.len(), 2);
     assert_eq!(change.config.poll_interval.as_millis(), 50);
@@ -287,12 +290,12 @@ fn the_seed_file_keeps_its_last_good_version_and_takes_no_routes() {
     assert_eq!(files.state("seed.toml"), Some((false, 1)));
     // Deleted: still the old settings.
     vol.write(&[("shoot--p--a.toml", &a)]);
-    let change = loader.poll(&files).unwrap().unwrap();
+    let change = loader.poll(&files, false).unwrap().unwrap();
     assert_eq!(change.config.policy.always_allowed.proxy.len(), 1);
     assert_eq!(change.config.policy.routes.len(), 1);
     // Back, changed: taken.
     vol.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &a)]);
-    let change = loader.poll(&files).unwrap().unwrap();
+    let change = loader.poll(&files, false).unwrap().unwrap();
     assert!(change.seed_changed);
     assert_eq!(
         change.config.poll_interval,
@@ -310,4 +313,78 @@ fn the_example_directory_loads() {
     assert_eq!(config.listeners.len(), 2);
     assert_eq!(config.policy.routes.len(), 3);
     assert_eq!(files.state("shoot--dev--a.toml"), Some((true, 0)));
+}
+
+/// A measurement, not a check: what reading a directory of 1,000 shoots costs (`cargo test
+/// -p vpn-router --release --lib -- --ignored poll_cost --nocapture`).
+#[test]
+#[ignore = "measurement"]
+fn poll_cost_with_a_thousand_shoots() {
+    let mut vol = Volume::new();
+    let mut files: Vec<(String, String)> = vec![("seed.toml".into(), SEED.into())];
+    for i in 0..1000 {
+        let ns = format!("shoot--p--s{i}");
+        let text = format!(
+            "{}[[route]]\nvalue = \"outbound|443||kube-apiserver.{ns}.svc.cluster.local\"\n\
+             upstream = \"kube-apiserver.{ns}.svc.cluster.local:443\"\n",
+            shoot(&ns, "192.0.2.0/24")
+        );
+        files.push((format!("{ns}.toml"), text));
+    }
+    let write = |vol: &mut Volume, files: &[(String, String)]| {
+        let borrowed: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.as_str()))
+            .collect();
+        vol.write(&borrowed);
+    };
+    write(&mut vol, &files);
+    let reg = ConfigFiles::default();
+    let t = std::time::Instant::now();
+    let (mut loader, config) = DirLoader::open(vol.path(), &reg).unwrap();
+    let open = t.elapsed();
+    assert_eq!(config.policy.routes.len(), 2000);
+    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        assert!(loader.poll(&reg, false).unwrap().is_none());
+    }
+    let unchanged = t.elapsed() / 20;
+    let t = std::time::Instant::now();
+    assert!(loader.poll(&reg, true).unwrap().is_none());
+    let forced = t.elapsed();
+    // One shoot loses its kube-apiserver route.
+    files[1].1 = shoot("shoot--p--s0", "198.51.100.0/24");
+    write(&mut vol, &files);
+    let t = std::time::Instant::now();
+    let change = loader.poll(&reg, false).unwrap().unwrap();
+    let changed = t.elapsed();
+    assert_eq!(change.config.policy.routes.len(), 1999);
+    eprintln!(
+        "1000 shoot files, 2000 routes: first read {open:.2?}, an unchanged poll {unchanged:.2?} \
+         (every file read and compared: {forced:.2?}), a poll with one file changed (policy \
+         rebuilt) {changed:.2?}"
+    );
+}
+
+#[test]
+fn a_volume_is_read_again_when_data_moves_or_on_sighup() {
+    let mut vol = Volume::new();
+    let a = shoot("shoot--p--a", "192.0.2.0/24");
+    vol.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &a)]);
+    let files = ConfigFiles::default();
+    let (mut loader, _) = DirLoader::open(vol.path(), &files).unwrap();
+    // Changed in place (not what the kubelet does): the poll skips it, SIGHUP reads it.
+    let data = std::fs::read_link(vol.path().join(DATA_LINK)).unwrap();
+    let b = shoot("shoot--p--a", "10.0.0.0/8");
+    std::fs::write(vol.path().join(&data).join("shoot--p--a.toml"), &b).unwrap();
+    assert!(loader.poll(&files, false).unwrap().is_none());
+    let c = loader.poll(&files, true).unwrap().unwrap().config;
+    assert_eq!(allow_of(&c, "shoot--p--a"), Some(rule("10.0.0.0/8")));
+    // A plain directory is read at every poll.
+    let plain = tempfile::tempdir().unwrap();
+    std::fs::write(plain.path().join("seed.toml"), SEED).unwrap();
+    let (mut loader, _) = DirLoader::open(plain.path(), &files).unwrap();
+    std::fs::write(plain.path().join("shoot--p--a.toml"), &a).unwrap();
+    let c = loader.poll(&files, false).unwrap().unwrap().config;
+    assert_eq!(allow_of(&c, "shoot--p--a"), Some(rule("192.0.2.0/24")));
 }

@@ -24,6 +24,10 @@
 //!   current or previous policy; once the router reports the generation
 //!   (`vpn_router_config_reloads_total`), every probe is answered by its shoot's current
 //!   policy, and an allowed one reaches that shoot's upstream (its greeting);
+//! * a background prober sends CONNECTs for every shoot all through the churn; each is
+//!   answered by its own shoot's policy of a generation between the last one the router
+//!   reported before the request and the last one written after it (at most the previous
+//!   and the current one);
 //! * a broken file is logged with its name and line, `vpn_router_config_file_ok` shows it,
 //!   and the shoot keeps its last good policy;
 //! * the per-shoot series match what the test did (tunnels, refusals by reason, bytes each
@@ -37,7 +41,7 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -506,6 +510,12 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         let mut tally: HashMap<String, Tally> = HashMap::new();
         let mut checked_broken = 0;
         let mut pickup_poll = Vec::new();
+        // For the background prober: the model of each generation, the last written and the
+        // last the router reported.
+        let history = Mutex::new(vec![model.clone()]);
+        let written = AtomicUsize::new(0);
+        let picked = AtomicUsize::new(0);
+        let background = Mutex::new((HashMap::<String, Tally>::new(), Vec::<String>::new(), 0u64));
         let mut pickup_hup = Vec::new();
         let started = Instant::now();
         std::thread::scope(|scope| {
@@ -524,6 +534,35 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
                 assert!(Instant::now() < deadline, "tunnels did not open");
                 std::thread::sleep(Duration::from_millis(20));
             }
+            // Probes all through the churn: each answer must be the policy of a generation
+            // from the last one reported before the request to the last written after it.
+            scope.spawn(|| {
+                let mut targets: Vec<String> = (0..TUNNEL_SHOOTS).map(tshoot).collect();
+                targets.push("shoot--p--a".into());
+                targets.push("shoot--p--ab".into());
+                let all = [Answer::Allowed, Answer::Denied, Answer::Absent];
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let target = &targets[n % targets.len()];
+                    n += 1;
+                    let lo = picked.load(Ordering::SeqCst);
+                    let mut bg = background.lock().expect("background");
+                    let answer = probe(target, &all, &mut bg.0);
+                    let hi = written.load(Ordering::SeqCst);
+                    let ok: Vec<Answer> = {
+                        let history = history.lock().expect("history");
+                        (lo..=hi).map(|g| history[g].answer(target)).collect()
+                    };
+                    if !ok.contains(&answer) {
+                        bg.1.push(format!(
+                            "{target}: {answer:?}, generations {lo}..={hi} allow only {ok:?}"
+                        ));
+                    }
+                    bg.2 += 1;
+                    drop(bg);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
             let churn = Instant::now();
             for g in 1..=GENERATIONS {
                 assert!(
@@ -533,6 +572,9 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
                 let gen = generation(g);
                 let previous = model.clone();
                 model.apply(&gen);
+                history.lock().expect("history").push(model.clone());
+                // Announced before the swap: the router may take it at once.
+                written.store(g, Ordering::SeqCst);
                 volume.write_generation(&gen, &ports);
                 let swapped = Instant::now();
                 if g % 10 == 0 {
@@ -561,6 +603,7 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
                     pickup_poll.push(pickup);
                 }
                 assert_eq!(reloads(), g as u64, "one swap, one reload");
+                picked.store(g, Ordering::SeqCst);
                 // Picked up: exactly this generation's policy.
                 for s in ["shoot--p--a", "shoot--p--ab"] {
                     probe(s, &[model.answer(s)], &mut tally);
@@ -597,6 +640,22 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
             spread(&mut pickup_poll),
             spread(&mut pickup_hup)
         );
+        let (bg_tally, violations, bg_probes) = background.into_inner().expect("background");
+        assert!(
+            violations.is_empty(),
+            "{} background probes answered by no policy in force: {:?}",
+            violations.len(),
+            &violations[..violations.len().min(5)]
+        );
+        eprintln!("router_dir: {bg_probes} background probes during the churn, each answered by its shoot's policy in force");
+        for (shoot, t) in bg_tally {
+            let all = tally.entry(shoot).or_default();
+            all.tunnels += t.tunnels;
+            all.denied += t.denied;
+            all.no_route += t.no_route;
+            all.to_upstream += t.to_upstream;
+            all.to_client += t.to_client;
+        }
         (
             results.into_inner().expect("results"),
             tally,

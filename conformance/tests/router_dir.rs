@@ -12,7 +12,8 @@
 //! their rules flip between allowing and denying the client, and the files of `--t--5` …
 //! `--t--9` come and go. `shoot--p--a` and `shoot--p--ab` (one a prefix of the other) have
 //! opposite rules, flipped every generation; now and then `shoot--p--a.toml` is written
-//! broken (a bad CIDR on a known line). Each generation is a new `..<timestamp>` directory and
+//! broken (a bad CIDR on a known line), and now and then `seed.toml` (a bad value on line 1:
+//! the last good seed settings stay, the shoots' changes still apply). Each generation is a new `..<timestamp>` directory and
 //! one rename of `..data`, as the kubelet does; every tenth is followed by a SIGHUP at once.
 //!
 //! Asserted:
@@ -87,6 +88,8 @@ enum Answer {
 struct Generation {
     /// (shoot, allow the client, broken)
     files: Vec<(String, bool, bool)>,
+    /// `seed.toml` broken (on line 1): the last good seed settings stay.
+    broken_seed: bool,
 }
 
 fn generation(g: usize) -> Generation {
@@ -100,7 +103,10 @@ fn generation(g: usize) -> Generation {
     }
     files.push(("shoot--p--a".into(), g % 2 == 0, g % 97 == 50));
     files.push(("shoot--p--ab".into(), g % 2 == 1, false));
-    Generation { files }
+    Generation {
+        files,
+        broken_seed: g % 131 == 65,
+    }
 }
 
 /// The model of the router: each shoot's answer in force (a broken file keeps the last).
@@ -190,7 +196,12 @@ impl Volume {
     }
 
     fn write_generation(&mut self, gen: &Generation, ports: &HashMap<String, u16>) {
-        let mut files = vec![("seed.toml".to_owned(), seed_file())];
+        let seed = if gen.broken_seed {
+            format!("max_connections = \"many\"\n{}", seed_file())
+        } else {
+            seed_file()
+        };
+        let mut files = vec![("seed.toml".to_owned(), seed)];
         for (shoot, allow, broken) in &gen.files {
             files.push((
                 format!("{shoot}.toml"),
@@ -509,6 +520,7 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         let results = Mutex::new(Vec::new());
         let mut tally: HashMap<String, Tally> = HashMap::new();
         let mut checked_broken = 0;
+        let mut checked_broken_seed = 0;
         let mut pickup_poll = Vec::new();
         // For the background prober: the model of each generation, the last written and the
         // last the router reported.
@@ -630,6 +642,21 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
                     );
                     checked_broken += 1;
                 }
+                if gen.broken_seed {
+                    let m = metrics();
+                    assert_eq!(
+                        m.get("vpn_router_config_file_ok{file=\"seed.toml\"}"),
+                        Some(&0),
+                        "the broken seed file is not reported in /metrics"
+                    );
+                    let text = std::fs::read_to_string(&log).expect("log");
+                    assert_eq!(
+                        text.matches("seed.toml, line 1").count(),
+                        checked_broken_seed + 1,
+                        "the broken seed file is not logged by name and line"
+                    );
+                    checked_broken_seed += 1;
+                }
             }
             drop(guard);
         });
@@ -659,12 +686,13 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         (
             results.into_inner().expect("results"),
             tally,
-            checked_broken,
+            (checked_broken, checked_broken_seed),
             churn_time,
             model,
         )
     });
-    let (results, mut tally, broken, churn_time, model) = outcome.expect("run_in shoot");
+    let (results, mut tally, (broken, broken_seed), churn_time, model) =
+        outcome.expect("run_in shoot");
 
     // Every tunnel survived every reload with its bytes intact.
     assert_eq!(results.len(), TUNNEL_SHOOTS * TUNNELS_PER_SHOOT);
@@ -750,6 +778,14 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         Some(&(broken as u64))
     );
     assert_eq!(
+        m.get("vpn_router_config_errors_total{file=\"seed.toml\"}"),
+        Some(&(broken_seed as u64))
+    );
+    assert_eq!(
+        m.get("vpn_router_config_file_ok{file=\"seed.toml\"}"),
+        Some(&1)
+    );
+    assert_eq!(
         m.get("vpn_router_config_reloads_total"),
         Some(&(GENERATIONS as u64))
     );
@@ -760,7 +796,8 @@ fn config_dir_churn_never_touches_tunnels_and_keeps_shoots_apart() {
         .sum();
     eprintln!(
         "router_dir: {GENERATIONS} reloads in {churn_time:.1?}, {} tunnels carried {total} bytes \
-         each way, {probes} CONNECTs answered (probes and tunnels), {broken} broken versions kept out",
+         each way, {probes} CONNECTs answered (probes and tunnels), {broken} broken shoot and {broken_seed} \
+         broken seed versions kept out",
         results.len(),
         churn_time = churn_time,
     );

@@ -378,14 +378,11 @@ impl RawListener {
     }
 }
 
-/// Parses and checks the `[[route]]` tables of a shoot file (`--config-dir`), read from
-/// `path`; anything else in it is an error.
-pub(crate) fn parse_routes(
-    text: &str,
-    path: &Path,
-) -> Result<HashMap<RouteValue, Target>, ConfigError> {
+/// Parses and checks the `[[route]]` tables of a shoot file (`--config-dir`); anything else
+/// in it is an error. The caller names the file.
+pub(crate) fn parse_routes(text: &str) -> Result<HashMap<RouteValue, Target>, ConfigError> {
     let raw: RawRoutes = toml::from_str(text).map_err(|source| ConfigError::Toml {
-        path: Some(path.to_owned()),
+        path: None,
         line: source.span().map(|span| line_of(text, span.start)),
         source: Box::new(source),
     })?;

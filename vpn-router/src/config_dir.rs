@@ -291,7 +291,8 @@ fn parse_seed(path: &Path, text: &[u8]) -> Result<RouterConfig, DirError> {
     let text = std::str::from_utf8(text).map_err(|_| DirError::NotUtf8 {
         file: path.to_owned(),
     })?;
-    let config = RouterConfig::parse_from(text, Some(path)).map_err(|source| DirError::File {
+    // The error names the file once, here (`DirError::File`).
+    let config = RouterConfig::parse_from(text, None).map_err(|source| DirError::File {
         file: path.to_owned(),
         line: line_for(&source, text),
         source,
@@ -317,7 +318,7 @@ fn parse_shoot(
     let text = std::str::from_utf8(text).map_err(|_| DirError::NotUtf8 {
         file: path.to_owned(),
     })?;
-    let routes = parse_routes(text, path).map_err(|source| DirError::File {
+    let routes = parse_routes(text).map_err(|source| DirError::File {
         file: path.to_owned(),
         line: line_for(&source, text),
         source,

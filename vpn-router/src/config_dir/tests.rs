@@ -242,6 +242,12 @@ fn errors_name_the_file_and_line() {
             "{}",
             chain(&err)
         );
+        assert_eq!(
+            chain(&err).matches("shoot--p--a.toml").count(),
+            1,
+            "{}",
+            chain(&err)
+        );
     }
     assert!(matches!(
         parse_shoot(path, ns, b"\xff"),

@@ -42,9 +42,16 @@ pub struct Netns {
 impl Netns {
     /// Creates a namespace with a unique name and brings its loopback up.
     pub fn new() -> Result<Self, LabError> {
-        sweep_stale();
+        Self::with_prefix(NAME_PREFIX)
+    }
+
+    /// Like [`Netns::new`], with `prefix` instead of [`NAME_PREFIX`] (`<prefix><pid>-<n>`),
+    /// for a test whose namespaces must be told apart from the others'. Stale ones are swept
+    /// by the next namespace made with the same prefix.
+    pub fn with_prefix(prefix: &str) -> Result<Self, LabError> {
+        sweep_stale(prefix);
         let name = format!(
-            "{NAME_PREFIX}{}-{}",
+            "{prefix}{}-{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
@@ -195,15 +202,15 @@ fn destroy(name: &str) {
         .status();
 }
 
-/// Deletes `vpnt-<pid>-<n>` namespaces whose creating process is gone (a test binary that was
-/// killed before its guards could drop).
-fn sweep_stale() {
+/// Deletes `<prefix><pid>-<n>` namespaces whose creating process is gone (a test binary that
+/// was killed before its guards could drop).
+fn sweep_stale(prefix: &str) {
     let Ok(entries) = std::fs::read_dir("/run/netns") else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(NAME_PREFIX) else {
+        let Some(rest) = name.strip_prefix(prefix) else {
             continue;
         };
         let Some((pid, counter)) = rest.split_once('-') else {

@@ -33,6 +33,11 @@ pub const DEFAULT_MAX_PENDING: usize = 1024;
 /// Smallest `[relay] buffer_size`: one page (the kernel's smallest pipe).
 pub const MIN_RELAY_BUFFER_SIZE: usize = 4096;
 
+/// Default interval of `--config-dir`'s poll for changed files (`[watch] poll_ms`).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Shortest `[watch] poll_ms` taken; a smaller value is raised to it.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Everything the config file says, checked.
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
@@ -54,6 +59,9 @@ pub struct RouterConfig {
     /// Bytes buffered per direction of a tunnel: the pipe size `netio::relay::relay_tcp`
     /// asks for (`[relay] buffer_size`).
     pub relay_buffer_size: usize,
+    /// How often `--config-dir` is read for changes (`[watch] poll_ms`; changes apply at
+    /// the next poll).
+    pub poll_interval: Duration,
     /// Routes and allow-lists (replaced as a whole on reload).
     pub policy: Policy,
 }
@@ -84,8 +92,21 @@ impl RouterConfig {
         Self::parse_from(text, None)
     }
 
+    /// Whether `new` changes a setting fixed at start (listeners, deadlines, timeouts,
+    /// limits, the metrics address, the relay's buffer size): those apply after a restart.
+    pub(crate) fn restart_needed(&self, new: &RouterConfig) -> bool {
+        new.listeners != self.listeners
+            || new.deadlines != self.deadlines
+            || new.connect_timeout != self.connect_timeout
+            || new.idle_timeout != self.idle_timeout
+            || new.max_connections != self.max_connections
+            || new.max_pending != self.max_pending
+            || new.metrics_listen != self.metrics_listen
+            || new.relay_buffer_size != self.relay_buffer_size
+    }
+
     /// Parses and checks `text`, read from `path` if it came from a file.
-    fn parse_from(text: &str, path: Option<&Path>) -> Result<Self, ConfigError> {
+    pub(crate) fn parse_from(text: &str, path: Option<&Path>) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Toml {
             path: path.map(Path::to_owned),
             line: source.span().map(|span| line_of(text, span.start)),
@@ -96,7 +117,7 @@ impl RouterConfig {
 }
 
 /// The 1-based line of byte offset `at` in `text`.
-fn line_of(text: &str, at: usize) -> usize {
+pub(crate) fn line_of(text: &str, at: usize) -> usize {
     let before = text.get(..at).unwrap_or(text);
     before.bytes().filter(|&b| b == b'\n').count() + 1
 }
@@ -115,6 +136,8 @@ struct RawConfig {
     timeouts: RawTimeouts,
     #[serde(default)]
     relay: RawRelay,
+    #[serde(default)]
+    watch: RawWatch,
     #[serde(default, rename = "listener")]
     listeners: Vec<RawListener>,
     #[serde(default, rename = "route")]
@@ -134,6 +157,20 @@ struct RawTimeouts {
 #[serde(deny_unknown_fields)]
 struct RawRelay {
     buffer_size: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatch {
+    poll_ms: Option<u64>,
+}
+
+/// A shoot file of `--config-dir`: its `[[route]]` tables and nothing else.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRoutes {
+    #[serde(default, rename = "route")]
+    routes: Vec<RawRoute>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,30 +268,7 @@ impl RawConfig {
             .into_iter()
             .map(RawListener::check)
             .collect::<Result<Vec<_>, _>>()?;
-        let mut routes = HashMap::new();
-        for raw in self.routes {
-            let value = RouteValue::parse(&raw.value).map_err(|source| ConfigError::Route {
-                value: raw.value.clone(),
-                source,
-            })?;
-            if raw
-                .upstream
-                .rsplit_once(':')
-                .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-            {
-                return Err(ConfigError::Upstream {
-                    upstream: raw.upstream,
-                });
-            }
-            let rules = raw.rules()?;
-            let target = Target {
-                upstream: raw.upstream,
-                rules,
-            };
-            if routes.insert(value, target).is_some() {
-                return Err(ConfigError::DuplicateRoute { value: raw.value });
-            }
-        }
+        let routes = check_routes(self.routes)?;
         let metrics_listen = match self.metrics_listen {
             None => None,
             Some(address) => Some(
@@ -286,6 +300,7 @@ impl RawConfig {
             max_pending: self.max_pending.unwrap_or(DEFAULT_MAX_PENDING).max(1),
             metrics_listen,
             relay_buffer_size,
+            poll_interval: ms(self.watch.poll_ms, DEFAULT_POLL_INTERVAL).max(MIN_POLL_INTERVAL),
             policy: Policy {
                 routes,
                 always_allowed: AlwaysAllowed {
@@ -295,6 +310,35 @@ impl RawConfig {
             },
         })
     }
+}
+
+/// Checks `[[route]]` tables: valid values, `host:port` upstreams, rules, no value twice.
+fn check_routes(raw_routes: Vec<RawRoute>) -> Result<HashMap<RouteValue, Target>, ConfigError> {
+    let mut routes = HashMap::new();
+    for raw in raw_routes {
+        let value = RouteValue::parse(&raw.value).map_err(|source| ConfigError::Route {
+            value: raw.value.clone(),
+            source,
+        })?;
+        if raw
+            .upstream
+            .rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+        {
+            return Err(ConfigError::Upstream {
+                upstream: raw.upstream,
+            });
+        }
+        let rules = raw.rules()?;
+        let target = Target {
+            upstream: raw.upstream,
+            rules,
+        };
+        if routes.insert(value, target).is_some() {
+            return Err(ConfigError::DuplicateRoute { value: raw.value });
+        }
+    }
+    Ok(routes)
 }
 
 impl RawListener {
@@ -332,6 +376,17 @@ impl RawListener {
             proxy,
         })
     }
+}
+
+/// Parses and checks the `[[route]]` tables of a shoot file (`--config-dir`); anything else
+/// in it is an error. The caller names the file.
+pub(crate) fn parse_routes(text: &str) -> Result<HashMap<RouteValue, Target>, ConfigError> {
+    let raw: RawRoutes = toml::from_str(text).map_err(|source| ConfigError::Toml {
+        path: None,
+        line: source.span().map(|span| line_of(text, span.start)),
+        source: Box::new(source),
+    })?;
+    check_routes(raw.routes)
 }
 
 /// Parses CIDRs; a bare address is a host network (/32 or /128).

@@ -1,4 +1,5 @@
-//! The seed's ingress router (the `vpn-router --config FILE` binary): replaces the Istio ingress
+//! The seed's ingress router (the `vpn-router --config FILE` or `--config-dir DIR` binary):
+//! replaces the Istio ingress
 //! gateway's CONNECT routes (reference section 2.5) and the ACL extension's allow-lists
 //! (section 4.1) with one small, strict proxy.
 //!
@@ -41,7 +42,29 @@
 //! SIGHUP re-reads the config file: on success the routes, allow-lists and always-allowed
 //! networks are replaced in one atomic swap (a request in flight keeps the snapshot it
 //! started deciding with); a bad file is logged and the old policy stays. Listeners and
-//! timeouts are fixed at start (a change to them is logged and needs a restart).
+//! timeouts are fixed at start (a change to them is logged and needs a restart). A reload
+//! never touches an open tunnel: it changes how new connections are decided, nothing else.
+//!
+//! # A config directory (`--config-dir DIR`)
+//!
+//! What a controller writes into a ConfigMap or Secret ([`config_dir`]): `DIR/seed.toml`
+//! holds everything of the file below but the routes, and `DIR/<shoot>.toml` (e.g.
+//! `shoot--p--a.toml`) holds that shoot's `[[route]]` tables, each of which must name the
+//! shoot's namespace, so no file can claim another shoot's route. Names starting with a dot
+//! and names not ending in `.toml` are ignored; a Kubernetes volume is read through its
+//! `..data` link, one version at a time. The directory is read every `[watch] poll_ms`
+//! (default 1000) and on SIGHUP; a read that finds a file changed swaps in a new policy. A
+//! refused shoot file is logged with its name and line and counted
+//! (`vpn_router_config_file_ok`, `vpn_router_config_errors_total`), and that shoot keeps its
+//! last good routes while the others change; a refused or removed `seed.toml` keeps the last
+//! good seed settings; a removed shoot file removes its routes for new connections.
+//! `vpn-router/examples/router.d/` is an example.
+//!
+//! # Metrics per shoot
+//!
+//! Beside the router-wide series, each configured shoot has its own, by flow (`vpn`,
+//! `apiserver-proxy`, `kube-apiserver-socket`, `legacy`): tunnels opened and open, bytes each
+//! way, refusals by reason ([`shoots`]; catalogue in `docs/metrics.md`).
 //!
 //! # Where it differs from Gardener's Istio gateway, and why
 //!
@@ -95,6 +118,9 @@
 //! buffer_size = 32768         # bytes per direction: the splice pipe size (4096..=1048576,
 //!                             # rounded up to a power of two pages; fixed at start)
 //!
+//! [watch]                     # optional; used by --config-dir
+//! poll_ms = 1000              # read the directory for changes this often (at least 10)
+//!
 //! [[listener]]
 //! address = "0.0.0.0:8443"
 //! headers = ["X-Gardener-Destination", "X-Gardener-API-Route"]
@@ -133,9 +159,11 @@
 
 pub mod access;
 mod config;
+pub mod config_dir;
 mod metrics;
 mod policy;
 mod serve;
+pub mod shoots;
 
 pub use config::{
     ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,

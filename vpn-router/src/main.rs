@@ -2,6 +2,8 @@
 //!
 //! `vpn-router --config FILE` routes HTTP CONNECT requests by header to the seed's VPN servers
 //! and kube-apiservers; SIGHUP reloads the routes and allow-lists, SIGTERM or SIGINT ends it.
+//! `vpn-router --config-dir DIR` reads a seed file and one file per shoot instead, and reads
+//! them again whenever they change (`vpn_router::config_dir`).
 //! A binary of its own, not a subcommand of `vpn-server`: it runs in the ingress deployment,
 //! not beside each VPN server, and leaving it (and its TOML parser) out of `vpn-server` keeps
 //! that binary's text, and so every VPN server's resident memory, smaller. Errors are one line
@@ -11,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{ArgGroup, Parser};
 use netio::logging::Format;
 use netio::report::chain;
 use netio::signals::cancel_on_signals;
@@ -23,10 +25,20 @@ netio::libm_pow!();
 /// The seed's ingress router: CONNECT routing by header, allow-lists, PROXY protocol.
 #[derive(Debug, Parser)]
 #[command(name = "vpn-router", version, about)]
+#[command(group(ArgGroup::new("source").required(true).args(["config", "config_dir"])))]
 struct RouterArgs {
     /// The router's TOML config file (format: the `vpn_router` crate docs).
-    #[arg(long, env = "VPN_ROUTER_CONFIG")]
-    config: PathBuf,
+    #[arg(
+        long,
+        env = "VPN_ROUTER_CONFIG",
+        required_unless_present = "config_dir",
+        conflicts_with = "config_dir"
+    )]
+    config: Option<PathBuf>,
+    /// A config directory: `seed.toml` and one `<shoot>.toml` per shoot, polled for changes
+    /// (`vpn_router::config_dir`; a mounted ConfigMap or Secret).
+    #[arg(long, env = "VPN_ROUTER_CONFIG_DIR")]
+    config_dir: Option<PathBuf>,
     /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_router=debug`).
     #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
     log: String,
@@ -60,7 +72,11 @@ fn run(args: RouterArgs) -> anyhow::Result<()> {
         // Signal handlers first, so a SIGTERM during start-up also ends in a clean exit.
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signals(shutdown.clone()).context("signal handlers")?);
-        let router = Router::bind(&args.config).await?;
+        let router = match (&args.config, &args.config_dir) {
+            (_, Some(dir)) => Router::bind_dir(dir).await?,
+            (Some(file), None) => Router::bind(file).await?,
+            (None, None) => anyhow::bail!("--config FILE or --config-dir DIR is needed"),
+        };
         router.run_with_sighup(shutdown).await?;
         Ok(())
     })

@@ -11,11 +11,16 @@
 //! | `vpn_router_pending` | gauge | connections before their head is routed (PROXY header and CONNECT head still arriving) |
 //! | `vpn_router_pending_closed_total{reason}` | counter | connections closed before their head arrived: `evicted` (the oldest pending one made room for a newer one, `max_pending`), `timeout` (the PROXY header or the head deadline; a head deadline is also a 408) |
 //! | `vpn_router_proxy_refused_total{reason}` | counter | connections closed unanswered for their PROXY header: `untrusted` (a `"required"` listener, a peer outside `trusted_proxies`), `forbidden` (a `"from-trusted"` listener, a header from a peer outside `trusted_proxies`), `malformed` (missing, malformed, or not a TCP connection's, from a trusted peer) |
+//!
+//! Per shoot and flow: [`crate::shoots`]; the configuration files: [`crate::config_dir::ConfigFiles`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use netio::admin::{AdminState, Exposition, Kind};
 use protocol::http::connect::Status;
+
+use crate::config_dir::ConfigFiles;
+use crate::shoots::Shoots;
 
 /// The status codes the router answers with, in the order of [`Counters::by_code`].
 const CODES: [u16; 10] = [200, 400, 403, 405, 408, 414, 431, 502, 503, 504];
@@ -43,6 +48,10 @@ pub struct Counters {
     /// Connections closed for their PROXY header, by [`ProxyRefusal`].
     proxy_refused: [AtomicU64; ProxyRefusal::ALL.len()],
     by_code: [AtomicU64; CODES.len()],
+    /// Per-shoot and per-flow counters (`vpn_router_shoot_*`).
+    pub shoots: Shoots,
+    /// The configuration files' state and reloads (`vpn_router_config_*`).
+    pub files: ConfigFiles,
     /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
     serving: AtomicBool,
 }
@@ -172,6 +181,8 @@ impl AdminState for Counters {
                 self.proxy_refused_total(why),
             );
         }
+        self.shoots.metrics(out);
+        self.files.metrics(out);
     }
 
     fn ready(&self) -> bool {

@@ -23,8 +23,10 @@ use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
 use crate::access::Client;
 use crate::config::{ConfigError, ListenerConfig, RouterConfig};
+use crate::config_dir::{DirError, DirLoader};
 use crate::metrics::{Counters, ProxyRefusal};
-use crate::policy::Policy;
+use crate::policy::{Policy, Refusal};
+use crate::shoots::{Flow, ShootRefusal};
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -54,6 +56,8 @@ pub struct Router {
 #[derive(Debug)]
 struct Shared {
     path: Option<PathBuf>,
+    /// `--config-dir`: the directory's loader (its last good files), instead of `path`.
+    dir: Option<Mutex<DirLoader>>,
     config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
     counters: Arc<Counters>,
@@ -89,7 +93,21 @@ impl Router {
     /// Loads `path` and binds every listener. Must run inside a tokio runtime.
     pub async fn bind(path: &Path) -> Result<Self, RouterError> {
         let config = RouterConfig::load(path)?;
-        Self::bind_config(config, Some(path.to_owned())).await
+        let router = Self::bind_config(config, Some(path.to_owned())).await?;
+        if let Some(name) = path.file_name() {
+            let files = &router.shared.counters.files;
+            files.set(&name.to_string_lossy(), true, false);
+        }
+        Ok(router)
+    }
+
+    /// Loads the directory `dir` (`--config-dir`, [`crate::config_dir`]) and binds every
+    /// listener; [`Reloader::reload`] and the poll of [`Router::run_with_sighup`] read it
+    /// again. Must run inside a tokio runtime.
+    pub async fn bind_dir(dir: &Path) -> Result<Self, RouterError> {
+        let counters = Arc::new(Counters::default());
+        let (loader, config) = DirLoader::open(dir, &counters.files)?;
+        Self::bind_with(config, None, Some(loader), counters).await
     }
 
     /// Binds the listeners of `config` and its `metrics_listen`; `path` is what
@@ -103,6 +121,15 @@ impl Router {
     pub async fn bind_config(
         config: RouterConfig,
         path: Option<PathBuf>,
+    ) -> Result<Self, RouterError> {
+        Self::bind_with(config, path, None, Arc::default()).await
+    }
+
+    async fn bind_with(
+        config: RouterConfig,
+        path: Option<PathBuf>,
+        dir: Option<DirLoader>,
+        counters: Arc<Counters>,
     ) -> Result<Self, RouterError> {
         let mut listeners = Vec::new();
         for l in &config.listeners {
@@ -119,15 +146,17 @@ impl Router {
             Some(address) => Some(AdminServer::bind(&[address])?),
         };
         let policy = RwLock::new(Arc::new(config.policy.clone()));
+        counters.shoots.configure(&config.policy);
         Ok(Self {
             listeners,
             admin,
             shared: Arc::new(Shared {
                 path,
+                dir: dir.map(Mutex::new),
                 pending: PendingSet::new(config.max_pending),
                 config,
                 policy,
-                counters: Arc::default(),
+                counters,
                 logs: Mutex::default(),
             }),
         })
@@ -161,11 +190,15 @@ impl Router {
         }
     }
 
-    /// Serves until `shutdown`, reloading the policy on every SIGHUP.
+    /// Serves until `shutdown`, reloading the policy on every SIGHUP (and, with
+    /// `--config-dir`, whenever a poll finds the directory changed).
     pub async fn run_with_sighup(self, shutdown: CancellationToken) -> Result<(), RouterError> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(RouterError::Signal)?;
         let reloader = self.reloader();
+        if self.shared.dir.is_some() {
+            tokio::spawn(reloader.clone().poll(shutdown.clone()));
+        }
         let stop = shutdown.clone();
         tokio::spawn(async move {
             loop {
@@ -176,7 +209,8 @@ impl Router {
                             return;
                         }
                         info!("SIGHUP received, reloading the router policy");
-                        let _ = reloader.reload();
+                        let reloader = reloader.clone();
+                        let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
                     }
                 }
             }
@@ -270,36 +304,92 @@ pub struct Reloader {
 impl Reloader {
     /// Re-reads the file and swaps the policy in one step; on error the old policy stays and
     /// the error is logged and returned.
+    ///
+    /// With `--config-dir`, reads the directory and swaps in a new policy if any file
+    /// changed (refused files keep their last good version, [`crate::config_dir`]); an
+    /// unreadable directory is logged and returned, the policy stays.
     pub fn reload(&self) -> Result<(), RouterError> {
+        if let Some(dir) = &self.shared.dir {
+            return self.reload_dir(dir, true);
+        }
         let Some(path) = &self.shared.path else {
             return Err(RouterError::NoFile);
         };
+        let file = path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let files = &self.shared.counters.files;
         let new = match RouterConfig::load(path) {
             Ok(new) => new,
             Err(e) => {
                 warn!(path = %path.display(), "router policy reload failed, keeping the old policy: {}", chain(&e));
+                files.set(&file, false, true);
+                files.reloaded();
                 return Err(e.into());
             }
         };
-        if new.listeners != self.shared.config.listeners
-            || new.deadlines != self.shared.config.deadlines
-            || new.connect_timeout != self.shared.config.connect_timeout
-            || new.idle_timeout != self.shared.config.idle_timeout
-            || new.max_connections != self.shared.config.max_connections
-            || new.max_pending != self.shared.config.max_pending
-            || new.metrics_listen != self.shared.config.metrics_listen
-            || new.relay_buffer_size != self.shared.config.relay_buffer_size
-        {
+        files.set(&file, true, false);
+        if self.shared.config.restart_needed(&new) {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }
-        let routes = new.policy.routes.len();
-        let fresh = Arc::new(new.policy);
-        match self.shared.policy.write() {
-            Ok(mut guard) => *guard = fresh,
-            Err(poisoned) => *poisoned.into_inner() = fresh,
-        }
-        info!(routes, "router policy reloaded");
+        self.shared.install(new.policy);
+        files.reloaded();
         Ok(())
+    }
+
+    /// Reads the config directory (all of it if `force`d, else a volume only when its
+    /// `..data` moved) and swaps in a new policy if a file changed.
+    fn reload_dir(&self, dir: &Mutex<DirLoader>, force: bool) -> Result<(), RouterError> {
+        let mut loader = dir.lock().unwrap_or_else(PoisonError::into_inner);
+        let change = match loader.poll(&self.shared.counters.files, force) {
+            Ok(Some(change)) => change,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                warn!(
+                    "router config directory not read, keeping the policy: {}",
+                    chain(&e)
+                );
+                return Err(e.into());
+            }
+        };
+        if change.seed_changed && self.shared.config.restart_needed(&change.config) {
+            warn!(
+                "router listeners or timeouts changed in the seed file; they apply after a restart"
+            );
+        }
+        self.shared.install(change.config.policy);
+        self.shared.counters.files.reloaded();
+        Ok(())
+    }
+
+    /// The interval of the directory poll: the last good seed file's `[watch] poll_ms`.
+    fn poll_interval(&self) -> Duration {
+        match &self.shared.dir {
+            Some(dir) => {
+                dir.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .seed()
+                    .poll_interval
+            }
+            None => self.shared.config.poll_interval,
+        }
+    }
+
+    /// Reads the config directory every poll interval until `shutdown` (a blocking task
+    /// each time: files are read with blocking calls).
+    async fn poll(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(self.poll_interval()) => {}
+            }
+            let reloader = self.clone();
+            let _ = tokio::task::spawn_blocking(move || match &reloader.shared.dir {
+                Some(dir) => reloader.reload_dir(dir, false),
+                None => Ok(()),
+            })
+            .await;
+        }
     }
 }
 
@@ -309,6 +399,22 @@ impl Shared {
     fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
         let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
         kind(&mut logs).allow(Instant::now())
+    }
+
+    /// Swaps `policy` in, in one step; the per-shoot series follow its shoots.
+    fn install(&self, policy: Policy) {
+        let routes = policy.routes.len();
+        let fresh = Arc::new(policy);
+        self.counters.shoots.configure(&fresh);
+        match self.policy.write() {
+            Ok(mut guard) => *guard = fresh,
+            Err(poisoned) => *poisoned.into_inner() = fresh,
+        }
+        info!(
+            routes,
+            shoots = self.counters.shoots.configured(),
+            "router policy reloaded"
+        );
     }
 
     fn snapshot(&self) -> Arc<Policy> {
@@ -371,12 +477,24 @@ async fn handle(
             let status = refusal.status();
             info!(status = status.code, "refused: {}", chain(&refusal));
             shared.counters.responded(status);
+            let shoot = match &refusal {
+                Refusal::Denied { route, .. } => Some((route, ShootRefusal::Denied)),
+                Refusal::Unknown { route } => Some((route, ShootRefusal::NoRoute)),
+                _ => None,
+            };
+            if let Some((route, why)) = shoot {
+                if let Some(counters) = shared.counters.shoots.get(route.namespace()) {
+                    counters.refused(Flow::of(route, &head), why);
+                }
+            }
             refuse(&mut stream, Some(status)).await;
             return;
         }
     };
     Span::current().record("route", display(decision.route));
     let upstream_name = decision.target.upstream.clone();
+    let flow = Flow::of(decision.route, &head);
+    let shoot = shared.counters.shoots.get(decision.route.namespace());
     drop(policy);
     let connect =
         tokio::time::timeout(shared.config.connect_timeout, connect(&upstream_name)).await;
@@ -385,12 +503,18 @@ async fn handle(
         Ok(Err(e)) => {
             info!(upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
             shared.counters.responded(Status::SERVICE_UNAVAILABLE);
+            if let Some(shoot) = &shoot {
+                shoot.refused(flow, ShootRefusal::ConnectFailed);
+            }
             refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
             return;
         }
         Err(_) => {
             info!(upstream = %upstream_name, status = 504, "upstream connect timed out");
             shared.counters.responded(Status::GATEWAY_TIMEOUT);
+            if let Some(shoot) = &shoot {
+                shoot.refused(flow, ShootRefusal::ConnectTimeout);
+            }
             refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
             return;
         }
@@ -402,9 +526,18 @@ async fn handle(
     }
     shared.counters.responded(Status::ESTABLISHED);
     let _active = shared.counters.tunnel_opened();
+    let shoot_tunnel = shoot.map(|s| s.tunnel_opened(flow));
     debug!(upstream = %upstream_name, "tunnel open");
     let early = early.len() as u64;
-    match relay(&mut stream, &mut upstream, &shared.config).await {
+    let result = relay(&mut stream, &mut upstream, &shared.config).await;
+    let (to_upstream, to_client) = match &result {
+        Ok(stats) => (stats.a_to_b + early, stats.b_to_a),
+        Err(e) => (e.a_to_b + early, e.b_to_a),
+    };
+    if let Some(tunnel) = &shoot_tunnel {
+        tunnel.relayed(to_upstream, to_client);
+    }
+    match result {
         Ok(stats) => {
             shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
             debug!(to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
@@ -465,6 +598,9 @@ pub enum RouterError {
     /// The config file is refused.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The config directory is refused (`--config-dir`).
+    #[error(transparent)]
+    Dir(#[from] DirError),
     /// A listener cannot bind.
     #[error("cannot listen on {address}")]
     Bind {

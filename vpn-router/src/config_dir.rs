@@ -1,0 +1,518 @@
+//! `vpn-router --config-dir DIR`: the configuration as a directory a controller writes into a
+//! ConfigMap or Secret, one file for the seed and one per shoot, read again whenever it
+//! changes.
+//!
+//! * `DIR/seed.toml` ([`SEED_FILE`]): the seed's settings, in the format of `--config FILE`
+//!   without `[[route]]` tables: listeners, timeouts, limits, trusted proxies,
+//!   `always_allowed`, `metrics_listen`, `[watch] poll_ms`.
+//! * `DIR/<shoot>.toml`: one shoot's `[[route]]` tables (and their rules), nothing else. The
+//!   file's stem is the shoot: every route in it must name that namespace
+//!   (`...vpn-seed-server.<shoot>.svc.cluster.local`, `<shoot>--kube-apiserver-socket`). So a
+//!   routing value can belong to one file only, and a shoot's file cannot claim, shadow or
+//!   hijack another shoot's routes (`shoot--p--a.toml` cannot route `shoot--p--ab`): such a
+//!   route refuses its whole file.
+//! * Other names are ignored: names starting with a dot (Kubernetes' `..data` and
+//!   `..<timestamp>` entries, editors' temporary files) and names not ending in `.toml`.
+//!
+//! **Kubernetes volumes.** A ConfigMap or Secret volume holds the files in a directory
+//! `..<timestamp>/`, a link `..data` to it, and a link `<name> -> ..data/<name>` per file; a new
+//! version is a new directory and one atomic rename of `..data`. When `DIR/..data` exists,
+//! the files are read from the directory it names (resolved once per read), so one read sees
+//! one version, never a mix, and neither links not yet made nor links left dangling.
+//! Without `..data`, the files of `DIR` are read, through their links.
+//!
+//! **Reload.** The directory is read every `[watch] poll_ms` (default 1 s) and on SIGHUP (a
+//! Kubernetes volume only when `..data` names another version than the one read last, or on
+//! SIGHUP); a read that finds any file's bytes changed builds a new policy off to the side
+//! and swaps it in one step (requests being decided keep the snapshot they started with). Only the
+//! changed files are parsed again. Open tunnels are never touched by a reload: a shoot whose
+//! file changed or was deleted keeps its tunnels; the change applies to new connections.
+//!
+//! * A shoot file that is refused (not TOML, an unknown key, a bad CIDR, a route of another
+//!   shoot, ...) is logged with its file name and line and counted
+//!   (`vpn_router_config_errors_total{file}`, `vpn_router_config_file_ok{file} 0`); that
+//!   shoot keeps its last good routes (none if it never had a good version), and every other
+//!   file's changes apply.
+//! * A refused or deleted `seed.toml` keeps the last good seed settings as a whole.
+//! * A deleted shoot file removes its routes (for new connections).
+//! * Listener, timeout and limit changes in `seed.toml` are logged and apply after a
+//!   restart, as with `--config FILE`; `always_allowed`, `always_allowed_peers` and `[watch]`
+//!   apply at once.
+//!
+//! At start, `seed.toml` must be present and good (else the router does not start); a shoot
+//! file refused at start is reported and its shoot has no routes until a good version comes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use netio::admin::{Exposition, Kind};
+use netio::report::chain;
+use protocol::http::route::RouteValue;
+use tracing::{info, warn};
+
+use crate::config::{parse_routes, ConfigError, RouterConfig};
+use crate::policy::Target;
+
+/// The seed's file.
+pub const SEED_FILE: &str = "seed.toml";
+/// Configuration files end in this.
+pub const EXTENSION: &str = "toml";
+/// Kubernetes' link to the version of an atomically written volume in force.
+pub const DATA_LINK: &str = "..data";
+
+/// Configuration files by name, with their bytes.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// Reads of the directory that race with a version's removal are tried this often.
+const SCAN_TRIES: usize = 3;
+
+/// The configuration files of `dir` and their bytes, by name (see the module docs for which
+/// names count and how a Kubernetes volume is read).
+pub fn scan(dir: &Path) -> io::Result<Files> {
+    scan_version(dir).map(|(files, _)| files)
+}
+
+/// [`scan`], and the target of `..data` the files were read through (`None`: no `..data`).
+fn scan_version(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match scan_once(dir) {
+            // The version `..data` named was removed while we read it: read the new one.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < SCAN_TRIES => continue,
+            other => return other,
+        }
+    }
+}
+
+fn scan_once(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
+    let link = std::fs::read_link(dir.join(DATA_LINK)).ok();
+    let (root, versioned) = match &link {
+        Some(target) => (dir.join(target), true),
+        None => (dir.to_owned(), false),
+    };
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(&root)? {
+        let entry = entry?;
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let wanted = !name.starts_with('.')
+            && Path::new(&name).extension().and_then(|e| e.to_str()) == Some(EXTENSION);
+        if !wanted {
+            continue;
+        }
+        let path = root.join(&name);
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => {}
+            // A directory, a dangling link outside a versioned volume: not a file.
+            Ok(_) => continue,
+            Err(e) if !versioned && e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+        match std::fs::read(&path) {
+            Ok(content) => {
+                files.insert(name, content);
+            }
+            Err(e) if !versioned && e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    // The version read must still be the one in force: the kubelet removes a version only
+    // after `..data` left it, and a directory removed while it is listed may list short.
+    if versioned && std::fs::read_link(dir.join(DATA_LINK)).ok() != link {
+        return Err(io::ErrorKind::NotFound.into());
+    }
+    Ok((files, link))
+}
+
+/// The directory's state: what was read last, the last good seed settings, each shoot
+/// file's last good routes.
+#[derive(Debug)]
+pub struct DirLoader {
+    dir: PathBuf,
+    /// Every configuration file's bytes as last read.
+    seen: Files,
+    /// The target of `..data` they were read through, if any.
+    version: Option<PathBuf>,
+    /// The last good seed settings (their policy has no routes).
+    seed: RouterConfig,
+    /// Each shoot file present: its last good routes (`None`: never good).
+    shoots: BTreeMap<String, Option<HashMap<RouteValue, Target>>>,
+}
+
+/// A new configuration read from the directory.
+#[derive(Debug)]
+pub struct Change {
+    /// The seed settings in force with every shoot's routes in force.
+    pub config: RouterConfig,
+    /// `seed.toml` changed and was taken.
+    pub seed_changed: bool,
+}
+
+impl DirLoader {
+    /// Reads `dir` the first time: `seed.toml` must be good; shoot files that are refused
+    /// are reported in the log and `files`. Returns the loader and the configuration.
+    pub fn open(dir: &Path, files: &ConfigFiles) -> Result<(DirLoader, RouterConfig), DirError> {
+        let (found, version) = scan_version(dir).map_err(|source| DirError::Scan {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        let Some(text) = found.get(SEED_FILE) else {
+            return Err(DirError::NoSeed {
+                dir: dir.to_owned(),
+            });
+        };
+        let seed = parse_seed(&dir.join(SEED_FILE), text)?;
+        files.set(SEED_FILE, true, false);
+        let mut loader = DirLoader {
+            dir: dir.to_owned(),
+            seen: BTreeMap::from([(SEED_FILE.to_owned(), text.clone())]),
+            version,
+            seed,
+            shoots: BTreeMap::new(),
+        };
+        let change = loader.apply(found, files);
+        Ok((loader, change.config))
+    }
+
+    /// The last good seed settings.
+    pub fn seed(&self) -> &RouterConfig {
+        &self.seed
+    }
+
+    /// Reads the directory again: `None` if no file's bytes changed, else the new
+    /// configuration (refused files reported in the log and `files`, their last good
+    /// version kept).
+    ///
+    /// Unless `force`d (SIGHUP), a Kubernetes volume whose `..data` still names the version
+    /// read last is not read again: the kubelet never changes a version in place, it writes
+    /// a new one and renames `..data`. So the regular poll of a large volume costs one
+    /// `readlink(2)`.
+    pub fn poll(&mut self, files: &ConfigFiles, force: bool) -> Result<Option<Change>, DirError> {
+        if !force && self.version.is_some() {
+            let now = std::fs::read_link(self.dir.join(DATA_LINK)).ok();
+            if now == self.version {
+                return Ok(None);
+            }
+        }
+        let (found, version) = scan_version(&self.dir).map_err(|source| DirError::Scan {
+            dir: self.dir.clone(),
+            source,
+        })?;
+        self.version = version;
+        if found == self.seen {
+            return Ok(None);
+        }
+        Ok(Some(self.apply(found, files)))
+    }
+
+    /// Takes the files of `found` that changed since the last read.
+    fn apply(&mut self, found: Files, files: &ConfigFiles) -> Change {
+        let mut seed_changed = false;
+        match found.get(SEED_FILE) {
+            None if self.seen.contains_key(SEED_FILE) => {
+                warn!(
+                    file = SEED_FILE,
+                    "config file removed, keeping the last good seed settings"
+                );
+                files.set(SEED_FILE, false, true);
+            }
+            Some(text) if self.seen.get(SEED_FILE) != Some(text) => {
+                match parse_seed(&self.dir.join(SEED_FILE), text) {
+                    Ok(seed) => {
+                        self.seed = seed;
+                        seed_changed = true;
+                        files.set(SEED_FILE, true, false);
+                    }
+                    Err(e) => {
+                        refused(SEED_FILE, &e, "keeping the last good seed settings");
+                        files.set(SEED_FILE, false, true);
+                    }
+                }
+            }
+            _ => {}
+        }
+        for (name, text) in &found {
+            if name == SEED_FILE || self.seen.get(name) == Some(text) {
+                continue;
+            }
+            let stem = name.strip_suffix(".toml").unwrap_or(name);
+            let last = self.shoots.entry(name.clone()).or_insert(None);
+            match parse_shoot(&self.dir.join(name), stem, text) {
+                Ok(routes) => {
+                    *last = Some(routes);
+                    files.set(name, true, false);
+                }
+                Err(e) => {
+                    let keeping = if last.is_some() {
+                        "keeping its last good routes"
+                    } else {
+                        "the shoot has no routes"
+                    };
+                    refused(name, &e, keeping);
+                    files.set(name, false, true);
+                }
+            }
+        }
+        self.shoots.retain(|name, _| {
+            let keep = found.contains_key(name);
+            if !keep {
+                info!(file = %name, "config file removed: its routes are gone for new connections");
+                files.remove(name);
+            }
+            keep
+        });
+        self.seen = found;
+        let mut config = self.seed.clone();
+        for routes in self.shoots.values().flatten() {
+            config
+                .policy
+                .routes
+                .extend(routes.iter().map(|(v, t)| (v.clone(), t.clone())));
+        }
+        Change {
+            config,
+            seed_changed,
+        }
+    }
+}
+
+/// Logs a refused file.
+fn refused(name: &str, e: &DirError, keeping: &str) {
+    warn!(file = %name, line = e.line(), "config file refused, {keeping}: {}", chain(e));
+}
+
+/// Parses `seed.toml`: a router config without routes.
+fn parse_seed(path: &Path, text: &[u8]) -> Result<RouterConfig, DirError> {
+    let text = std::str::from_utf8(text).map_err(|_| DirError::NotUtf8 {
+        file: path.to_owned(),
+    })?;
+    // The error names the file once, here (`DirError::File`).
+    let config = RouterConfig::parse_from(text, None).map_err(|source| DirError::File {
+        file: path.to_owned(),
+        line: line_for(&source, text),
+        source,
+    })?;
+    if !config.policy.routes.is_empty() {
+        return Err(DirError::SeedRoutes {
+            file: path.to_owned(),
+            line: text
+                .lines()
+                .position(|l| l.trim_start().starts_with("[[route"))
+                .map(|i| i + 1),
+        });
+    }
+    Ok(config)
+}
+
+/// Parses a shoot file: routes of namespace `shoot` only.
+fn parse_shoot(
+    path: &Path,
+    shoot: &str,
+    text: &[u8],
+) -> Result<HashMap<RouteValue, Target>, DirError> {
+    let text = std::str::from_utf8(text).map_err(|_| DirError::NotUtf8 {
+        file: path.to_owned(),
+    })?;
+    let routes = parse_routes(text).map_err(|source| DirError::File {
+        file: path.to_owned(),
+        line: line_for(&source, text),
+        source,
+    })?;
+    if let Some(foreign) = routes.keys().find(|v| v.namespace() != shoot) {
+        let value = foreign.to_string();
+        return Err(DirError::ForeignRoute {
+            file: path.to_owned(),
+            line: line_of_value(text, &value, false),
+            value,
+            shoot: shoot.to_owned(),
+        });
+    }
+    Ok(routes)
+}
+
+/// The line a refusal points at: the parser's, or the first line quoting the value refused
+/// (the last for a value given twice).
+fn line_for(e: &ConfigError, text: &str) -> Option<usize> {
+    match e {
+        ConfigError::Toml { line, .. } => *line,
+        ConfigError::Cidr { cidr } => line_of_value(text, cidr, false),
+        ConfigError::Route { value, .. } | ConfigError::AllowAndRules { value } => {
+            line_of_value(text, value, false)
+        }
+        ConfigError::Upstream { upstream } => line_of_value(text, upstream, false),
+        ConfigError::DuplicateRoute { value } => line_of_value(text, value, true),
+        ConfigError::Address { address } => line_of_value(text, address, false),
+        ConfigError::Header { name } => line_of_value(text, name, false),
+        _ => None,
+    }
+}
+
+/// The 1-based line of the first (or `last`) occurrence of `"value"` in `text`.
+fn line_of_value(text: &str, value: &str, last: bool) -> Option<usize> {
+    let quoted = format!("\"{value}\"");
+    let at = if last {
+        text.rfind(&quoted)
+    } else {
+        text.find(&quoted)
+    }?;
+    Some(crate::config::line_of(text, at))
+}
+
+/// The state of each configuration file, and the reloads, for `/metrics`.
+///
+/// | series | type | labels | meaning |
+/// | --- | --- | --- | --- |
+/// | `vpn_router_config_reloads_total` | counter | | new versions of the configuration read (a poll or SIGHUP that found a file changed, added or removed; with `--config FILE`, each SIGHUP), counted once the new policy is in force |
+/// | `vpn_router_config_file_ok` | gauge | `file` | 1 while the file's current version is in force, 0 while it is refused (its last good version, if any, is in force) |
+/// | `vpn_router_config_errors_total` | counter | `file` | versions of the file refused; the series goes when the file is removed |
+#[derive(Debug, Default)]
+pub struct ConfigFiles {
+    files: Mutex<BTreeMap<String, FileState>>,
+    /// New versions read (counted once in force).
+    reloads: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct FileState {
+    ok: bool,
+    errors: u64,
+}
+
+impl ConfigFiles {
+    /// Records `name`'s current version as taken (`ok`) or refused (`error`: one more).
+    pub fn set(&self, name: &str, ok: bool, error: bool) {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = files.entry(name.to_owned()).or_default();
+        state.ok = ok;
+        state.errors += u64::from(error);
+    }
+
+    /// A new version of the configuration was read and is in force (or refused, with
+    /// `--config FILE`).
+    pub fn reloaded(&self) {
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// New versions read so far.
+    pub fn reloads(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    /// `name` is gone: its series go too.
+    pub fn remove(&self, name: &str) {
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        files.remove(name);
+    }
+
+    /// Versions of `name` refused so far, and whether its current one is in force.
+    pub fn state(&self, name: &str) -> Option<(bool, u64)> {
+        let files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        files.get(name).map(|s| (s.ok, s.errors))
+    }
+
+    /// Writes the `vpn_router_config_*` series.
+    pub fn metrics(&self, out: &mut Exposition) {
+        out.single(
+            "vpn_router_config_reloads_total",
+            Kind::Counter,
+            "New versions of the configuration read.",
+            self.reloads.load(Ordering::Relaxed),
+        );
+        let files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        let name = "vpn_router_config_file_ok";
+        out.family(
+            name,
+            Kind::Gauge,
+            "1 while the file's current version is in force, 0 while it is refused.",
+        );
+        for (file, state) in files.iter() {
+            out.sample(name, &[("file", file)], u8::from(state.ok));
+        }
+        let name = "vpn_router_config_errors_total";
+        out.family(name, Kind::Counter, "Versions of the file refused.");
+        for (file, state) in files.iter() {
+            out.sample(name, &[("file", file)], state.errors);
+        }
+    }
+}
+
+/// Why a configuration file, or the directory, is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// The directory cannot be read.
+    #[error("cannot read config directory {}", dir.display())]
+    Scan {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// No `seed.toml` at start.
+    #[error("config directory {} has no {SEED_FILE}", dir.display())]
+    NoSeed {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// A file is not UTF-8.
+    #[error("config file {}: not UTF-8", file.display())]
+    NotUtf8 {
+        /// The file.
+        file: PathBuf,
+    },
+    /// A file does not parse or check.
+    #[error("config file {}{}: refused", file.display(), at(*line))]
+    File {
+        /// The file.
+        file: PathBuf,
+        /// The line at fault, when known.
+        line: Option<usize>,
+        /// Why.
+        #[source]
+        source: ConfigError,
+    },
+    /// `seed.toml` has routes.
+    #[error("config file {}{}: {SEED_FILE} takes no [[route]]; each shoot's routes go in the shoot's own file", file.display(), at(*line))]
+    SeedRoutes {
+        /// The file.
+        file: PathBuf,
+        /// The first `[[route]]` line.
+        line: Option<usize>,
+    },
+    /// A shoot file routes a value of another namespace.
+    #[error("config file {}{}: route {value:?} is not shoot {shoot}'s; a shoot's file routes only values of its own namespace", file.display(), at(*line))]
+    ForeignRoute {
+        /// The file.
+        file: PathBuf,
+        /// The line quoting the value.
+        line: Option<usize>,
+        /// The value.
+        value: String,
+        /// The file's shoot (its stem).
+        shoot: String,
+    },
+}
+
+impl DirError {
+    /// The line at fault, when known.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            DirError::File { line, .. }
+            | DirError::SeedRoutes { line, .. }
+            | DirError::ForeignRoute { line, .. } => *line,
+            _ => None,
+        }
+    }
+}
+
+fn at(line: Option<usize>) -> String {
+    line.map(|l| format!(", line {l}")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

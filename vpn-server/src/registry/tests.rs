@@ -576,3 +576,90 @@ fn tap_mode_switches_by_learned_mac_addresses_and_keeps_no_ip_routes() {
     // Tun mode has no switch.
     assert!(registry(&s).switch_from_tap(&to_a).is_none());
 }
+
+/// An IPv4 UDP packet header from `src` to `dst` (the HA switch reads addresses and ports).
+fn udp(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0];
+    p.extend_from_slice(&src);
+    p.extend_from_slice(&dst);
+    p.extend_from_slice(&[0x9c, 0x40, 0, 53, 0, 8, 0, 0]);
+    p
+}
+
+#[test]
+fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
+    let mut s = settings("192.168.123.0/24");
+    // As `config::from_vpn2_env_ha` makes them: no pool, duplicate-cn.
+    s.pool_v4 = None;
+    s.duplicate_cn = true;
+    s.ha = Some(crate::settings::HaSettings {
+        shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
+    });
+    let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone());
+    let apiserver = |port: u16, ip: [u8; 4]| ConnHandle {
+        peer: SocketAddr::from((ip, port)),
+        ..conn(port)
+    };
+    let now = 1_700_000_000;
+    // A kube-apiserver: nothing assigned, its pod IP (the TCP peer) owned.
+    let a = reg
+        .admit(
+            &s,
+            1,
+            &identity("vpn-seed-client"),
+            apiserver(1, [10, 1, 1, 20]),
+            now,
+        )
+        .expect("seed client");
+    assert_eq!(
+        (a.settings.ifconfig, a.settings.ifconfig_ipv6),
+        (None, None)
+    );
+    assert!(
+        a.settings.push.iter().all(|p| !p.starts_with("route")),
+        "{:?}",
+        a.settings.push
+    );
+    assert_eq!(v4(&reg, 1), Some(Ipv4Addr::new(10, 1, 1, 20)));
+    // Two shoot pods; a second connection for index 0 replaces the first.
+    reg.admit(&s, 2, &identity("vpn-shoot-client-0"), conn(2), now)
+        .expect("shoot 0");
+    reg.admit(&s, 3, &identity("vpn-shoot-client-1"), conn(3), now)
+        .expect("shoot 1");
+    let kicked = reg.get(2).expect("shoot 0").conn.kicked.clone();
+    reg.admit(&s, 4, &identity("vpn-shoot-client-0"), conn(4), now)
+        .expect("shoot 0 again");
+    assert!(kicked.is_cancelled() && reg.get(2).is_none());
+    // Any other name has no place in the layout.
+    let refused = reg.admit(&s, 5, &identity("vpn-shoot-client"), conn(5), now);
+    assert!(
+        matches!(refused, Err(Refused::NotHaClient { .. })),
+        "{refused:?}"
+    );
+    let t = Instant::now();
+    let to_shoot = udp([10, 1, 1, 20], [100, 64, 0, 10]);
+    let target = reg
+        .switch_ha(1, &to_shoot, t)
+        .expect("HA")
+        .map(|c| c.common_name.clone());
+    assert_eq!(target.as_deref(), Ok("vpn-shoot-client-0"));
+    let back = udp([100, 64, 0, 10], [10, 1, 1, 20]);
+    let target = reg
+        .switch_ha(4, &back, t)
+        .expect("HA")
+        .map(|c| c.common_name.clone());
+    assert_eq!(target.as_deref(), Ok("vpn-seed-client"));
+    // Spoofed source, and the kube-apiserver gone: nothing reaches it any more.
+    let spoofed = udp([10, 1, 1, 21], [100, 64, 0, 10]);
+    assert!(matches!(
+        reg.switch_ha(1, &spoofed, t),
+        Some(Err(crate::ha::Dropped::Spoofed))
+    ));
+    reg.remove(1);
+    assert!(matches!(
+        reg.switch_ha(4, &back, t),
+        Some(Err(crate::ha::Dropped::NotSeed))
+    ));
+    // The non-HA registry has no switch.
+    assert!(Registry::new(None).switch_ha(1, &to_shoot, t).is_none());
+}

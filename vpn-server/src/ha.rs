@@ -182,6 +182,11 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         self.seed.get(&addr).copied()
     }
 
+    /// Every address a seed connection owns, with its owner (in no particular order).
+    pub fn seed_addresses(&self) -> impl Iterator<Item = (IpAddr, C)> + '_ {
+        self.seed.iter().map(|(a, c)| (*a, *c))
+    }
+
     /// The shoot index new flows go to: the lowest connected.
     pub fn preferred_shoot(&self) -> Option<u8> {
         self.shoot.keys().next().copied()

@@ -534,9 +534,18 @@ impl Registry {
     pub fn status(&self, now_unix: u64) -> StatusSnapshot {
         let mut clients: Vec<(&ClientId, &ClientEntry)> = self.clients.iter().collect();
         clients.sort_by_key(|(id, _)| **id);
+        // HA: the addresses the kube-apiservers own, as upstream lists learned addresses.
+        let mut ha_routes: Vec<(IpNet, ClientId)> = self
+            .ha
+            .iter()
+            .flat_map(|h| h.seed_addresses())
+            .map(|(a, id)| (IpNet::from(a), id))
+            .collect();
+        ha_routes.sort();
         let routes = self
             .routes
             .entries()
+            .chain(ha_routes)
             .filter_map(|(prefix, id)| {
                 let c = self.clients.get(&id)?;
                 Some(RouteStatus {

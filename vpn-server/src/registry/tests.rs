@@ -649,6 +649,20 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
         .expect("HA")
         .map(|c| c.common_name.clone());
     assert_eq!(target.as_deref(), Ok("vpn-seed-client"));
+    // The status file lists what the kube-apiserver owns.
+    let routes: Vec<String> = reg
+        .status(now)
+        .routes
+        .iter()
+        .map(|r| format!("{} {}", r.prefix, r.common_name))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            "10.1.1.20/32 vpn-seed-client",
+            "241.1.1.20/32 vpn-seed-client"
+        ]
+    );
     // Spoofed source, and the kube-apiserver gone: nothing reaches it any more.
     let spoofed = udp([10, 1, 1, 21], [100, 64, 0, 10]);
     assert!(matches!(

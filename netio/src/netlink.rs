@@ -366,6 +366,16 @@ impl Netlink {
         Ok(())
     }
 
+    /// `ip addr add ADDR/LEN dev NAME nodad`: an IPv6 address usable at once (no duplicate
+    /// address detection, so never tentative); for IPv4 the same as [`Netlink::add_address`].
+    pub async fn add_address_nodad(&self, name: &str, addr: IpPrefix) -> Result<(), NetlinkError> {
+        let index = self.link_index(name).await?;
+        let req = address_request(libc::RTM_NEWADDR, REQUEST | ACK | CREATE_EXCL, index, addr)
+            .attr_u32(IFA_FLAGS, IFA_F_NODAD);
+        self.exchange("add address", req).await?;
+        Ok(())
+    }
+
     /// `ip addr del ADDR/LEN dev NAME`.
     pub async fn del_address(&self, name: &str, addr: IpPrefix) -> Result<(), NetlinkError> {
         let index = self.link_index(name).await?;
@@ -670,6 +680,9 @@ fn address_of(payload: &[u8], index: u32) -> Result<Option<IpPrefix>, Malformed>
         .and_then(|ip| IpPrefix::new(ip, prefix_len).ok()))
 }
 
+/// `IFA_FLAGS` and its `IFA_F_NODAD` bit (`linux/if_addr.h`).
+const IFA_FLAGS: u16 = 8;
+const IFA_F_NODAD: u32 = 0x02;
 const RTM_NEWRULE: u16 = 32;
 const RTM_DELRULE: u16 = 33;
 /// `struct fib_rule_hdr`: family, dst_len, src_len, tos, table, res1, res2, action, flags.

@@ -522,7 +522,10 @@ fn from_vpn2_env_ha(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadE
             shoot_networks.push(net);
         }
     }
-    s.ha = Some(crate::settings::HaSettings { shoot_networks });
+    s.ha = Some(crate::settings::HaSettings {
+        shoot_networks,
+        transfer_v6: Some(env.vpn_network),
+    });
     s.dev_type = OccDevType::Tun;
     s.pool_v4 = None;
     s.pool_v6 = None;

@@ -23,11 +23,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use hashlink::LinkedHashMap;
-use ipnet::IpNet;
+use ipnet::{IpNet, Ipv6Net};
 
 use crate::spoof::{IpHeaderError, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 
@@ -51,17 +51,27 @@ const ICMPV6_ECHO_REPLY: u8 = 129;
 /// `duplicate-cn`).
 pub const SEED_CLIENT_CN: &str = "vpn-seed-client";
 
-/// The addresses a kube-apiserver connected from `peer` sends from in the tunnel: its pod IP,
-/// and for an IPv4 one also its image in `241.0.0.0/8` (the low 24 bits kept), which is what
-/// vpn2's NETMAP rules make of it when the seed's pod network overlaps the shoot's.
-pub fn seed_addresses(peer: IpAddr) -> Vec<IpAddr> {
+/// The addresses a kube-apiserver connected from `peer` sends from in the tunnel: its pod IP;
+/// for an IPv4 one also its image in `241.0.0.0/8` (the low 24 bits kept), which is what
+/// vpn2's NETMAP rules make of it when the seed's pod network overlaps the shoot's, and its
+/// address in the IPv6 `transfer` network (vpn2's `VPN_NETWORK`, a /96: the pod IP as the
+/// low 32 bits), its source towards IPv6 shoot networks.
+pub fn seed_addresses(peer: IpAddr, transfer: Option<Ipv6Net>) -> Vec<IpAddr> {
     match peer.to_canonical() {
         IpAddr::V4(v4) => {
             let image = Ipv4Addr::from((241 << 24) | (u32::from(v4) & 0x00ff_ffff));
-            vec![IpAddr::V4(v4), IpAddr::V4(image)]
+            let mut out = vec![IpAddr::V4(v4), IpAddr::V4(image)];
+            out.extend(transfer.map(|t| IpAddr::V6(transfer_address(t, v4))));
+            out
         }
         v6 => vec![v6],
     }
+}
+
+/// A kube-apiserver's address in the IPv6 transfer network: the network's upper 96 bits and
+/// the IPv4 pod IP as the low 32.
+pub fn transfer_address(transfer: Ipv6Net, pod_ip: Ipv4Addr) -> Ipv6Addr {
+    Ipv6Addr::from((u128::from(transfer.network()) & !0xffff_ffff) | u128::from(u32::from(pod_ip)))
 }
 
 /// The shoot connection index in a shoot client's common name: `vpn-shoot-client-<j>`.
@@ -551,11 +561,20 @@ mod tests {
 
     #[test]
     fn seed_addresses_are_the_pod_ip_and_its_241_image() {
+        let transfer = "fd8f:6d53:b97a:1::/96".parse().ok();
         assert_eq!(
-            seed_addresses(ip("::ffff:10.1.2.3")),
+            seed_addresses(ip("::ffff:10.1.2.3"), transfer),
+            [
+                ip("10.1.2.3"),
+                ip("241.1.2.3"),
+                ip("fd8f:6d53:b97a:1::a01:203")
+            ]
+        );
+        assert_eq!(
+            seed_addresses(ip("10.1.2.3"), None),
             [ip("10.1.2.3"), ip("241.1.2.3")]
         );
-        assert_eq!(seed_addresses(ip("fd00::5")), [ip("fd00::5")]);
+        assert_eq!(seed_addresses(ip("fd00::5"), transfer), [ip("fd00::5")]);
     }
 
     #[test]

@@ -453,7 +453,8 @@ impl Registry {
         };
         let (v4, v6) = if cn == ha::SEED_CLIENT_CN {
             let addr = conn.peer.ip().to_canonical();
-            switch.seed_connected(id, &ha::seed_addresses(addr));
+            let transfer = settings.ha.as_ref().and_then(|h| h.transfer_v6);
+            switch.seed_connected(id, &ha::seed_addresses(addr, transfer));
             match addr {
                 IpAddr::V4(a) => (Some(a), None),
                 IpAddr::V6(a) => (None, Some(a)),

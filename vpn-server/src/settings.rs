@@ -199,6 +199,9 @@ pub struct HaSettings {
     /// The shoot's networks as the tunnel sees them: a packet from a kube-apiserver
     /// connection may go only there, one from a shoot connection must come from there.
     pub shoot_networks: Vec<IpNet>,
+    /// vpn2's `VPN_NETWORK` (a /96): an IPv4 kube-apiserver also owns its address there
+    /// ([`crate::ha::seed_addresses`]), its source towards IPv6 shoot networks.
+    pub transfer_v6: Option<Ipv6Net>,
 }
 
 impl std::fmt::Debug for Settings {

@@ -594,6 +594,7 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
     s.duplicate_cn = true;
     s.ha = Some(crate::settings::HaSettings {
         shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
+        transfer_v6: None,
     });
     let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone());
     let apiserver = |port: u16, ip: [u8; 4]| ConnHandle {

@@ -18,7 +18,7 @@
 //! shoot can open nothing into the seed. The figures it prints go into `docs/ha.md`.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,7 +36,7 @@ const HEADER_KEY: &str = "X-Gardener-Destination";
 const SEED_POD_NETWORK: &str = "10.1.0.0/16";
 const SHOOT_SERVICE_NETWORKS: &str = "100.64.0.0/13";
 const SHOOT_POD_NETWORKS: &str = "100.96.0.0/11";
-const SHOOT_NODE_NETWORKS: &str = "10.250.0.0/16";
+const SHOOT_NODE_NETWORKS: &str = "10.250.0.0/16,fd00:250::/64";
 const KAPI: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 1, 20), Ipv4Addr::new(10, 1, 2, 20)];
 /// The address kube-apiserver replica 0 alternates to on its restarts (a new pod).
 const KAPI0_NEW: Ipv4Addr = Ipv4Addr::new(10, 1, 1, 21);
@@ -48,6 +48,8 @@ const SHOOT_POD: [Ipv4Addr; 2] = [
     Ipv4Addr::new(100, 96, 11, 10),
 ];
 const NODE: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 5);
+/// The shoot node's IPv6 address (a dual-stack shoot; the seed is IPv4 only).
+const NODE_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x250, 0, 0, 0, 0, 0, 5);
 const UDP_ECHO: u16 = 7001;
 const TCP_ECHO: u16 = 7002;
 const OPENVPN_PORT: u16 = 8443;
@@ -144,6 +146,47 @@ impl Layout {
             )?;
         }
         attach(&l.shoot_router, "to-node", &l.node, gateway(NODE), NODE)?;
+        // IPv6 inside the shoot: the pods and the node, no DAD, routed by the shoot router.
+        l.shoot_router
+            .run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        let mut v6_links: Vec<(&Netns, String, u16)> = l
+            .shoot
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| (ns, format!("to-shoot{i}"), 0x10 + i as u16))
+            .collect();
+        v6_links.push((&l.node, "to-node".into(), 0x250));
+        for (ns, router_if, net) in v6_links {
+            let host = if net == 0x250 { 5 } else { 0x10 };
+            let prefix = format!("fd00:{net:x}::");
+            l.shoot_router.run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{prefix}1/64"),
+                "dev",
+                &router_if,
+                "nodad",
+            ])?;
+            ns.run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{prefix}{host:x}/64"),
+                "dev",
+                "eth0",
+                "nodad",
+            ])?;
+            ns.run([
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("{prefix}1"),
+            ])?;
+        }
         Netns::veth_pair(&l.seed_router, "inet", &l.shoot_router, "inet")?;
         l.seed_router
             .run(["ip", "addr", "add", "198.51.100.1/30", "dev", "inet"])?;
@@ -454,11 +497,12 @@ impl Probes {
 
 /// UDP and TCP echo on the shoot node, until the process ends (bounded per connection).
 fn start_echo(node: &Netns) -> Result<(), LabError> {
-    let (udp, tcp) = node
+    let (udp, tcp, tcp6) = node
         .run_in(|| {
             Ok::<_, std::io::Error>((
                 UdpSocket::bind(SocketAddr::from((NODE, UDP_ECHO)))?,
                 TcpListener::bind(SocketAddr::from((NODE, TCP_ECHO)))?,
+                TcpListener::bind(SocketAddr::from((NODE_V6, TCP_ECHO)))?,
             ))
         })?
         .map_err(|e| LabError::io("echo", e))?;
@@ -468,6 +512,14 @@ fn start_echo(node: &Netns) -> Result<(), LabError> {
             let _ = udp.send_to(&buf[..n], from);
         }
     });
+    for tcp in [tcp, tcp6] {
+        serve_tcp_echo(tcp);
+    }
+    Ok(())
+}
+
+/// Echoes every connection to `tcp` until the process ends.
+fn serve_tcp_echo(tcp: TcpListener) {
     std::thread::spawn(move || {
         for s in tcp.incoming().flatten() {
             std::thread::spawn(move || {
@@ -481,7 +533,6 @@ fn start_echo(node: &Netns) -> Result<(), LabError> {
             });
         }
     });
-    Ok(())
 }
 
 /// Prints a figure for `docs/ha.md` and keeps it.
@@ -512,8 +563,22 @@ fn routes_via(ns: &Netns, dev: &str) -> String {
 
 /// Whether a new TCP connection from `ns` to the node's echo port works within `limit`.
 fn connects(ns: &Netns, limit: Duration) -> bool {
-    ns.run_in(|| TcpStream::connect_timeout(&SocketAddr::from((NODE, TCP_ECHO)), limit).is_ok())
-        .unwrap_or(false)
+    connects_to(ns, IpAddr::V4(NODE), limit)
+}
+
+/// Whether a new TCP connection from `ns` to `addr`'s echo port works (an echoed byte) within
+/// `limit`.
+fn connects_to(ns: &Netns, addr: IpAddr, limit: Duration) -> bool {
+    ns.run_in(|| {
+        let mut s = TcpStream::connect_timeout(&SocketAddr::new(addr, TCP_ECHO), limit).ok()?;
+        s.set_read_timeout(Some(limit)).ok()?;
+        s.write_all(b"x").ok()?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).ok()
+    })
+    .ok()
+    .flatten()
+    .is_some()
 }
 
 /// `vpn-server readiness` of server `i` (vpn2's exec probe), as the kubelet runs it.
@@ -759,6 +824,30 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             });
         }
     }
+    // IPv6 shoot networks from the IPv4 seed: through the transfer network.
+    for (ns, addr) in l.kapi.iter().zip(KAPI) {
+        let transfer = u32::from(addr);
+        let src = format!(
+            "src fd8f:6d53:b97a:1::{:x}:{:x}",
+            transfer >> 16,
+            transfer & 0xffff
+        );
+        let routes = String::from_utf8_lossy(
+            &ns.run(["ip", "-6", "route", "show", "dev", "tun0"])
+                .expect("ip -6 route")
+                .stdout,
+        )
+        .into_owned();
+        assert!(
+            routes.contains("fd00:250::/64") && routes.contains(&src),
+            "{src}: {routes}"
+        );
+        assert!(
+            connects_to(ns, IpAddr::V6(NODE_V6), Duration::from_secs(5)),
+            "no IPv6 connection from {addr} to the shoot node"
+        );
+    }
+    eprintln!("HA figure: IPv6 shoot node reached from both IPv4 kube-apiserver replicas (transfer-network source)");
     // Its last report names tun0 (server 0 up: the lowest metric).
     path_controller
         .wait_log("carried by this tunnel dev=\"tun0\"", UP)

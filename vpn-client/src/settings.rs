@@ -340,6 +340,10 @@ pub struct HaRoutes {
     /// routing rule sends packets with the mark to a table of this number holding `routes`
     /// through the device (a table without them falls through to the main table's metrics).
     pub return_by_mark: Option<u32>,
+    /// Kube-apiserver side: vpn2's `VPN_NETWORK` (a /96). With an IPv4 pod IP, the address
+    /// in it whose low 32 bits are the pod IP goes on the device and is the IPv6 routes'
+    /// source (the server owns it for this pod).
+    pub transfer_v6: Option<ipnet::Ipv6Net>,
 }
 
 impl Default for TunSettings {

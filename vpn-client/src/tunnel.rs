@@ -22,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use netio::netlink::{Family, FwmarkRule, IpPrefix, Netlink, NetlinkError, Route};
 use netio::report::chain;
 use netio::tun::{Tun, TunError, TunWriter};
@@ -177,8 +178,10 @@ pub(crate) struct Tunnel {
     ha_rules: Vec<FwmarkRule>,
     /// HA: when the routes go in (the tunnel is up, hold-down running).
     ha_due: Option<Instant>,
-    /// HA: the source address they carry.
+    /// HA: the source address they carry (IPv4 routes, or IPv6 routes on an IPv6 pod).
     ha_source: Option<IpAddr>,
+    /// HA: the IPv6 routes' source on an IPv4 pod: its transfer-network address.
+    ha_source_v6: Option<Ipv6Addr>,
     /// HA: a tunnel of this process was up before (so the next one waits out the hold-down).
     was_up: bool,
 }
@@ -200,6 +203,7 @@ impl Tunnel {
             ha_rules: Vec::new(),
             ha_due: None,
             ha_source: None,
+            ha_source_v6: None,
             was_up: false,
         })
     }
@@ -216,6 +220,12 @@ impl Tunnel {
             return;
         };
         self.ha_source = local.filter(|_| ha.source_from_socket);
+        self.ha_source_v6 = match (self.ha_source, ha.transfer_v6) {
+            (Some(IpAddr::V4(pod)), Some(net)) => Some(Ipv6Addr::from(
+                (u128::from(net.network()) & !0xffff_ffff) | u128::from(u32::from(pod)),
+            )),
+            _ => None,
+        };
         let wait = if self.was_up {
             ha.hold_down
         } else {
@@ -238,10 +248,28 @@ impl Tunnel {
         };
         self.ha_due = None;
         let dev = tun.name().to_owned();
+        if let Some(v6) = self.ha_source_v6 {
+            // The IPv6 routes' source must be a usable address of this host: on the device,
+            // without duplicate address detection (a tentative address is no route source).
+            match self
+                .netlink
+                .add_address(&dev, IpPrefix::host(IpAddr::V6(v6)))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.already_exists() => {}
+                Err(e) => tracing::warn!(%v6, error = %chain(&e), "transfer address not added"),
+            }
+        }
         for net in &self.settings.routes {
+            let source = match (net, self.ha_source) {
+                (IpNet::V6(_), Some(IpAddr::V4(_))) => self.ha_source_v6.map(IpAddr::V6),
+                (IpNet::V4(_), Some(IpAddr::V6(_))) => None,
+                (_, source) => source,
+            };
             let route = Route {
                 metric: Some(ha.metric),
-                source: self.ha_source,
+                source,
                 ..Route::via_dev(IpPrefix::from(net.trunc()), dev.clone())
             };
             if self.ha_routes.contains(&route) {

@@ -174,11 +174,16 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                     tun.routes.push(seed.trunc());
                 }
             }
+            // IPv4 kube-apiservers reach IPv6 shoot networks from the transfer network.
+            if !matches!(env.seed_pod_network, Some(IpNet::V6(_))) {
+                tun.routes.push(IpNet::V6(env.vpn_network.trunc()));
+            }
             tun.ha = Some(HaRoutes {
                 metric: HA_METRIC_BASE + server,
                 source_from_socket: false,
                 hold_down: HA_HOLD_DOWN,
                 return_by_mark: Some(HA_METRIC_BASE + server),
+                transfer_v6: None,
             });
         }
         Some(HaRole::Seed { server }) => {
@@ -192,6 +197,7 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                 source_from_socket: true,
                 hold_down: HA_HOLD_DOWN,
                 return_by_mark: None,
+                transfer_v6: Some(env.vpn_network),
             });
             loaded.settings.firewall = Some(ha_seed_table(&format!("{TABLE}-{dev}"), &dev));
         }
@@ -577,6 +583,7 @@ mod tests {
                 source_from_socket: true,
                 hold_down: HA_HOLD_DOWN,
                 return_by_mark: None,
+                transfer_v6: Some("fd8f:6d53:b97a:1::/96".parse().expect("net")),
             })
         );
         let table = format!("{:?}", s.firewall.expect("INPUT rules"));

@@ -209,6 +209,41 @@ fn a_destination_port_reads_back_as_nft_writes_it() {
     );
 }
 
+/// The HA shoot pod's return path (`vpn_client::vpn2::return_mark_chain`): marks as nft
+/// writes them, and a packet really carrying the mark (counted by a rule matching it).
+#[test]
+fn connection_and_packet_marks_read_back_as_nft_writes_them() {
+    require_lab(&["nft"]);
+    let ns = Netns::new().expect("namespace");
+    let table = Table::new("vpnt-marks").chain(vpn_client::vpn2::return_mark_chain("lo", 101));
+    ns.run_in(|| {
+        Firewall::open()
+            .expect("netfilter socket")
+            .apply(&table, false)
+            .expect("table")
+    })
+    .expect("in namespace");
+    let listed = nft(&ns, &["list", "table", "inet", "vpnt-marks"]);
+    for line in [
+        "type filter hook prerouting priority mangle; policy accept;",
+        "iifname \"lo\" ct mark set 0x00000065",
+        "ct mark 0x00000065 meta mark set 0x00000065",
+    ] {
+        assert!(listed.contains(line), "{line} missing:\n{listed}");
+    }
+    // A ping to loopback: its connection gets the mark, and its packets the packet mark.
+    for rule in [
+        "add chain inet vpnt-marks seen { type filter hook input priority 0; }",
+        "add rule inet vpnt-marks seen meta mark 0x65 icmp type echo-request counter",
+    ] {
+        ns.run(["nft", rule]).expect("nft");
+    }
+    ns.run(["ping", "-c", "2", "-W", "2", "127.0.0.1"])
+        .expect("ping");
+    let listed = nft(&ns, &["list", "chain", "inet", "vpnt-marks", "seen"]);
+    assert!(listed.contains("counter packets 2"), "{listed}");
+}
+
 #[test]
 fn applying_twice_is_applying_once_and_removal_takes_only_ours() {
     require_lab(&["nft"]);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use conformance::netns::Netns;
 use conformance::require_lab;
-use netio::netlink::{Family, IpPrefix, Netlink, Route};
+use netio::netlink::{Family, FwmarkRule, IpPrefix, Netlink, Route};
 use netio::tun::{PacketLayout, RecvPool, Tun};
 
 const TUN: &str = "vpnt-tun0";
@@ -724,6 +724,86 @@ fn netlink_agrees_with_iproute2() {
             let shown = ip_n(&ns, &["-o", "link", "show", TUN]);
             assert!(!shown.contains(",UP"), "{shown}");
             assert!(!nl.link(TUN).await.expect("link").up);
+        })
+    })
+    .expect("run_in");
+}
+
+/// What the HA clients ask of netlink (`docs/ha.md`): a route with a source address and a
+/// metric, an IPv6 address usable at once as a source, a route in a table of its own, and a
+/// fwmark rule to that table, each as iproute2 reads it back, and each removable.
+#[test]
+fn sources_tables_and_fwmark_rules_as_iproute2_sees_them() {
+    require_lab(&[]);
+    let ns = Netns::new().expect("netns");
+    ns.run_in(|| {
+        runtime().block_on(async {
+            let _tun = Tun::open(TUN).expect("open tun");
+            let nl = Netlink::open().expect("netlink");
+            nl.set_link_up(TUN).await.expect("up");
+            nl.add_address(TUN, p("10.99.0.1/24")).await.expect("v4");
+            nl.add_address_nodad(TUN, p("fd8f:6d53:b97a:1::a63:1/128"))
+                .await
+                .expect("v6 nodad");
+            let v4 = Route {
+                metric: Some(101),
+                source: Some(LOCAL.into()),
+                ..Route::via_dev(p(ROUTED), TUN)
+            };
+            // Refused while the address is tentative: nodad makes it usable at once.
+            let v6 = Route {
+                metric: Some(101),
+                source: Some("fd8f:6d53:b97a:1::a63:1".parse().expect("v6")),
+                ..Route::via_dev(p("fd00:250::/64"), TUN)
+            };
+            let table = Route {
+                table: Some(101),
+                ..Route::via_dev(p("10.1.0.0/16"), TUN)
+            };
+            for r in [&v4, &v6, &table] {
+                nl.add_route(r).await.expect("route");
+            }
+            let rule = FwmarkRule {
+                family: Family::V4,
+                fwmark: 101,
+                table: 101,
+                priority: 101,
+            };
+            nl.add_rule(&rule).await.expect("rule");
+            let shown = ip_n(&ns, &["route", "show", "dev", TUN]);
+            assert!(
+                shown.contains("10.200.0.0/16 scope link src 10.99.0.1 metric 101"),
+                "{shown}"
+            );
+            let shown = ip_n(&ns, &["-6", "route", "show", "dev", TUN]);
+            assert!(
+                shown.contains("fd00:250::/64 src fd8f:6d53:b97a:1::a63:1 metric 101"),
+                "{shown}"
+            );
+            assert!(!ip_n(&ns, &["-6", "addr"]).contains("tentative"));
+            let shown = ip_n(&ns, &["route", "show", "table", "101"]);
+            assert!(shown.contains("10.1.0.0/16 dev vpnt-tun0"), "{shown}");
+            assert!(!ip_n(&ns, &["route", "show"]).contains("10.1.0.0/16"));
+            let shown = ip_n(&ns, &["rule"]);
+            assert!(
+                shown.contains("101:\tfrom all fwmark 0x65 lookup 101"),
+                "{shown}"
+            );
+            // Read back by our own dump (main table only).
+            let routes = nl.routes(Family::V4).await.expect("routes");
+            let ours = routes
+                .iter()
+                .find(|r| r.dst == p(ROUTED))
+                .expect("our route");
+            assert_eq!((ours.source, ours.metric), (Some(LOCAL.into()), Some(101)));
+            assert!(
+                !routes.iter().any(|r| r.dst == p("10.1.0.0/16")),
+                "{routes:?}"
+            );
+            nl.del_rule(&rule).await.expect("del rule");
+            nl.del_route(&table).await.expect("del table route");
+            assert!(!ip_n(&ns, &["rule"]).contains("fwmark"));
+            assert!(ip_n(&ns, &["route", "show", "table", "101"]).is_empty());
         })
     })
     .expect("run_in");

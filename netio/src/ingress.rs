@@ -168,6 +168,57 @@ where
     S: AsyncRead + Unpin,
 {
     let start = Instant::now();
+    let ProxyAccepted {
+        client,
+        proxy,
+        mut buf,
+        ..
+    } = accept_proxy(stream, peer, mode, deadlines).await?;
+    let (head, len) =
+        tokio::time::timeout_at(start + deadlines.header, read_head(stream, &mut buf))
+            .await
+            .map_err(|_| IngressError::HeaderTimeout {
+                after: deadlines.header,
+            })??;
+    let early = buf.split_off(len);
+    Ok(Accepted {
+        head,
+        client,
+        peer,
+        proxy,
+        early,
+    })
+}
+
+/// A connection past its PROXY stage: the client address and what was read after the header.
+#[derive(Debug)]
+pub struct ProxyAccepted {
+    /// The address to judge: the PROXY source or the TCP peer, IPv4-mapped normalised.
+    pub client: IpAddr,
+    /// The TCP peer as accepted.
+    pub peer: SocketAddr,
+    /// The PROXY header, when the connection had to carry one.
+    pub proxy: Option<ProxyHeader>,
+    /// Bytes read after the header (or from the start, without one): the start of the
+    /// client's own protocol, not looked at beyond telling it from a PROXY header.
+    pub buf: Vec<u8>,
+}
+
+/// The PROXY stage alone, for listeners whose protocol after it is not a CONNECT head (the
+/// router's TLS SNI listener): the same per-listener and per-peer rules as
+/// [`accept_connect`], the header complete within `deadlines.proxy_header`, and on a
+/// per-source listener an untrusted peer's first bytes told from a PROXY header's within
+/// `deadlines.header` (both counted from the call).
+pub async fn accept_proxy<S>(
+    stream: &mut S,
+    peer: SocketAddr,
+    mode: &ProxyMode,
+    deadlines: Deadlines,
+) -> Result<ProxyAccepted, IngressError>
+where
+    S: AsyncRead + Unpin,
+{
+    let start = Instant::now();
     let peer_ip = canonical_ip(peer.ip());
     let mut buf = Vec::with_capacity(1024);
     let mut proxy = None;
@@ -200,19 +251,11 @@ where
             })??;
         }
     }
-    let (head, len) =
-        tokio::time::timeout_at(start + deadlines.header, read_head(stream, &mut buf))
-            .await
-            .map_err(|_| IngressError::HeaderTimeout {
-                after: deadlines.header,
-            })??;
-    let early = buf.split_off(len);
-    Ok(Accepted {
-        head,
+    Ok(ProxyAccepted {
         client,
         peer,
         proxy,
-        early,
+        buf,
     })
 }
 

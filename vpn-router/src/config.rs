@@ -67,6 +67,20 @@ pub struct ListenerConfig {
     pub headers: Vec<&'static str>,
     /// Its PROXY protocol mode.
     pub proxy: ProxyMode,
+    /// What it serves after the PROXY stage.
+    pub kind: ListenerKind,
+}
+
+/// What a listener serves after its PROXY stage (`kind` in the file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerKind {
+    /// HTTP CONNECT routed by a routing header to a `[[route]]` (`"connect"`, the default).
+    #[default]
+    Connect,
+    /// TLS passed through, routed by the ClientHello's server name to an `[[sni_route]]`
+    /// (`"sni"`; [`crate::sni`]).
+    Sni,
 }
 
 impl RouterConfig {
@@ -119,6 +133,8 @@ struct RawConfig {
     listeners: Vec<RawListener>,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
+    #[serde(default, rename = "sni_route")]
+    sni_routes: Vec<crate::sni::RawSniRoute>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +156,9 @@ struct RawRelay {
 #[serde(deny_unknown_fields)]
 struct RawListener {
     address: String,
+    #[serde(default)]
+    kind: ListenerKind,
+    #[serde(default)]
     headers: Vec<String>,
     #[serde(default)]
     proxy_protocol: RawProxyMode,
@@ -169,7 +188,7 @@ struct RawRoute {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRule {
+pub(crate) struct RawRule {
     action: RawAction,
     from: Vec<String>,
     #[serde(default)]
@@ -195,29 +214,38 @@ impl RawRoute {
     /// The route's rules: its `[[route.rule]]` tables in order, or `allow = [...]` as one
     /// allow rule judged by the client address; never both.
     fn rules(&self) -> Result<Vec<Rule>, ConfigError> {
-        match (&self.allow, self.rules.is_empty()) {
-            (Some(_), false) => Err(ConfigError::AllowAndRules {
-                value: self.value.clone(),
-            }),
-            (Some(allow), true) => Ok(vec![Rule::allow(cidrs(allow)?)]),
-            (None, _) => self
-                .rules
-                .iter()
-                .map(|raw| {
-                    Ok(Rule {
-                        action: match raw.action {
-                            RawAction::Allow => Action::Allow,
-                            RawAction::Deny => Action::Deny,
-                        },
-                        from: cidrs(&raw.from)?,
-                        source: match raw.source {
-                            RawSource::Proxy => Source::Proxy,
-                            RawSource::Peer => Source::Peer,
-                        },
-                    })
+        rules(self.allow.as_deref(), &self.rules, &self.value)
+    }
+}
+
+/// A route's rules (CONNECT or SNI): its rule tables in order, or `allow = [...]` as one
+/// allow rule judged by the client address; never both (`route` names it in the error).
+pub(crate) fn rules(
+    allow: Option<&[String]>,
+    raw_rules: &[RawRule],
+    route: &str,
+) -> Result<Vec<Rule>, ConfigError> {
+    match (allow, raw_rules.is_empty()) {
+        (Some(_), false) => Err(ConfigError::AllowAndRules {
+            value: route.to_owned(),
+        }),
+        (Some(allow), true) => Ok(vec![Rule::allow(cidrs(allow)?)]),
+        (None, _) => raw_rules
+            .iter()
+            .map(|raw| {
+                Ok(Rule {
+                    action: match raw.action {
+                        RawAction::Allow => Action::Allow,
+                        RawAction::Deny => Action::Deny,
+                    },
+                    from: cidrs(&raw.from)?,
+                    source: match raw.source {
+                        RawSource::Proxy => Source::Proxy,
+                        RawSource::Peer => Source::Peer,
+                    },
                 })
-                .collect(),
-        }
+            })
+            .collect(),
     }
 }
 
@@ -255,6 +283,7 @@ impl RawConfig {
                 return Err(ConfigError::DuplicateRoute { value: raw.value });
             }
         }
+        let sni_routes = crate::sni::check_routes(self.sni_routes)?;
         let metrics_listen = match self.metrics_listen {
             None => None,
             Some(address) => Some(
@@ -288,6 +317,7 @@ impl RawConfig {
             relay_buffer_size,
             policy: Policy {
                 routes,
+                sni_routes,
                 always_allowed: AlwaysAllowed {
                     proxy: cidrs(&self.always_allowed)?,
                     peer: cidrs(&self.always_allowed_peers)?,
@@ -302,10 +332,16 @@ impl RawListener {
         let address = self.address.parse().map_err(|_| ConfigError::Address {
             address: self.address.clone(),
         })?;
-        if self.headers.is_empty() {
-            return Err(ConfigError::Header {
-                name: String::new(),
-            });
+        match self.kind {
+            ListenerKind::Connect if self.headers.is_empty() => {
+                return Err(ConfigError::Header {
+                    name: String::new(),
+                });
+            }
+            ListenerKind::Sni if !self.headers.is_empty() => {
+                return Err(ConfigError::SniHeaders { address });
+            }
+            _ => {}
         }
         let mut headers = Vec::new();
         for name in &self.headers {
@@ -330,12 +366,13 @@ impl RawListener {
             address,
             headers,
             proxy,
+            kind: self.kind,
         })
     }
 }
 
 /// Parses CIDRs; a bare address is a host network (/32 or /128).
-fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+pub(crate) fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
     list.iter()
         .map(|s| {
             s.parse::<IpNet>()
@@ -431,6 +468,33 @@ pub enum ConfigError {
         /// The value.
         value: String,
     },
+    /// A `kind = "sni"` listener with `headers` (it routes by the TLS server name).
+    #[error("router config: listener {address}: kind \"sni\" routes by the TLS server name and takes no headers")]
+    SniHeaders {
+        /// The listener.
+        address: SocketAddr,
+    },
+    /// An `[[sni_route]]` server name that is not a DNS host name.
+    #[error("router config: sni_route server name {name:?}")]
+    ServerName {
+        /// The value.
+        name: String,
+        /// Why.
+        #[source]
+        source: crate::client_hello::NameError,
+    },
+    /// An `[[sni_route]]` without server names.
+    #[error("router config: an sni_route to {upstream:?} has no server_names")]
+    NoServerNames {
+        /// Its upstream.
+        upstream: String,
+    },
+    /// A server name in two `[[sni_route]]` tables (or twice in one).
+    #[error("router config: sni_route server name {name:?} appears twice")]
+    DuplicateServerName {
+        /// The name, lower-cased.
+        name: String,
+    },
 }
 
 /// ` PATH, line N` (the parts known) for [`ConfigError::Toml`].
@@ -453,7 +517,9 @@ mod tests {
     fn example_file_parses() {
         let text = include_str!("../examples/router.toml");
         let config = RouterConfig::parse(text).unwrap();
-        assert_eq!(config.listeners.len(), 2);
+        assert_eq!(config.listeners.len(), 3);
+        assert_eq!(config.listeners[2].kind, ListenerKind::Sni);
+        assert_eq!(config.policy.sni_routes.len(), 2);
         assert_eq!(config.policy.routes.len(), 3);
         assert!(matches!(
             config.listeners[1].proxy,

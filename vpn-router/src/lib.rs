@@ -31,6 +31,14 @@
 //!    client sent after its head, relay both ways ([`relay`]: `netio::relay`, a half-close
 //!    passed on in each direction, both sides shut after the idle timeout).
 //!
+//! A listener with `kind = "sni"` serves Gardener's TLS SNI passthrough port instead (the
+//! Istio gateway's 443 → 9443, routed to the shoots' kube-apiservers; reference section
+//! 2.5): steps 0 and 1 as above, then the ClientHello read without terminating TLS
+//! ([`client_hello`]), its server name looked up exactly among the `[[sni_route]]` names and
+//! judged by that route's rules (the same [`access`] model), then the buffered bytes and the
+//! relay. Every refusal there is a close without an answer and without an upstream
+//! connection ([`sni`]).
+//!
 //! Bytes after a refused head are never parsed or forwarded: they are read and discarded
 //! (bounded) only so the client sees the answer rather than a reset.
 //!
@@ -70,6 +78,12 @@
 //!   the PROXY source or the TCP peer (the ACL extension: one ALLOW rule per shoot); the
 //!   always-allowed networks come before every rule, so a DENY cannot lock the nodes out.
 //!
+//! * On an SNI listener a ClientHello without a server name, or with one no `[[sni_route]]`
+//!   lists, is closed: the same outcome as Envoy's `tls_inspector` finding no filter chain
+//!   when the gateway has no default chain. The router also closes a hello with several
+//!   host names (RFC 6066 forbids them) and one over its bound (16 KiB of ClientHello over
+//!   at most 16 records), and routes by exact names only (no wildcard chains).
+//!
 //! # Config file (TOML)
 //!
 //! ```toml
@@ -106,6 +120,12 @@
 //! address = "0.0.0.0:8132"    # legacy port
 //! headers = ["Reversed-VPN"]
 //!
+//! [[listener]]
+//! address = "0.0.0.0:9443"    # TLS SNI passthrough (Istio's 443 -> 9443)
+//! kind = "sni"                # "connect" (the default) or "sni"; "sni" takes no headers
+//! proxy_protocol = "from-trusted"       # as on CONNECT listeners
+//! trusted_proxies = ["10.180.0.0/16"]
+//!
 //! [[route]]
 //! value = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local"
 //! upstream = "vpn-seed-server.shoot--p--a.svc.cluster.local:1194"
@@ -125,6 +145,13 @@
 //! upstream = "10.0.12.7:443"
 //! allow = ["203.0.113.0/24"]  # short for one allow rule with source "proxy"
 //!                             # (not beside [[route.rule]])
+//!
+//! [[sni_route]]               # for kind = "sni" listeners
+//! # Exact DNS names (ASCII case ignored; no wildcards; IDNs as xn-- A-labels), each in
+//! # one sni_route only; e.g. a shoot's external and internal API names.
+//! server_names = ["api.p-a.example.com", "api.p-a.internal.example.com"]
+//! upstream = "kube-apiserver.shoot--p--a.svc.cluster.local:443"
+//! allow = ["203.0.113.0/24"]  # or ordered [[sni_route.rule]] tables, as for [[route]]
 //! ```
 //!
 //! Unknown keys are errors. A `[[listener]]` on an IPv6 address also takes IPv4 clients (as
@@ -132,14 +159,16 @@
 //! `vpn-router/examples/router.toml` is a complete example.
 
 pub mod access;
+pub mod client_hello;
 mod config;
 mod metrics;
 mod policy;
 mod serve;
+pub mod sni;
 
 pub use config::{
-    ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
+    ConfigError, ListenerConfig, ListenerKind, RouterConfig, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
 pub use metrics::{ActiveTunnel, Counters, PendingHead, ProxyRefusal};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};

@@ -10,6 +10,8 @@
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
 //! | `vpn_router_pending` | gauge | connections before their head is routed (PROXY header and CONNECT head still arriving) |
 //! | `vpn_router_pending_closed_total{reason}` | counter | connections closed before their head arrived: `evicted` (the oldest pending one made room for a newer one, `max_pending`), `timeout` (the PROXY header or the head deadline; a head deadline is also a 408) |
+//! | `vpn_router_sni_refused_total{reason}` | counter | connections of `kind = "sni"` listeners closed before an upstream: `not_tls`, `malformed`, `too_large`, `no_sni`, `unknown` (no `[[sni_route]]` for the name), `denied` (the route's rules), `timeout` (no complete ClientHello within the header deadline; also counted in `vpn_router_pending_closed_total`), `upstream` (connect failed or timed out) |
+//! | `vpn_router_sni_tunnels_total` | counter | SNI passthrough tunnels opened (also in `vpn_router_tunnels_active` and `vpn_router_tunnel_bytes_total` while and after they run) |
 //! | `vpn_router_proxy_refused_total{reason}` | counter | connections closed unanswered for their PROXY header: `untrusted` (a `"required"` listener, a peer outside `trusted_proxies`), `forbidden` (a `"from-trusted"` listener, a header from a peer outside `trusted_proxies`), `malformed` (missing, malformed, or not a TCP connection's, from a trusted peer) |
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,6 +45,8 @@ pub struct Counters {
     /// Connections closed for their PROXY header, by [`ProxyRefusal`].
     proxy_refused: [AtomicU64; ProxyRefusal::ALL.len()],
     by_code: [AtomicU64; CODES.len()],
+    /// The SNI listeners' refusals and tunnels.
+    pub sni: crate::sni::SniCounters,
     /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
     serving: AtomicBool,
 }
@@ -172,6 +176,7 @@ impl AdminState for Counters {
                 self.proxy_refused_total(why),
             );
         }
+        self.sni.metrics(out);
     }
 
     fn ready(&self) -> bool {

@@ -22,7 +22,7 @@ use tracing::field::{display, Empty};
 use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
 use crate::access::Client;
-use crate::config::{ConfigError, ListenerConfig, RouterConfig};
+use crate::config::{ConfigError, ListenerConfig, ListenerKind, RouterConfig};
 use crate::metrics::{Counters, ProxyRefusal};
 use crate::policy::Policy;
 
@@ -52,11 +52,11 @@ pub struct Router {
 }
 
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Shared {
     path: Option<PathBuf>,
-    config: RouterConfig,
+    pub(crate) config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
-    counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
     /// Connections before their head is routed (`max_pending`, oldest evicted first).
     pending: PendingSet,
     /// One line a second at most for each event a flood repeats.
@@ -66,13 +66,15 @@ struct Shared {
 /// The events before routing that a flood repeats, each logged at most once per
 /// [`LOG_EVERY`] (all are counted).
 #[derive(Debug)]
-struct FloodLogs {
+pub(crate) struct FloodLogs {
     /// A pending connection evicted.
     evicted: LogLimiter,
     /// A PROXY header or head deadline passed.
     timeout: LogLimiter,
     /// A head refused (400, 405, 414, 431, a bad PROXY header, an untrusted peer).
     refused: LogLimiter,
+    /// A connection refused on an SNI listener (`crate::sni`).
+    pub(crate) sni: LogLimiter,
 }
 
 impl Default for FloodLogs {
@@ -81,6 +83,7 @@ impl Default for FloodLogs {
             evicted: LogLimiter::new(LOG_EVERY),
             timeout: LogLimiter::new(LOG_EVERY),
             refused: LogLimiter::new(LOG_EVERY),
+            sni: LogLimiter::new(LOG_EVERY),
         }
     }
 }
@@ -111,7 +114,7 @@ impl Router {
                     address: l.address,
                     source,
                 })?;
-            info!(address = %l.address, headers = ?l.headers, proxy = ?l.proxy, "router listening");
+            info!(address = %l.address, kind = ?l.kind, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }
         let admin = match config.metrics_listen {
@@ -237,9 +240,19 @@ impl Router {
                     let shutdown = shutdown.clone();
                     let conn = async move {
                         let _slot = slot;
+                        let serve = async {
+                            match config.kind {
+                                ListenerKind::Connect => {
+                                    handle(stream, peer, &config, &shared, guard).await
+                                }
+                                ListenerKind::Sni => {
+                                    crate::sni::handle(stream, peer, &config, &shared, guard).await
+                                }
+                            }
+                        };
                         tokio::select! {
                             () = shutdown.cancelled() => {}
-                            () = handle(stream, peer, &config, &shared, guard) => {}
+                            () = serve => {}
                         }
                     };
                     conns.spawn(conn.instrument(span));
@@ -306,12 +319,12 @@ impl Reloader {
 impl Shared {
     /// Whether to log a flood event now: `Some(n)` with the events of its kind not logged
     /// since the last line.
-    fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
+    pub(crate) fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
         let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
         kind(&mut logs).allow(Instant::now())
     }
 
-    fn snapshot(&self) -> Arc<Policy> {
+    pub(crate) fn snapshot(&self) -> Arc<Policy> {
         match self.policy.read() {
             Ok(guard) => Arc::clone(&guard),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
@@ -418,7 +431,7 @@ async fn handle(
 
 /// Counts and logs a connection that gave no usable head: a client that left is debug; a
 /// timeout or a refusal is logged at most once a second (a flood repeats them).
-fn refused_head(shared: &Shared, e: &IngressError) {
+pub(crate) fn refused_head(shared: &Shared, e: &IngressError) {
     let status = e.status().map(|s| s.code);
     match e {
         IngressError::Closed { .. } | IngressError::Io { .. } => {
@@ -455,7 +468,7 @@ fn refused_head(shared: &Shared, e: &IngressError) {
     }
 }
 
-async fn connect(upstream: &str) -> io::Result<TcpStream> {
+pub(crate) async fn connect(upstream: &str) -> io::Result<TcpStream> {
     connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 

@@ -565,3 +565,37 @@ fn independent_clients_curl_and_openssl_s_client() {
     assert_eq!(s.refused_total("no_sni"), 1);
     assert_eq!(s.connects(), 4);
 }
+
+/// Over `max_connections` an SNI listener closes the newcomer unread (no 503: a TLS client
+/// could not read it), counted as `over_limit`.
+#[test]
+fn over_the_connection_limit_closes_unanswered() {
+    let lab = Lab::new(&[]);
+    let pki = Pki::new();
+    let (cert, key) = &pki.servers[0];
+    let up = tls_upstream(&lab, "a", cert, key);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "max_connections = 1\n[[listener]]\naddress = \"10.79.0.1:0\"\nkind = \"sni\"\n\
+         [[sni_route]]\nserver_names = [\"api.shoot--p--a.example.com\"]\nupstream = \"{}\"\n",
+        up.addr
+    );
+    let router = lab.router(&dir, &text);
+    let mut builder = SslConnector::builder(SslMethod::tls()).unwrap();
+    builder.cert_store_mut().add_cert(pki.ca.clone()).unwrap();
+    let connector = builder.build();
+    let first = lab.connect_from(b(), router.addr(0));
+    let held = connector
+        .connect("api.shoot--p--a.example.com", first.stream)
+        .expect("first session");
+    let mut second = lab.connect_from(b(), router.addr(0));
+    let (out, closed) = second.read_all();
+    assert!(closed && out.is_empty(), "{out:?}");
+    assert_eq!(router.counters.sni.refused_total("over_limit"), 1);
+    assert!(router
+        .counters
+        .render()
+        .contains("vpn_router_sni_refused_total{reason=\"over_limit\"} 1\n"));
+    drop(held);
+    assert_eq!(up.connects.load(Ordering::SeqCst), 1);
+}

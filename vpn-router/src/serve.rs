@@ -216,6 +216,11 @@ impl Router {
                         route = Empty,
                     );
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                        if config.kind == ListenerKind::Sni {
+                            // No answer a TLS client could read: closed.
+                            crate::sni::over_limit(&shared, &span);
+                            continue;
+                        }
                         shared.counters.responded(Status::SERVICE_UNAVAILABLE);
                         span.in_scope(|| warn!("connection limit reached, answering 503"));
                         conns.spawn(over_limit(stream).instrument(span));

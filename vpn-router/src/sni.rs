@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::field::display;
-use tracing::{debug, info, Span};
+use tracing::{debug, info, warn, Span};
 
 use crate::access::{admits, Client, Denial};
 use crate::client_hello::{self, ClientHello, HelloError, ServerName};
@@ -136,11 +136,14 @@ pub enum SniRefusal {
     /// Connecting upstream failed or timed out.
     #[error("upstream connect failed")]
     Upstream,
+    /// `max_connections` were open already (closed at accept, unread).
+    #[error("connection limit reached")]
+    OverLimit,
 }
 
 impl SniRefusal {
     /// Every `reason` label, in counter order.
-    pub const LABELS: [&'static str; 8] = [
+    pub const LABELS: [&'static str; 9] = [
         "not_tls",
         "malformed",
         "too_large",
@@ -149,6 +152,7 @@ impl SniRefusal {
         "denied",
         "timeout",
         "upstream",
+        "over_limit",
     ];
 
     fn index(self) -> usize {
@@ -161,6 +165,7 @@ impl SniRefusal {
             SniRefusal::Denied(_) => 5,
             SniRefusal::Timeout => 6,
             SniRefusal::Upstream => 7,
+            SniRefusal::OverLimit => 8,
         }
     }
 
@@ -222,6 +227,13 @@ impl SniCounters {
             self.tunnels_total(),
         );
     }
+}
+
+/// Counts and logs a connection closed at accept on an SNI listener because
+/// `max_connections` were open (a CONNECT listener answers 503 instead).
+pub(crate) fn over_limit(shared: &Shared, span: &Span) {
+    shared.counters.sni.refused(SniRefusal::OverLimit);
+    span.in_scope(|| warn!("connection limit reached, closing"));
 }
 
 /// How reading the start of an SNI connection ended badly.

@@ -317,10 +317,13 @@ pub(crate) async fn handle(
     if upstream.write_all(&bytes).await.is_err() {
         return;
     }
+    let early = bytes.len() as u64;
+    // Neither is needed while the tunnel lasts (the buffer is about 1 KiB a tunnel).
+    drop(bytes);
+    drop(hello);
     shared.counters.sni.tunnels.fetch_add(1, Ordering::Relaxed);
     let _active = shared.counters.tunnel_opened();
     debug!(upstream = %upstream_name, "passthrough open");
-    let early = bytes.len() as u64;
     match crate::relay(&mut stream, &mut upstream, &shared.config).await {
         Ok(stats) => {
             shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);

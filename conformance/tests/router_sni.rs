@@ -599,3 +599,35 @@ fn over_the_connection_limit_closes_unanswered() {
     drop(held);
     assert_eq!(up.connects.load(Ordering::SeqCst), 1);
 }
+
+/// SIGHUP swaps the SNI routes with the rest of the policy: a name taken out of the file is
+/// unknown from then on, the others keep routing.
+#[test]
+fn sighup_swaps_the_sni_routes() {
+    let s = setup();
+    let l0 = s.router.addr(0);
+    s.reaches(b(), l0, b"", "api.shoot--p--a.example.com", "a");
+    let text = config(&s.up).replace(
+        "server_names = [\"api.shoot--p--a.example.com\"]",
+        "server_names = [\"api.other.example.com\"]",
+    );
+    std::fs::write(&s.router.path, text).expect("rewrite the config");
+    // The router's handler may not be the first registered; bounded retries.
+    let mut swapped = false;
+    for _ in 0..50 {
+        rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::HUP)
+            .expect("SIGHUP");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let c = s.lab.connect_from(b(), l0);
+        if s.https(c.stream, "api.shoot--p--a.example.com").is_err() {
+            swapped = true;
+            break;
+        }
+    }
+    assert!(swapped, "the old name still routes");
+    assert!(s.refused_total("unknown") >= 1);
+    let a_connects = s.up[0].connects.load(Ordering::SeqCst);
+    s.tls_refused(b(), l0, b"", Some("api.shoot--p--a.example.com"));
+    assert_eq!(s.up[0].connects.load(Ordering::SeqCst), a_connects);
+    s.reaches(b(), l0, b"", "api.shoot--p--b.example.com", "b");
+}

@@ -14,6 +14,10 @@
 //!           Accepted { head, client, early }
 //! ```
 //!
+//! [`accept_proxy`] is the first stage alone, for a listener whose protocol after the PROXY
+//! header is not a CONNECT head (the router's TLS SNI listener): the same rules, deadlines and
+//! counting, and the bytes read after the header handed back unparsed.
+//!
 //! Memory is bounded: the buffer never grows past the PROXY bound plus one read, then past
 //! [`MAX_HEAD_LEN`]. Nothing after the head is parsed; the caller gets those bytes in
 //! [`Accepted::early`] and forwards them only after it has accepted the request. A refused

@@ -311,12 +311,13 @@ impl Reloader {
             warn!("router listeners or timeouts changed in the file; they apply after a restart");
         }
         let routes = new.policy.routes.len();
+        let sni_routes = new.policy.sni_routes.len();
         let fresh = Arc::new(new.policy);
         match self.shared.policy.write() {
             Ok(mut guard) => *guard = fresh,
             Err(poisoned) => *poisoned.into_inner() = fresh,
         }
-        info!(routes, "router policy reloaded");
+        info!(routes, sni_routes, "router policy reloaded");
         Ok(())
     }
 }

@@ -14,6 +14,10 @@
 //!           Accepted { head, client, early }
 //! ```
 //!
+//! [`accept_proxy`] is the first stage alone, for a listener whose protocol after the PROXY
+//! header is not a CONNECT head (the router's TLS SNI listener): the same rules, deadlines and
+//! counting, and the bytes read after the header handed back unparsed.
+//!
 //! Memory is bounded: the buffer never grows past the PROXY bound plus one read, then past
 //! [`MAX_HEAD_LEN`]. Nothing after the head is parsed; the caller gets those bytes in
 //! [`Accepted::early`] and forwards them only after it has accepted the request. A refused
@@ -168,6 +172,57 @@ where
     S: AsyncRead + Unpin,
 {
     let start = Instant::now();
+    let ProxyAccepted {
+        client,
+        proxy,
+        mut buf,
+        ..
+    } = accept_proxy(stream, peer, mode, deadlines).await?;
+    let (head, len) =
+        tokio::time::timeout_at(start + deadlines.header, read_head(stream, &mut buf))
+            .await
+            .map_err(|_| IngressError::HeaderTimeout {
+                after: deadlines.header,
+            })??;
+    let early = buf.split_off(len);
+    Ok(Accepted {
+        head,
+        client,
+        peer,
+        proxy,
+        early,
+    })
+}
+
+/// A connection past its PROXY stage: the client address and what was read after the header.
+#[derive(Debug)]
+pub struct ProxyAccepted {
+    /// The address to judge: the PROXY source or the TCP peer, IPv4-mapped normalised.
+    pub client: IpAddr,
+    /// The TCP peer as accepted.
+    pub peer: SocketAddr,
+    /// The PROXY header, when the connection had to carry one.
+    pub proxy: Option<ProxyHeader>,
+    /// Bytes read after the header (or from the start, without one): the start of the
+    /// client's own protocol, not looked at beyond telling it from a PROXY header.
+    pub buf: Vec<u8>,
+}
+
+/// The PROXY stage alone, for listeners whose protocol after it is not a CONNECT head (the
+/// router's TLS SNI listener): the same per-listener and per-peer rules as
+/// [`accept_connect`], the header complete within `deadlines.proxy_header`, and on a
+/// per-source listener an untrusted peer's first bytes told from a PROXY header's within
+/// `deadlines.header` (both counted from the call).
+pub async fn accept_proxy<S>(
+    stream: &mut S,
+    peer: SocketAddr,
+    mode: &ProxyMode,
+    deadlines: Deadlines,
+) -> Result<ProxyAccepted, IngressError>
+where
+    S: AsyncRead + Unpin,
+{
+    let start = Instant::now();
     let peer_ip = canonical_ip(peer.ip());
     let mut buf = Vec::with_capacity(1024);
     let mut proxy = None;
@@ -200,19 +255,11 @@ where
             })??;
         }
     }
-    let (head, len) =
-        tokio::time::timeout_at(start + deadlines.header, read_head(stream, &mut buf))
-            .await
-            .map_err(|_| IngressError::HeaderTimeout {
-                after: deadlines.header,
-            })??;
-    let early = buf.split_off(len);
-    Ok(Accepted {
-        head,
+    Ok(ProxyAccepted {
         client,
         peer,
         proxy,
-        early,
+        buf,
     })
 }
 

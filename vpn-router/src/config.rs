@@ -75,6 +75,20 @@ pub struct ListenerConfig {
     pub headers: Vec<&'static str>,
     /// Its PROXY protocol mode.
     pub proxy: ProxyMode,
+    /// What it serves after the PROXY stage.
+    pub kind: ListenerKind,
+}
+
+/// What a listener serves after its PROXY stage (`kind` in the file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerKind {
+    /// HTTP CONNECT routed by a routing header to a `[[route]]` (`"connect"`, the default).
+    #[default]
+    Connect,
+    /// TLS passed through, routed by the ClientHello's server name to an `[[sni_route]]`
+    /// (`"sni"`; [`crate::sni`]).
+    Sni,
 }
 
 impl RouterConfig {
@@ -142,6 +156,8 @@ struct RawConfig {
     listeners: Vec<RawListener>,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
+    #[serde(default, rename = "sni_route")]
+    sni_routes: Vec<crate::sni::RawSniRoute>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -171,12 +187,24 @@ struct RawWatch {
 struct RawRoutes {
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
+    #[serde(default, rename = "sni_route")]
+    sni_routes: Vec<crate::sni::RawSniRoute>,
+}
+
+/// One shoot file's routes (`--config-dir`): CONNECT routes by value, SNI routes by name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ShootRoutes {
+    pub(crate) routes: HashMap<RouteValue, Target>,
+    pub(crate) sni_routes: HashMap<crate::client_hello::ServerName, Target>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawListener {
     address: String,
+    #[serde(default)]
+    kind: ListenerKind,
+    #[serde(default)]
     headers: Vec<String>,
     #[serde(default)]
     proxy_protocol: RawProxyMode,
@@ -206,7 +234,7 @@ struct RawRoute {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRule {
+pub(crate) struct RawRule {
     action: RawAction,
     from: Vec<String>,
     #[serde(default)]
@@ -232,29 +260,38 @@ impl RawRoute {
     /// The route's rules: its `[[route.rule]]` tables in order, or `allow = [...]` as one
     /// allow rule judged by the client address; never both.
     fn rules(&self) -> Result<Vec<Rule>, ConfigError> {
-        match (&self.allow, self.rules.is_empty()) {
-            (Some(_), false) => Err(ConfigError::AllowAndRules {
-                value: self.value.clone(),
-            }),
-            (Some(allow), true) => Ok(vec![Rule::allow(cidrs(allow)?)]),
-            (None, _) => self
-                .rules
-                .iter()
-                .map(|raw| {
-                    Ok(Rule {
-                        action: match raw.action {
-                            RawAction::Allow => Action::Allow,
-                            RawAction::Deny => Action::Deny,
-                        },
-                        from: cidrs(&raw.from)?,
-                        source: match raw.source {
-                            RawSource::Proxy => Source::Proxy,
-                            RawSource::Peer => Source::Peer,
-                        },
-                    })
+        rules(self.allow.as_deref(), &self.rules, &self.value)
+    }
+}
+
+/// A route's rules (CONNECT or SNI): its rule tables in order, or `allow = [...]` as one
+/// allow rule judged by the client address; never both (`route` names it in the error).
+pub(crate) fn rules(
+    allow: Option<&[String]>,
+    raw_rules: &[RawRule],
+    route: &str,
+) -> Result<Vec<Rule>, ConfigError> {
+    match (allow, raw_rules.is_empty()) {
+        (Some(_), false) => Err(ConfigError::AllowAndRules {
+            value: route.to_owned(),
+        }),
+        (Some(allow), true) => Ok(vec![Rule::allow(cidrs(allow)?)]),
+        (None, _) => raw_rules
+            .iter()
+            .map(|raw| {
+                Ok(Rule {
+                    action: match raw.action {
+                        RawAction::Allow => Action::Allow,
+                        RawAction::Deny => Action::Deny,
+                    },
+                    from: cidrs(&raw.from)?,
+                    source: match raw.source {
+                        RawSource::Proxy => Source::Proxy,
+                        RawSource::Peer => Source::Peer,
+                    },
                 })
-                .collect(),
-        }
+            })
+            .collect(),
     }
 }
 
@@ -269,6 +306,7 @@ impl RawConfig {
             .map(RawListener::check)
             .collect::<Result<Vec<_>, _>>()?;
         let routes = check_routes(self.routes)?;
+        let sni_routes = crate::sni::check_routes(self.sni_routes)?;
         let metrics_listen = match self.metrics_listen {
             None => None,
             Some(address) => Some(
@@ -303,6 +341,7 @@ impl RawConfig {
             poll_interval: ms(self.watch.poll_ms, DEFAULT_POLL_INTERVAL).max(MIN_POLL_INTERVAL),
             policy: Policy {
                 routes,
+                sni_routes,
                 always_allowed: AlwaysAllowed {
                     proxy: cidrs(&self.always_allowed)?,
                     peer: cidrs(&self.always_allowed_peers)?,
@@ -346,10 +385,16 @@ impl RawListener {
         let address = self.address.parse().map_err(|_| ConfigError::Address {
             address: self.address.clone(),
         })?;
-        if self.headers.is_empty() {
-            return Err(ConfigError::Header {
-                name: String::new(),
-            });
+        match self.kind {
+            ListenerKind::Connect if self.headers.is_empty() => {
+                return Err(ConfigError::Header {
+                    name: String::new(),
+                });
+            }
+            ListenerKind::Sni if !self.headers.is_empty() => {
+                return Err(ConfigError::SniHeaders { address });
+            }
+            _ => {}
         }
         let mut headers = Vec::new();
         for name in &self.headers {
@@ -374,23 +419,27 @@ impl RawListener {
             address,
             headers,
             proxy,
+            kind: self.kind,
         })
     }
 }
 
-/// Parses and checks the `[[route]]` tables of a shoot file (`--config-dir`); anything else
-/// in it is an error. The caller names the file.
-pub(crate) fn parse_routes(text: &str) -> Result<HashMap<RouteValue, Target>, ConfigError> {
+/// Parses and checks the `[[route]]` and `[[sni_route]]` tables of a shoot file
+/// (`--config-dir`); anything else in it is an error. The caller names the file.
+pub(crate) fn parse_routes(text: &str) -> Result<ShootRoutes, ConfigError> {
     let raw: RawRoutes = toml::from_str(text).map_err(|source| ConfigError::Toml {
         path: None,
         line: source.span().map(|span| line_of(text, span.start)),
         source: Box::new(source),
     })?;
-    check_routes(raw.routes)
+    Ok(ShootRoutes {
+        routes: check_routes(raw.routes)?,
+        sni_routes: crate::sni::check_routes(raw.sni_routes)?,
+    })
 }
 
 /// Parses CIDRs; a bare address is a host network (/32 or /128).
-fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
+pub(crate) fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
     list.iter()
         .map(|s| {
             s.parse::<IpNet>()
@@ -486,6 +535,33 @@ pub enum ConfigError {
         /// The value.
         value: String,
     },
+    /// A `kind = "sni"` listener with `headers` (it routes by the TLS server name).
+    #[error("router config: listener {address}: kind \"sni\" routes by the TLS server name and takes no headers")]
+    SniHeaders {
+        /// The listener.
+        address: SocketAddr,
+    },
+    /// An `[[sni_route]]` server name that is not a DNS host name.
+    #[error("router config: sni_route server name {name:?}")]
+    ServerName {
+        /// The value.
+        name: String,
+        /// Why.
+        #[source]
+        source: crate::client_hello::NameError,
+    },
+    /// An `[[sni_route]]` without server names.
+    #[error("router config: an sni_route to {upstream:?} has no server_names")]
+    NoServerNames {
+        /// Its upstream.
+        upstream: String,
+    },
+    /// A server name in two `[[sni_route]]` tables (or twice in one).
+    #[error("router config: sni_route server name {name:?} appears twice")]
+    DuplicateServerName {
+        /// The name, lower-cased.
+        name: String,
+    },
 }
 
 /// ` PATH, line N` (the parts known) for [`ConfigError::Toml`].
@@ -508,7 +584,9 @@ mod tests {
     fn example_file_parses() {
         let text = include_str!("../examples/router.toml");
         let config = RouterConfig::parse(text).unwrap();
-        assert_eq!(config.listeners.len(), 2);
+        assert_eq!(config.listeners.len(), 3);
+        assert_eq!(config.listeners[2].kind, ListenerKind::Sni);
+        assert_eq!(config.policy.sni_routes.len(), 2);
         assert_eq!(config.policy.routes.len(), 3);
         assert!(matches!(
             config.listeners[1].proxy,

@@ -42,7 +42,7 @@
 //! At start, `seed.toml` must be present and good (else the router does not start); a shoot
 //! file refused at start is reported and its shoot has no routes until a good version comes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,11 +50,10 @@ use std::sync::{Mutex, PoisonError};
 
 use netio::admin::{Exposition, Kind};
 use netio::report::chain;
-use protocol::http::route::RouteValue;
 use tracing::{info, warn};
 
+use crate::config::ShootRoutes;
 use crate::config::{parse_routes, ConfigError, RouterConfig};
-use crate::policy::Target;
 
 /// The seed's file.
 pub const SEED_FILE: &str = "seed.toml";
@@ -141,7 +140,7 @@ pub struct DirLoader {
     /// The last good seed settings (their policy has no routes).
     seed: RouterConfig,
     /// Each shoot file present: its last good routes (`None`: never good).
-    shoots: BTreeMap<String, Option<HashMap<RouteValue, Target>>>,
+    shoots: BTreeMap<String, Option<ShootRoutes>>,
 }
 
 /// A new configuration read from the directory.
@@ -241,8 +240,10 @@ impl DirLoader {
                 continue;
             }
             let stem = name.strip_suffix(".toml").unwrap_or(name);
+            let parsed = parse_shoot(&self.dir.join(name), stem, text)
+                .and_then(|routes| self.names_free(name, text, routes));
             let last = self.shoots.entry(name.clone()).or_insert(None);
-            match parse_shoot(&self.dir.join(name), stem, text) {
+            match parsed {
                 Ok(routes) => {
                     *last = Some(routes);
                     files.set(name, true, false);
@@ -272,12 +273,57 @@ impl DirLoader {
             config
                 .policy
                 .routes
-                .extend(routes.iter().map(|(v, t)| (v.clone(), t.clone())));
+                .extend(routes.routes.iter().map(|(v, t)| (v.clone(), t.clone())));
+            // A name the seed file took since keeps the seed's route.
+            for (name, target) in &routes.sni_routes {
+                config
+                    .policy
+                    .sni_routes
+                    .entry(name.clone())
+                    .or_insert_with(|| target.clone());
+            }
         }
         Change {
             config,
             seed_changed,
         }
+    }
+}
+
+impl DirLoader {
+    /// `routes` of shoot file `file` unless one of its server names is another file's (a
+    /// shoot file or `seed.toml` in force): the first to claim a name keeps it.
+    fn names_free(
+        &self,
+        file: &str,
+        text: &[u8],
+        routes: ShootRoutes,
+    ) -> Result<ShootRoutes, DirError> {
+        let others = self
+            .shoots
+            .iter()
+            .filter(|(other, _)| other.as_str() != file)
+            .filter_map(|(other, r)| Some((other.as_str(), r.as_ref()?)));
+        for name in routes.sni_routes.keys() {
+            let holder = if self.seed.policy.sni_routes.contains_key(name) {
+                Some(SEED_FILE)
+            } else {
+                others
+                    .clone()
+                    .find(|(_, r)| r.sni_routes.contains_key(name))
+                    .map(|(other, _)| other)
+            };
+            if let Some(holder) = holder {
+                let text = String::from_utf8_lossy(text);
+                return Err(DirError::TakenName {
+                    file: self.dir.join(file),
+                    line: line_of_value(&text, &name.to_string(), false),
+                    name: name.to_string(),
+                    holder: holder.to_owned(),
+                });
+            }
+        }
+        Ok(routes)
     }
 }
 
@@ -310,11 +356,7 @@ fn parse_seed(path: &Path, text: &[u8]) -> Result<RouterConfig, DirError> {
 }
 
 /// Parses a shoot file: routes of namespace `shoot` only.
-fn parse_shoot(
-    path: &Path,
-    shoot: &str,
-    text: &[u8],
-) -> Result<HashMap<RouteValue, Target>, DirError> {
+fn parse_shoot(path: &Path, shoot: &str, text: &[u8]) -> Result<ShootRoutes, DirError> {
     let text = std::str::from_utf8(text).map_err(|_| DirError::NotUtf8 {
         file: path.to_owned(),
     })?;
@@ -323,7 +365,7 @@ fn parse_shoot(
         line: line_for(&source, text),
         source,
     })?;
-    if let Some(foreign) = routes.keys().find(|v| v.namespace() != shoot) {
+    if let Some(foreign) = routes.routes.keys().find(|v| v.namespace() != shoot) {
         let value = foreign.to_string();
         return Err(DirError::ForeignRoute {
             file: path.to_owned(),
@@ -496,6 +538,18 @@ pub enum DirError {
         /// The file's shoot (its stem).
         shoot: String,
     },
+    /// A shoot file routes a server name another file already routes.
+    #[error("config file {}{}: server name {name:?} is routed by {holder}; a name belongs to the first file that routes it", file.display(), at(*line))]
+    TakenName {
+        /// The file.
+        file: PathBuf,
+        /// The line quoting the name.
+        line: Option<usize>,
+        /// The name.
+        name: String,
+        /// The file routing it.
+        holder: String,
+    },
 }
 
 impl DirError {
@@ -504,7 +558,8 @@ impl DirError {
         match self {
             DirError::File { line, .. }
             | DirError::SeedRoutes { line, .. }
-            | DirError::ForeignRoute { line, .. } => *line,
+            | DirError::ForeignRoute { line, .. }
+            | DirError::TakenName { line, .. } => *line,
             _ => None,
         }
     }

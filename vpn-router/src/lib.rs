@@ -32,6 +32,14 @@
 //!    client sent after its head, relay both ways ([`relay`]: `netio::relay`, a half-close
 //!    passed on in each direction, both sides shut after the idle timeout).
 //!
+//! A listener with `kind = "sni"` serves Gardener's TLS SNI passthrough port instead (the
+//! Istio gateway's 443 → 9443, routed to the shoots' kube-apiservers; reference section
+//! 2.5): steps 0 and 1 as above, then the ClientHello read without terminating TLS
+//! ([`client_hello`]), its server name looked up exactly among the `[[sni_route]]` names and
+//! judged by that route's rules (the same [`access`] model), then the buffered bytes and the
+//! relay. Every refusal there is a close without an answer and without an upstream
+//! connection ([`sni`]).
+//!
 //! Bytes after a refused head are never parsed or forwarded: they are read and discarded
 //! (bounded) only so the client sees the answer rather than a reset.
 //!
@@ -50,7 +58,9 @@
 //! What a controller writes into a ConfigMap or Secret ([`config_dir`]): `DIR/seed.toml`
 //! holds everything of the file below but the routes, and `DIR/<shoot>.toml` (e.g.
 //! `shoot--p--a.toml`) holds that shoot's `[[route]]` tables, each of which must name the
-//! shoot's namespace, so no file can claim another shoot's route. Names starting with a dot
+//! shoot's namespace, so no file can claim another shoot's route, and its `[[sni_route]]`
+//! tables, whose server names belong to the first file (or `seed.toml`) routing them: a
+//! file claiming a name another routes is refused as a whole. Names starting with a dot
 //! and names not ending in `.toml` are ignored; a Kubernetes volume is read through its
 //! `..data` link, one version at a time. The directory is read every `[watch] poll_ms`
 //! (default 1000) and on SIGHUP; a read that finds a file changed swaps in a new policy. A
@@ -93,6 +103,12 @@
 //!   the PROXY source or the TCP peer (the ACL extension: one ALLOW rule per shoot); the
 //!   always-allowed networks come before every rule, so a DENY cannot lock the nodes out.
 //!
+//! * On an SNI listener a ClientHello without a server name, or with one no `[[sni_route]]`
+//!   lists, is closed: the same outcome as Envoy's `tls_inspector` finding no filter chain
+//!   when the gateway has no default chain. The router also closes a hello with several
+//!   host names (RFC 6066 forbids them) and one over its bound (16 KiB of ClientHello over
+//!   at most 16 records), and routes by exact names only (no wildcard chains).
+//!
 //! # Config file (TOML)
 //!
 //! ```toml
@@ -132,6 +148,12 @@
 //! address = "0.0.0.0:8132"    # legacy port
 //! headers = ["Reversed-VPN"]
 //!
+//! [[listener]]
+//! address = "0.0.0.0:9443"    # TLS SNI passthrough (Istio's 443 -> 9443)
+//! kind = "sni"                # "connect" (the default) or "sni"; "sni" takes no headers
+//! proxy_protocol = "from-trusted"       # as on CONNECT listeners
+//! trusted_proxies = ["10.180.0.0/16"]
+//!
 //! [[route]]
 //! value = "outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local"
 //! upstream = "vpn-seed-server.shoot--p--a.svc.cluster.local:1194"
@@ -151,6 +173,13 @@
 //! upstream = "10.0.12.7:443"
 //! allow = ["203.0.113.0/24"]  # short for one allow rule with source "proxy"
 //!                             # (not beside [[route.rule]])
+//!
+//! [[sni_route]]               # for kind = "sni" listeners
+//! # Exact DNS names (ASCII case ignored; no wildcards; IDNs as xn-- A-labels), each in
+//! # one sni_route only; e.g. a shoot's external and internal API names.
+//! server_names = ["api.p-a.example.com", "api.p-a.internal.example.com"]
+//! upstream = "kube-apiserver.shoot--p--a.svc.cluster.local:443"
+//! allow = ["203.0.113.0/24"]  # or ordered [[sni_route.rule]] tables, as for [[route]]
 //! ```
 //!
 //! Unknown keys are errors. A `[[listener]]` on an IPv6 address also takes IPv4 clients (as
@@ -158,16 +187,18 @@
 //! `vpn-router/examples/router.toml` is a complete example.
 
 pub mod access;
+pub mod client_hello;
 mod config;
 pub mod config_dir;
 mod metrics;
 mod policy;
 mod serve;
 pub mod shoots;
+pub mod sni;
 
 pub use config::{
-    ConfigError, ListenerConfig, RouterConfig, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
+    ConfigError, ListenerConfig, ListenerKind, RouterConfig, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
 pub use metrics::{ActiveTunnel, Counters, PendingHead, ProxyRefusal};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};

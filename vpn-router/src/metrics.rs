@@ -10,6 +10,8 @@
 //! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
 //! | `vpn_router_pending` | gauge | connections before their head is routed (PROXY header and CONNECT head still arriving) |
 //! | `vpn_router_pending_closed_total{reason}` | counter | connections closed before their head arrived: `evicted` (the oldest pending one made room for a newer one, `max_pending`), `timeout` (the PROXY header or the head deadline; a head deadline is also a 408) |
+//! | `vpn_router_sni_refused_total{reason}` | counter | connections of `kind = "sni"` listeners closed before an upstream: `not_tls`, `malformed`, `too_large`, `no_sni`, `unknown` (no `[[sni_route]]` for the name), `denied` (the route's rules), `timeout` (no complete ClientHello within the header deadline; also counted in `vpn_router_pending_closed_total`), `upstream` (connect failed or timed out), `over_limit` (`max_connections` open already: closed at accept, unread) |
+//! | `vpn_router_sni_tunnels_total` | counter | SNI passthrough tunnels opened (also in `vpn_router_tunnels_active` and `vpn_router_tunnel_bytes_total` while and after they run) |
 //! | `vpn_router_proxy_refused_total{reason}` | counter | connections closed unanswered for their PROXY header: `untrusted` (a `"required"` listener, a peer outside `trusted_proxies`), `forbidden` (a `"from-trusted"` listener, a header from a peer outside `trusted_proxies`), `malformed` (missing, malformed, or not a TCP connection's, from a trusted peer) |
 //!
 //! Per shoot and flow: [`crate::shoots`]; the configuration files: [`crate::config_dir::ConfigFiles`].
@@ -52,6 +54,8 @@ pub struct Counters {
     pub shoots: Shoots,
     /// The configuration files' state and reloads (`vpn_router_config_*`).
     pub files: ConfigFiles,
+    /// The SNI listeners' refusals and tunnels.
+    pub sni: crate::sni::SniCounters,
     /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
     serving: AtomicBool,
 }
@@ -183,6 +187,7 @@ impl AdminState for Counters {
         }
         self.shoots.metrics(out);
         self.files.metrics(out);
+        self.sni.metrics(out);
     }
 
     fn ready(&self) -> bool {

@@ -9,6 +9,7 @@ use protocol::http::connect::{ConnectHead, Status};
 use protocol::http::route::{RouteError, RouteValue};
 
 use crate::access::{admits, AlwaysAllowed, Client, Denial, Rule};
+use crate::client_hello::ServerName;
 
 /// The routing header names the router knows (canonical spelling; matching ignores case).
 pub const ROUTING_HEADERS: [&str; 3] = [
@@ -22,6 +23,9 @@ pub const ROUTING_HEADERS: [&str; 3] = [
 pub struct Policy {
     /// Routing value → target; exact match only.
     pub routes: HashMap<RouteValue, Target>,
+    /// TLS server name → target, for `kind = "sni"` listeners; exact match only
+    /// ([`Policy::decide_sni`]).
+    pub sni_routes: HashMap<ServerName, Target>,
     /// Networks allowed to reach every target whatever its rules say (seed nodes and pods,
     /// shoot nodes, egress addresses, the operator's additional CIDRs).
     pub always_allowed: AlwaysAllowed,
@@ -214,6 +218,7 @@ mod tests {
         let always: Vec<IpNet> = vec!["10.250.0.0/16".parse().unwrap()];
         Policy {
             routes,
+            sni_routes: HashMap::new(),
             always_allowed: AlwaysAllowed {
                 proxy: always,
                 peer: vec![],

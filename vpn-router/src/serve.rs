@@ -22,7 +22,7 @@ use tracing::field::{display, Empty};
 use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 
 use crate::access::Client;
-use crate::config::{ConfigError, ListenerConfig, RouterConfig};
+use crate::config::{ConfigError, ListenerConfig, ListenerKind, RouterConfig};
 use crate::config_dir::{DirError, DirLoader};
 use crate::metrics::{Counters, ProxyRefusal};
 use crate::policy::{Policy, Refusal};
@@ -54,13 +54,13 @@ pub struct Router {
 }
 
 #[derive(Debug)]
-struct Shared {
+pub(crate) struct Shared {
     path: Option<PathBuf>,
     /// `--config-dir`: the directory's loader (its last good files), instead of `path`.
     dir: Option<Mutex<DirLoader>>,
-    config: RouterConfig,
+    pub(crate) config: RouterConfig,
     policy: RwLock<Arc<Policy>>,
-    counters: Arc<Counters>,
+    pub(crate) counters: Arc<Counters>,
     /// Connections before their head is routed (`max_pending`, oldest evicted first).
     pending: PendingSet,
     /// One line a second at most for each event a flood repeats.
@@ -70,13 +70,15 @@ struct Shared {
 /// The events before routing that a flood repeats, each logged at most once per
 /// [`LOG_EVERY`] (all are counted).
 #[derive(Debug)]
-struct FloodLogs {
+pub(crate) struct FloodLogs {
     /// A pending connection evicted.
     evicted: LogLimiter,
     /// A PROXY header or head deadline passed.
     timeout: LogLimiter,
     /// A head refused (400, 405, 414, 431, a bad PROXY header, an untrusted peer).
     refused: LogLimiter,
+    /// A connection refused on an SNI listener (`crate::sni`).
+    pub(crate) sni: LogLimiter,
 }
 
 impl Default for FloodLogs {
@@ -85,6 +87,7 @@ impl Default for FloodLogs {
             evicted: LogLimiter::new(LOG_EVERY),
             timeout: LogLimiter::new(LOG_EVERY),
             refused: LogLimiter::new(LOG_EVERY),
+            sni: LogLimiter::new(LOG_EVERY),
         }
     }
 }
@@ -138,7 +141,7 @@ impl Router {
                     address: l.address,
                     source,
                 })?;
-            info!(address = %l.address, headers = ?l.headers, proxy = ?l.proxy, "router listening");
+            info!(address = %l.address, kind = ?l.kind, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }
         let admin = match config.metrics_listen {
@@ -247,6 +250,11 @@ impl Router {
                         route = Empty,
                     );
                     let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                        if config.kind == ListenerKind::Sni {
+                            // No answer a TLS client could read: closed.
+                            crate::sni::over_limit(&shared, &span);
+                            continue;
+                        }
                         shared.counters.responded(Status::SERVICE_UNAVAILABLE);
                         span.in_scope(|| warn!("connection limit reached, answering 503"));
                         conns.spawn(over_limit(stream).instrument(span));
@@ -271,9 +279,19 @@ impl Router {
                     let shutdown = shutdown.clone();
                     let conn = async move {
                         let _slot = slot;
+                        let serve = async {
+                            match config.kind {
+                                ListenerKind::Connect => {
+                                    handle(stream, peer, &config, &shared, guard).await
+                                }
+                                ListenerKind::Sni => {
+                                    crate::sni::handle(stream, peer, &config, &shared, guard).await
+                                }
+                            }
+                        };
                         tokio::select! {
                             () = shutdown.cancelled() => {}
-                            () = handle(stream, peer, &config, &shared, guard) => {}
+                            () = serve => {}
                         }
                     };
                     conns.spawn(conn.instrument(span));
@@ -396,7 +414,7 @@ impl Reloader {
 impl Shared {
     /// Whether to log a flood event now: `Some(n)` with the events of its kind not logged
     /// since the last line.
-    fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
+    pub(crate) fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
         let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
         kind(&mut logs).allow(Instant::now())
     }
@@ -404,6 +422,7 @@ impl Shared {
     /// Swaps `policy` in, in one step; the per-shoot series follow its shoots.
     fn install(&self, policy: Policy) {
         let routes = policy.routes.len();
+        let sni_routes = policy.sni_routes.len();
         let fresh = Arc::new(policy);
         self.counters.shoots.configure(&fresh);
         match self.policy.write() {
@@ -412,12 +431,13 @@ impl Shared {
         }
         info!(
             routes,
+            sni_routes,
             shoots = self.counters.shoots.configured(),
             "router policy reloaded"
         );
     }
 
-    fn snapshot(&self) -> Arc<Policy> {
+    pub(crate) fn snapshot(&self) -> Arc<Policy> {
         match self.policy.read() {
             Ok(guard) => Arc::clone(&guard),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
@@ -551,7 +571,7 @@ async fn handle(
 
 /// Counts and logs a connection that gave no usable head: a client that left is debug; a
 /// timeout or a refusal is logged at most once a second (a flood repeats them).
-fn refused_head(shared: &Shared, e: &IngressError) {
+pub(crate) fn refused_head(shared: &Shared, e: &IngressError) {
     let status = e.status().map(|s| s.code);
     match e {
         IngressError::Closed { .. } | IngressError::Io { .. } => {
@@ -588,7 +608,7 @@ fn refused_head(shared: &Shared, e: &IngressError) {
     }
 }
 
-async fn connect(upstream: &str) -> io::Result<TcpStream> {
+pub(crate) async fn connect(upstream: &str) -> io::Result<TcpStream> {
     connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 

@@ -89,22 +89,45 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// The proxies compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Proxy {
-    /// Our `vpn-router`.
+    /// Our `vpn-router`, a CONNECT listener.
     Router,
     /// Debian's squid.
     Squid,
+    /// Our `vpn-router`, a `kind = "sni"` listener (the SNI part, [`super::sni`]).
+    RouterSni,
+    /// Debian's HAProxy in TCP mode, routing by `req.ssl_sni` (the SNI part).
+    Haproxy,
 }
 
 impl Proxy {
-    /// Both, ours first.
+    /// The CONNECT proxies, ours first.
     pub const ALL: [Proxy; 2] = [Proxy::Router, Proxy::Squid];
+    /// The TLS SNI passthrough proxies, ours first.
+    pub const SNI: [Proxy; 2] = [Proxy::RouterSni, Proxy::Haproxy];
 
-    /// `vpn-router`, `squid`.
+    /// `vpn-router`, `squid`, `vpn-router (sni)`, `haproxy`.
     pub fn name(self) -> &'static str {
         match self {
             Proxy::Router => "vpn-router",
             Proxy::Squid => "squid",
+            Proxy::RouterSni => "vpn-router (sni)",
+            Proxy::Haproxy => "haproxy",
         }
+    }
+
+    /// A directory name for its files.
+    fn dir_name(self) -> &'static str {
+        match self {
+            Proxy::Router => "vpn-router",
+            Proxy::Squid => "squid",
+            Proxy::RouterSni => "vpn-router-sni",
+            Proxy::Haproxy => "haproxy",
+        }
+    }
+
+    /// Whether tunnels start with a ClientHello (no answer from the proxy itself).
+    fn is_sni(self) -> bool {
+        matches!(self, Proxy::RouterSni | Proxy::Haproxy)
     }
 
     /// The CONNECT head of tunnel `i`, for shoot `i` modulo [`SHOOTS`].
@@ -120,6 +143,7 @@ impl Proxy {
                 let target = format!("{}:{}", squid_name(i), upstream_port(i));
                 format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n")
             }
+            Proxy::RouterSni | Proxy::Haproxy => String::new(),
         }
     }
 }
@@ -132,7 +156,7 @@ fn squid_name(i: usize) -> String {
     format!("s{i}.shoots.bench")
 }
 
-fn upstream_port(i: usize) -> u16 {
+pub(super) fn upstream_port(i: usize) -> u16 {
     UPSTREAM_BASE_PORT + (i % SHOOTS) as u16
 }
 
@@ -222,8 +246,19 @@ impl IngressResults {
     }
 }
 
-/// Runs every proxy once per round; `progress` gets a line per proxy and step.
+/// Runs the CONNECT proxies ([`Proxy::ALL`]) once per round; `progress` gets a line per proxy
+/// and step.
 pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IngressResults, BenchError> {
+    run_proxies(opts, &Proxy::ALL, "ingress", progress)
+}
+
+/// Runs `proxies` once per round (`part` names the part in the progress lines).
+pub fn run_proxies(
+    opts: &Options,
+    proxies: &[Proxy],
+    part: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<IngressResults, BenchError> {
     let nofile = raise_nofile();
     let idle = idle_tunnels(nofile);
     if idle < IDLE_TUNNELS {
@@ -247,18 +282,18 @@ pub fn run(opts: &Options, progress: &mut dyn FnMut(&str)) -> Result<IngressResu
     let shoot_rt = runtime(&lab.shoot)?;
     start_upstreams(&lab.seed, &seed_rt)?;
     let mut results = IngressResults {
-        samples: Proxy::ALL.iter().map(|p| (*p, Vec::new())).collect(),
+        samples: proxies.iter().map(|p| (*p, Vec::new())).collect(),
         idle,
         nofile,
     };
     for round in 0..opts.rounds {
-        for (k, proxy) in Proxy::ALL.into_iter().enumerate() {
+        for (k, proxy) in proxies.iter().copied().enumerate() {
             if opts.stop.load(Ordering::Relaxed) {
                 return Err(BenchError::Stopped);
             }
             let mut step = |line: &str| {
                 progress(&format!(
-                    "round {} ingress {}: {line}",
+                    "round {} {part} {}: {line}",
                     round + 1,
                     proxy.name()
                 ))
@@ -364,11 +399,13 @@ fn measure(
     idle: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<IngressSample, BenchError> {
-    let dir = lab.dir.path().join(proxy.name());
+    let dir = lab.dir.path().join(proxy.dir_name());
     std::fs::create_dir_all(&dir).map_err(|source| LabError::io(&dir, source))?;
     let pid = match proxy {
         Proxy::Router => start_router(&lab.seed, &dir, &opts.ours)?,
         Proxy::Squid => start_squid(&lab.seed, &dir)?,
+        Proxy::RouterSni => super::sni::start_router(&lab.seed, &dir, &opts.ours)?,
+        Proxy::Haproxy => super::sni::start_haproxy(&lab.seed, &dir)?,
     };
     let started = Started { ns: &lab.seed, pid };
     // Warm up: a few tunnels through each code path, then the base.
@@ -497,6 +534,21 @@ async fn open_tunnel(proxy: Proxy, i: usize) -> Result<(TcpStream, Duration), St
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let _ = s.set_nodelay(true);
+        if proxy.is_sni() {
+            // The ClientHello goes through to the upstream, which echoes it.
+            let hello = super::sni::client_hello(i);
+            s.write_all(&hello)
+                .await
+                .map_err(|e| format!("ClientHello: {e}"))?;
+            let mut echo = vec![0u8; hello.len()];
+            s.read_exact(&mut echo)
+                .await
+                .map_err(|e| format!("echo: {e}"))?;
+            if echo != hello {
+                return Err("echo differs from the ClientHello".into());
+            }
+            return Ok(s);
+        }
         s.write_all(proxy.head(i).as_bytes())
             .await
             .map_err(|e| format!("head: {e}"))?;
@@ -709,7 +761,7 @@ fn start_squid(ns: &Netns, dir: &Path) -> Result<u32, BenchError> {
 }
 
 /// Spawns `cmd` in `ns` with its output in `log` and waits until the ingress port answers.
-fn spawn_logged(
+pub(super) fn spawn_logged(
     ns: &Netns,
     mut cmd: std::process::Command,
     log: &Path,

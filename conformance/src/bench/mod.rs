@@ -23,6 +23,7 @@ pub mod lab;
 pub mod measure;
 pub mod memory;
 pub mod report;
+pub mod sni;
 pub mod stats;
 pub mod tunnels;
 

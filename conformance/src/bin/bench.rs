@@ -13,7 +13,9 @@
 //!
 //! The ingress part (issue 21: our `vpn-router` against squid with 1,000 shoots' routes: idle
 //! tunnels, the rate of new tunnels, a reconnect storm) needs `squid`; `--only ingress --rounds
-//! 1` runs it alone in about two minutes.
+//! 1` runs it alone in about two minutes. The SNI part (the same figures for TLS SNI
+//! passthrough: our router's `kind = "sni"` listener against HAProxy) needs `haproxy`;
+//! `--only sni --rounds 1` runs it alone.
 
 #![allow(clippy::print_stdout)] // Printing progress and the tables is what this program is for.
 
@@ -26,7 +28,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use conformance::bench::flood_report::{self, FLOOD_HEADING};
-use conformance::bench::ingress_report::{self, INGRESS_HEADING};
+use conformance::bench::ingress_report::{self, INGRESS_HEADING, SNI_HEADING};
 use conformance::bench::report::{self, MEMORY_HEADING};
 use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 
@@ -82,7 +84,7 @@ struct Cli {
     #[arg(long, env = "BENCH_SMAPS_DIR")]
     smaps_dir: Option<PathBuf>,
     /// Run one part only: `matrix` (keeps the other sections already in `--out`), `memory`,
-    /// `flood` or `ingress` (each rewrites only its section of `--out`). All by default.
+    /// `flood`, `ingress` or `sni` (each rewrites only its section of `--out`). All by default.
     #[arg(long, env = "BENCH_ONLY", value_enum)]
     only: Option<Part>,
     /// The memory part's loads: concurrent tunnels (streams) of each, in this order.
@@ -107,6 +109,8 @@ enum Part {
     Flood,
     /// The seed ingress at seed scale: our router against squid (issue 21).
     Ingress,
+    /// TLS SNI passthrough at seed scale: our router's SNI listener against HAProxy.
+    Sni,
 }
 
 fn main() -> ExitCode {
@@ -147,6 +151,7 @@ fn run() -> anyhow::Result<()> {
     let runs = |part: Part| cli.only.is_none_or(|only| only == part);
     let (matrix, memory, flood) = (runs(Part::Matrix), runs(Part::Memory), runs(Part::Flood));
     let ingress = runs(Part::Ingress);
+    let sni = runs(Part::Sni);
     // Only the proxies some case goes through are required.
     let mut tools = vec!["openvpn", "ping"];
     if flood {
@@ -154,6 +159,9 @@ fn run() -> anyhow::Result<()> {
     }
     if ingress {
         tools.extend(["squid", "sysctl"]);
+    }
+    if sni {
+        tools.extend(["haproxy", "sysctl"]);
     }
     if matrix {
         tools.extend(["iperf3", "ss"]);
@@ -258,6 +266,22 @@ fn run() -> anyhow::Result<()> {
         sections.push((INGRESS_HEADING, Some(section)));
     } else {
         sections.push((INGRESS_HEADING, None));
+    }
+    if sni {
+        println!(
+            "bench: SNI part, vpn-router (sni) and haproxy × {} rounds, {} shoots",
+            opts.rounds,
+            bench::ingress::SHOOTS,
+        );
+        let results =
+            bench::ingress::run_proxies(&opts, &bench::ingress::Proxy::SNI, "sni", &mut |line| {
+                println!("{line}")
+            })?;
+        let section =
+            ingress_report::sni_section(&results, &opts, &report::Machine::current(), command);
+        sections.push((SNI_HEADING, Some(section)));
+    } else {
+        sections.push((SNI_HEADING, None));
     }
     for (heading, section) in sections {
         match section {

@@ -2,6 +2,8 @@ use std::os::unix::fs::symlink;
 
 use super::*;
 use crate::access::Rule;
+use crate::client_hello::ServerName;
+use protocol::http::route::RouteValue;
 
 /// A directory written as the kubelet writes a ConfigMap volume: each version in
 /// `..<n>/`, `..data` renamed over to point at it, a top-level link per file.
@@ -318,6 +320,7 @@ fn the_example_directory_loads() {
     let (_, config) = DirLoader::open(&dir, &files).unwrap();
     assert_eq!(config.listeners.len(), 2);
     assert_eq!(config.policy.routes.len(), 3);
+    assert_eq!(config.policy.sni_routes.len(), 2);
     assert_eq!(files.state("shoot--dev--a.toml"), Some((true, 0)));
 }
 
@@ -393,4 +396,57 @@ fn a_volume_is_read_again_when_data_moves_or_on_sighup() {
     std::fs::write(plain.path().join("shoot--p--a.toml"), &a).unwrap();
     let c = loader.poll(&files, false).unwrap().unwrap().config;
     assert_eq!(allow_of(&c, "shoot--p--a"), Some(rule("192.0.2.0/24")));
+}
+
+fn sni(name: &str) -> ServerName {
+    ServerName::parse(name.as_bytes()).unwrap()
+}
+
+#[test]
+fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
+    let files = ConfigFiles::default();
+    let mut v = Volume::new();
+    let a = format!(
+        "{}[[sni_route]]\nserver_names = [\"api.a.example\"]\nupstream = \"10.0.0.1:443\"\n",
+        shoot("shoot--p--a", "10.0.0.0/8")
+    );
+    // shoot--p--b claims shoot--p--a's name beside one of its own: refused as a whole.
+    let b_bad = "[[sni_route]]\nserver_names = [\"api.b.example\"]\nupstream = \"10.0.0.2:443\"\n\
+         [[sni_route]]\nserver_names = [\"api.a.example\"]\nupstream = \"10.6.6.6:443\"\n";
+    v.write(&[
+        ("seed.toml", SEED),
+        ("shoot--p--a.toml", &a),
+        ("shoot--p--b.toml", b_bad),
+    ]);
+    let (mut loader, config) = DirLoader::open(v.path(), &files).unwrap();
+    let upstream =
+        |c: &RouterConfig, n: &str| c.policy.sni_routes.get(&sni(n)).map(|t| t.upstream.clone());
+    assert_eq!(
+        upstream(&config, "api.a.example").as_deref(),
+        Some("10.0.0.1:443")
+    );
+    assert_eq!(upstream(&config, "api.b.example"), None);
+    assert_eq!(files.state("shoot--p--b.toml"), Some((false, 1)));
+    // Its good version routes its own name; shoot--p--a keeps its.
+    let b_good = "[[sni_route]]\nserver_names = [\"api.b.example\"]\nupstream = \"10.0.0.2:443\"\n";
+    v.write(&[
+        ("seed.toml", SEED),
+        ("shoot--p--a.toml", &a),
+        ("shoot--p--b.toml", b_good),
+    ]);
+    let config = loader.poll(&files, false).unwrap().expect("changed").config;
+    assert_eq!(
+        upstream(&config, "api.a.example").as_deref(),
+        Some("10.0.0.1:443")
+    );
+    assert_eq!(
+        upstream(&config, "api.b.example").as_deref(),
+        Some("10.0.0.2:443")
+    );
+    assert_eq!(files.state("shoot--p--b.toml"), Some((true, 1)));
+    // shoot--p--a's file gone: its name is free, and its CONNECT and SNI routes are gone.
+    v.write(&[("seed.toml", SEED), ("shoot--p--b.toml", b_good)]);
+    let config = loader.poll(&files, false).unwrap().expect("changed").config;
+    assert_eq!(upstream(&config, "api.a.example"), None);
+    assert_eq!(allow_of(&config, "shoot--p--a"), None);
 }

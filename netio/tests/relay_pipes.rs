@@ -135,8 +135,9 @@ fn relays_hold_pipes_only_while_bytes_are_on_their_way() {
         let pool_bound = 2 * PIPE_POOL_SIZE * WORKERS;
         let base = pipe_fds();
 
-        // 1. Idle tunnels hold no pipe (owned pipes would be 4 × IDLE ends; the runtime may
-        // open a few of its own, and a pool holds at most its bound).
+        // 1. Idle tunnels hold no pipe (owned pipes would be 4 × IDLE ends). A relay's first
+        // poll may take a pipe, find nothing to read and give it back: the pools keep those
+        // (one per worker seen here), never more than their bound.
         const IDLE: usize = 300;
         let idle = tunnels(IDLE, false).await;
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -54,9 +54,10 @@ pub const SHOOTS: usize = 1000;
 /// Idle tunnels held at once, at most: the issue's figure. Fewer when the open-file limit
 /// would not let the proxy hold them ([`idle_tunnels`]).
 pub const IDLE_TUNNELS: usize = 10_000;
-/// Descriptors an idle tunnel takes in the proxy at most: two sockets, and in our router two
-/// splice pipes of two ends each.
-pub const FDS_PER_TUNNEL: u64 = 6;
+/// Descriptors an idle tunnel takes, both in the proxy (two sockets; our router lends its
+/// splice pipes only while bytes move, so an idle tunnel holds none) and in this process (the
+/// load generator's socket and the upstream's).
+pub const FDS_PER_TUNNEL: u64 = 2;
 /// Descriptors left for everything else in a process (listeners, logs, the upstreams'
 /// listeners in the bench).
 const FD_RESERVE: u64 = 2000;
@@ -264,7 +265,7 @@ pub fn run_proxies(
     if idle < IDLE_TUNNELS {
         progress(&format!(
             "open-file limit {nofile}: {idle} idle tunnels instead of {IDLE_TUNNELS} \
-             ({FDS_PER_TUNNEL} descriptors each in our router)"
+             ({FDS_PER_TUNNEL} descriptors each in the proxy and in the bench)"
         ));
     }
     let lab = BenchLab::new()?;
@@ -431,7 +432,7 @@ fn measure(
         first_failure.map_or_else(String::new, |e| format!(" (first: {e})"))
     ));
     close_all(held);
-    wait_fds_below(pid, base_fds)?;
+    wait_fds_below(pid, base_fds + pooled_fds(proxy))?;
 
     // 2. New connections.
     let mut rates = Vec::new();
@@ -450,14 +451,14 @@ fn measure(
         let over = step.ready < step.started || step.p99_ms >= P99_GOAL.as_secs_f64() * 1e3;
         rates.push(step);
         // Let the last step's connections go before the next.
-        wait_fds_below(pid, base_fds)?;
+        wait_fds_below(pid, base_fds + pooled_fds(proxy))?;
         if over {
             break;
         }
     }
 
     // 3. Reconnect storm.
-    wait_fds_below(pid, base_fds)?;
+    wait_fds_below(pid, base_fds + pooled_fds(proxy))?;
     let storm = in_shoot(rt, storm(proxy));
     let mut ms: Vec<f64> = storm.iter().map(|t| ms_or_timeout(*t)).collect();
     let storm_ready = storm.iter().filter(|t| t.is_some()).count();
@@ -676,6 +677,19 @@ async fn storm(proxy: Proxy) -> Vec<Option<Duration>> {
     times
 }
 
+/// Descriptors a proxy may keep after its tunnels closed beyond its count before them: our
+/// router's per-thread pools of empty splice pipes (two ends each, one pool per worker thread,
+/// tokio's default of one worker per CPU).
+fn pooled_fds(proxy: Proxy) -> usize {
+    match proxy {
+        Proxy::Router => {
+            let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+            2 * netio::relay::PIPE_POOL_SIZE * workers
+        }
+        Proxy::Squid => 0,
+    }
+}
+
 /// Waits (at most 30 s) until the proxy holds no more than 20 descriptors over `base` (its
 /// count with no tunnel): the last load's connections are gone; then one more second.
 fn wait_fds_below(pid: u32, base: usize) -> Result<(), BenchError> {
@@ -840,7 +854,7 @@ mod tests {
         };
         assert_eq!(sample.highest_rate(), Some(500));
         assert_eq!(idle_tunnels(200_000), IDLE_TUNNELS);
-        assert_eq!(idle_tunnels(20_000), 3000);
+        assert_eq!(idle_tunnels(20_000), 9000);
         assert_eq!(idle_tunnels(100), 0);
         assert_eq!(sample.kib_per_tunnel(), 10.0);
         assert_eq!(

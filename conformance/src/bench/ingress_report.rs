@@ -48,9 +48,10 @@ pub fn ingress_section(
         limited = if results.idle < IDLE_TUNNELS {
             format!(
                 " (the issue asks for {IDLE_TUNNELS}; this run's open-file limit of {} per \
-                 process, which the container does not let even root raise, fits {} in our \
-                 router at {FDS_PER_TUNNEL} descriptors a tunnel: two sockets and two splice \
-                 pipes)",
+                 process, which the container does not let even root raise, fits {} at \
+                 {FDS_PER_TUNNEL} descriptors a tunnel both in the proxy (two sockets: our \
+                 router lends its splice pipes only while bytes move) and in the bench process \
+                 (the load generator's socket and the upstream's))",
                 results.nofile, results.idle
             )
         } else {

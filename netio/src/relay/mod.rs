@@ -19,8 +19,11 @@
 //! * **Dead peers.** [`relay_tcp`] sets `TCP_USER_TIMEOUT` ([`RelayConfig::tcp_user_timeout`])
 //!   on both sockets, so bytes a vanished peer never acknowledges fail the relay within that
 //!   bound instead of after the kernel's ~15 minutes of retransmissions.
-//! * **Bounded memory, no allocation per chunk.** Each direction owns one buffer of
-//!   [`RelayConfig::buffer_size`] bytes, allocated once when the relay starts.
+//! * **Bounded memory, no allocation per chunk.** In [`relay`], each direction owns one buffer
+//!   of [`RelayConfig::buffer_size`] bytes, allocated once when the relay starts. In
+//!   [`relay_tcp`] on Linux, a direction holds a splice pipe only while bytes are on their way
+//!   and gives it back to a bounded per-thread pool ([`PIPE_POOL_SIZE`]) when it is empty: an
+//!   idle tunnel holds its two sockets and nothing else.
 //!
 //! Both directions are driven by one future (no spawned tasks), so dropping the future drops
 //! the relay.
@@ -41,6 +44,11 @@ use tokio::time::Instant;
 
 #[cfg(target_os = "linux")]
 mod splice;
+
+/// Empty splice pipes [`relay_tcp`] keeps per thread for the next burst (two descriptors
+/// each); the pool lends them to directions with bytes on their way.
+#[cfg(target_os = "linux")]
+pub use splice::POOL_PIPES as PIPE_POOL_SIZE;
 
 /// The default per-direction buffer: 32 KiB (what Gardener's apiserver-proxy Envoy uses per
 /// connection).
@@ -69,9 +77,9 @@ pub const DEFAULT_TCP_USER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How a relay is run.
 ///
-/// For [`relay_tcp`] on Linux, `buffer_size` is the pipe size asked for per direction (the
-/// kernel rounds it up to a power of two pages, at most [`MAX_PIPE_SIZE`]); pipe pages hold
-/// references to socket pages, not copies.
+/// For [`relay_tcp`] on Linux, `buffer_size` is the size of the pipe a direction is lent while
+/// it carries bytes (the kernel rounds it up to a power of two pages, at most
+/// [`MAX_PIPE_SIZE`]); pipe pages hold references to socket pages, not copies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RelayConfig {
     /// No bytes either way for this long closes both sides.
@@ -263,9 +271,12 @@ pub const MAX_PIPE_SIZE: usize = 1024 * 1024;
 /// on Linux so they never pass through user space: same half-close, timeouts, counts and
 /// errors. Sets [`RelayConfig::tcp_user_timeout`] on both sockets first.
 ///
-/// Falls back to [`relay`] (copying, `config.buffer_size` per direction) when pipes cannot be
-/// created or the kernel refuses to splice these sockets before any byte moved, and on other
-/// systems.
+/// A direction takes a pipe from a per-thread pool when its source turns readable and gives
+/// it back once it is empty and the source would block, so idle tunnels hold no pipe. When no
+/// pipe can be made (at the descriptor limit, for one), that burst is copied through a buffer
+/// instead; the relay never fails for lack of pipes. Falls back to [`relay`] (copying,
+/// `config.buffer_size` per direction) when the kernel refuses to splice these sockets before
+/// any byte moved, and on other systems.
 pub async fn relay_tcp(
     a: &mut TcpStream,
     b: &mut TcpStream,

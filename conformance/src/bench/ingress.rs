@@ -682,11 +682,11 @@ async fn storm(proxy: Proxy) -> Vec<Option<Duration>> {
 /// tokio's default of one worker per CPU).
 fn pooled_fds(proxy: Proxy) -> usize {
     match proxy {
-        Proxy::Router => {
+        Proxy::Router | Proxy::RouterSni => {
             let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
             2 * netio::relay::PIPE_POOL_SIZE * workers
         }
-        Proxy::Squid => 0,
+        Proxy::Squid | Proxy::Haproxy => 0,
     }
 }
 

@@ -22,7 +22,7 @@ use netio::admin::{AdminServer, AdminState, Exposition, Kind};
 use netio::netlink::{Family, Netlink, NetlinkError, RouteEntry};
 use tokio_util::sync::CancellationToken;
 
-use crate::vpn2::HA_METRIC_BASE;
+use crate::vpn2::{HA_MAX_SERVERS, HA_METRIC_BASE};
 
 /// How often the verbs look at the routes (vpn2's path controller: every 2 s).
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -48,10 +48,13 @@ pub enum HaVerbError {
     Bind(#[from] netio::admin::AdminBindError),
 }
 
-/// The HA routes of this namespace: those through a `tun` device with an HA metric.
+/// The HA routes of this namespace: those through a `tun` device with an HA metric
+/// (`100 + i` for server `i`). Only those: the kernel's own routes on a `tun` device (IPv6
+/// `fe80::/64`, metric 256) stay while a client reconnects and say nothing about its tunnel.
 fn ha_routes(routes: &[RouteEntry]) -> impl Iterator<Item = &RouteEntry> {
     routes.iter().filter(|r| {
-        r.metric.is_some_and(|m| m >= HA_METRIC_BASE)
+        r.metric
+            .is_some_and(|m| (HA_METRIC_BASE..HA_METRIC_BASE + HA_MAX_SERVERS).contains(&m))
             && r.dev.as_deref().is_some_and(|d| d.starts_with("tun"))
     })
 }
@@ -187,4 +190,51 @@ pub async fn tunnel_controller(port: u16, shutdown: CancellationToken) -> Result
     }
     let _ = serve.await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netio::netlink::IpPrefix;
+
+    fn route(dst: &str, dev: &str, metric: u32) -> RouteEntry {
+        let (addr, len) = dst.split_once('/').expect("prefix");
+        RouteEntry {
+            dst: IpPrefix::new(addr.parse().expect("address"), len.parse().expect("length"))
+                .expect("prefix"),
+            oif: Some(7),
+            dev: Some(dev.to_owned()),
+            gateway: None,
+            metric: Some(metric),
+            source: None,
+            table: 254,
+        }
+    }
+
+    #[test]
+    fn only_the_clients_routes_count_as_a_tunnel_up() {
+        // A client reconnecting keeps its device: the kernel's link-local route stays.
+        let reconnecting = [
+            route("fe80::/64", "tun0", 256),
+            route("fe80::/64", "tun1", 256),
+            route("100.96.10.0/24", "eth0", 0),
+        ];
+        assert_eq!(ha_routes(&reconnecting).count(), 0);
+        let up = [
+            route("fe80::/64", "tun0", 256),
+            route("241.0.0.0/8", "tun1", 101),
+            route("10.1.0.0/16", "tun1", 101),
+            route("10.2.0.0/16", "eth0", 100),
+        ];
+        let devs: Vec<_> = ha_routes(&up).filter_map(|r| r.dev.as_deref()).collect();
+        assert_eq!(devs, ["tun1", "tun1"]);
+        assert_eq!(
+            carrier(&up, "10.1.0.0/16".parse().expect("net")),
+            Some(("tun1".to_owned(), 101))
+        );
+        assert_eq!(
+            carrier(&reconnecting, "fe80::/64".parse().expect("net")),
+            None
+        );
+    }
 }

@@ -278,7 +278,7 @@ fn ha_role(env: &Vpn2ClientEnv) -> Result<Option<HaRole>, Vpn2Error> {
 }
 
 /// HA servers at most (vpn2's `POD_NAME` suffixes `-0` to `-2`).
-const HA_MAX_SERVERS: u32 = 3;
+pub(crate) const HA_MAX_SERVERS: u32 = 3;
 
 /// The device: `tun0` without HA, `tun<VPN_SERVER_INDEX>` with.
 fn device(env: &Vpn2ClientEnv) -> Result<String, Vpn2Error> {

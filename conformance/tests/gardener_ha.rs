@@ -18,13 +18,18 @@
 //! shoot can open nothing into the seed. The figures it prints go into `docs/ha.md`.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use conformance::gardener::ha::{
+    gateway, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6, SEED_POD_NETWORK, SERVER,
+    SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD, SHOOT_POD_NETWORKS,
+    SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+};
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
@@ -33,25 +38,8 @@ use lab::LabError;
 
 const SHOOT_NS: &str = "shoot--lab--ha";
 const HEADER_KEY: &str = "X-Gardener-Destination";
-const SEED_POD_NETWORK: &str = "10.1.0.0/16";
-const SHOOT_SERVICE_NETWORKS: &str = "100.64.0.0/13";
-const SHOOT_POD_NETWORKS: &str = "100.96.0.0/11";
-const SHOOT_NODE_NETWORKS: &str = "10.250.0.0/16,fd00:250::/64";
-const KAPI: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 1, 20), Ipv4Addr::new(10, 1, 2, 20)];
 /// The address kube-apiserver replica 0 alternates to on its restarts (a new pod).
 const KAPI0_NEW: Ipv4Addr = Ipv4Addr::new(10, 1, 1, 21);
-const SERVER: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 3, 10), Ipv4Addr::new(10, 1, 4, 10)];
-const INGRESS_POD: Ipv4Addr = Ipv4Addr::new(10, 1, 5, 30);
-const INGRESS_LB: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const SHOOT_POD: [Ipv4Addr; 2] = [
-    Ipv4Addr::new(100, 96, 10, 10),
-    Ipv4Addr::new(100, 96, 11, 10),
-];
-const NODE: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 5);
-/// The shoot node's IPv6 address (a dual-stack shoot; the seed is IPv4 only).
-const NODE_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x250, 0, 0, 0, 0, 0, 5);
-const UDP_ECHO: u16 = 7001;
-const TCP_ECHO: u16 = 7002;
 const OPENVPN_PORT: u16 = 8443;
 /// How long anything may take to come up.
 const UP: Duration = Duration::from_secs(40);
@@ -65,171 +53,6 @@ fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), v.clone()))
         .collect()
-}
-
-/// The namespaces; dropping them removes them.
-struct Layout {
-    kapi: [Netns; 2],
-    server: [Netns; 2],
-    ingress: Netns,
-    shoot: [Netns; 2],
-    node: Netns,
-    seed_router: Netns,
-    shoot_router: Netns,
-}
-
-fn attach(
-    router: &Netns,
-    router_if: &str,
-    pod: &Netns,
-    gw: Ipv4Addr,
-    addr: Ipv4Addr,
-) -> Result<(), LabError> {
-    Netns::veth_pair(router, router_if, pod, "eth0")?;
-    router.run(["ip", "addr", "add", &format!("{gw}/24"), "dev", router_if])?;
-    pod.run(["ip", "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
-    pod.run(["ip", "route", "add", "default", "via", &gw.to_string()])?;
-    Ok(())
-}
-
-fn gateway(a: Ipv4Addr) -> Ipv4Addr {
-    let [x, y, z, _] = a.octets();
-    Ipv4Addr::new(x, y, z, 1)
-}
-
-impl Layout {
-    fn build() -> Result<Layout, LabError> {
-        let l = Layout {
-            kapi: [Netns::new()?, Netns::new()?],
-            server: [Netns::new()?, Netns::new()?],
-            ingress: Netns::new()?,
-            shoot: [Netns::new()?, Netns::new()?],
-            node: Netns::new()?,
-            seed_router: Netns::new()?,
-            shoot_router: Netns::new()?,
-        };
-        for r in [&l.seed_router, &l.shoot_router] {
-            r.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-        }
-        for (i, ns) in l.kapi.iter().enumerate() {
-            attach(
-                &l.seed_router,
-                &format!("to-kapi{i}"),
-                ns,
-                gateway(KAPI[i]),
-                KAPI[i],
-            )?;
-        }
-        for (i, ns) in l.server.iter().enumerate() {
-            attach(
-                &l.seed_router,
-                &format!("to-srv{i}"),
-                ns,
-                gateway(SERVER[i]),
-                SERVER[i],
-            )?;
-        }
-        attach(
-            &l.seed_router,
-            "to-ingress",
-            &l.ingress,
-            gateway(INGRESS_POD),
-            INGRESS_POD,
-        )?;
-        for (i, ns) in l.shoot.iter().enumerate() {
-            attach(
-                &l.shoot_router,
-                &format!("to-shoot{i}"),
-                ns,
-                gateway(SHOOT_POD[i]),
-                SHOOT_POD[i],
-            )?;
-        }
-        attach(&l.shoot_router, "to-node", &l.node, gateway(NODE), NODE)?;
-        // IPv6 inside the shoot: the pods and the node, no DAD, routed by the shoot router.
-        l.shoot_router
-            .run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
-        let mut v6_links: Vec<(&Netns, String, u16)> = l
-            .shoot
-            .iter()
-            .enumerate()
-            .map(|(i, ns)| (ns, format!("to-shoot{i}"), 0x10 + i as u16))
-            .collect();
-        v6_links.push((&l.node, "to-node".into(), 0x250));
-        for (ns, router_if, net) in v6_links {
-            let host = if net == 0x250 { 5 } else { 0x10 };
-            let prefix = format!("fd00:{net:x}::");
-            l.shoot_router.run([
-                "ip",
-                "addr",
-                "add",
-                &format!("{prefix}1/64"),
-                "dev",
-                &router_if,
-                "nodad",
-            ])?;
-            ns.run([
-                "ip",
-                "addr",
-                "add",
-                &format!("{prefix}{host:x}/64"),
-                "dev",
-                "eth0",
-                "nodad",
-            ])?;
-            ns.run([
-                "ip",
-                "-6",
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("{prefix}1"),
-            ])?;
-        }
-        Netns::veth_pair(&l.seed_router, "inet", &l.shoot_router, "inet")?;
-        l.seed_router
-            .run(["ip", "addr", "add", "198.51.100.1/30", "dev", "inet"])?;
-        l.shoot_router
-            .run(["ip", "addr", "add", "198.51.100.2/30", "dev", "inet"])?;
-        l.shoot_router
-            .run(["ip", "route", "add", "default", "via", "198.51.100.1"])?;
-        for rule in [
-            "add table ip lab-nat",
-            "add chain ip lab-nat postrouting { type nat hook postrouting priority srcnat; }",
-            "add rule ip lab-nat postrouting oifname \"inet\" masquerade",
-        ] {
-            l.shoot_router.run(["nft", rule])?;
-        }
-        for rule in [
-            "add table inet lab-edge",
-            "add chain inet lab-edge forward { type filter hook forward priority filter; }",
-            "add rule inet lab-edge forward iifname \"inet\" ct state established,related accept",
-            &format!(
-                "add rule inet lab-edge forward iifname \"inet\" ip daddr {INGRESS_LB} accept"
-            ),
-            "add rule inet lab-edge forward iifname \"inet\" drop",
-        ] {
-            l.seed_router.run(["nft", rule])?;
-        }
-        l.ingress.run([
-            "ip",
-            "addr",
-            "add",
-            &format!("{INGRESS_LB}/32"),
-            "dev",
-            "eth0",
-        ])?;
-        l.seed_router.run([
-            "ip",
-            "route",
-            "add",
-            &format!("{INGRESS_LB}/32"),
-            "via",
-            &INGRESS_POD.to_string(),
-        ])?;
-        Ok(l)
-    }
 }
 
 /// vpn2's secrets layout for every pod: `server/` (the servers' `/srv/secrets`), `seed/`
@@ -269,7 +92,10 @@ fn networks() -> Vec<(&'static str, String)> {
     vec![
         ("SHOOT_SERVICE_NETWORKS", SHOOT_SERVICE_NETWORKS.into()),
         ("SHOOT_POD_NETWORKS", SHOOT_POD_NETWORKS.into()),
-        ("SHOOT_NODE_NETWORKS", SHOOT_NODE_NETWORKS.into()),
+        (
+            "SHOOT_NODE_NETWORKS",
+            format!("{SHOOT_NODE_NETWORK},{SHOOT_NODE_NETWORK_V6}"),
+        ),
         ("SEED_POD_NETWORK", SEED_POD_NETWORK.into()),
     ]
 }
@@ -495,46 +321,6 @@ impl Probes {
     }
 }
 
-/// UDP and TCP echo on the shoot node, until the process ends (bounded per connection).
-fn start_echo(node: &Netns) -> Result<(), LabError> {
-    let (udp, tcp, tcp6) = node
-        .run_in(|| {
-            Ok::<_, std::io::Error>((
-                UdpSocket::bind(SocketAddr::from((NODE, UDP_ECHO)))?,
-                TcpListener::bind(SocketAddr::from((NODE, TCP_ECHO)))?,
-                TcpListener::bind(SocketAddr::from((NODE_V6, TCP_ECHO)))?,
-            ))
-        })?
-        .map_err(|e| LabError::io("echo", e))?;
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = udp.recv_from(&mut buf) {
-            let _ = udp.send_to(&buf[..n], from);
-        }
-    });
-    for tcp in [tcp, tcp6] {
-        serve_tcp_echo(tcp);
-    }
-    Ok(())
-}
-
-/// Echoes every connection to `tcp` until the process ends.
-fn serve_tcp_echo(tcp: TcpListener) {
-    std::thread::spawn(move || {
-        for s in tcp.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut s = s;
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 || s.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-}
-
 /// Prints a figure for `docs/ha.md` and keeps it.
 fn record(figures: &mut Vec<String>, figure: String) -> String {
     eprintln!("HA figure: {figure}");
@@ -623,7 +409,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     require_lab(&["ip", "nft", "sysctl"]);
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
-    let l = Layout::build().expect("layout");
+    let l = HaLandscape::build(None).expect("layout");
     let pki = TestPki::generate().expect("pki");
     let root = tempfile::Builder::new()
         .prefix("vpnt-ha-")
@@ -636,7 +422,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     let root = root.as_path();
     write_secrets(&pki, root).expect("secrets");
     let logs = root;
-    start_echo(&l.node).expect("echo");
+    l.start_echo().expect("echo");
     let mut dumps = Vec::new();
     if std::env::var_os("HA_TCPDUMP").is_some() {
         for (name, ns) in [

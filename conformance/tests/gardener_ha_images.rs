@@ -24,13 +24,17 @@
 //! (every container reading the secrets runs as root), seccomp, resource requests.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use conformance::gardener::ha::{
+    gateway, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER, SHOOT_POD,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+};
 use conformance::gardener::kubelet::{Prober, Timing};
 use conformance::gardener::pods::{Binaries, Spec};
 use conformance::gardener::verdict;
@@ -46,26 +50,12 @@ use lab::LabError;
 const PREFIX: &str = "hai-";
 const SHOOT_NS: &str = "shoot--lab--hai";
 const HEADER_KEY: &str = "X-Gardener-Destination";
-const SEED_POD_NETWORK: &str = "10.1.0.0/16";
-const SHOOT_SERVICE_NETWORKS: &str = "100.64.0.0/13";
-const SHOOT_POD_NETWORKS: &str = "100.96.0.0/11";
 const SHOOT_NODE_NETWORKS: &str = "10.250.0.0/16";
 const IP_FAMILIES: &str = "IPv4";
-const KAPI: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 1, 20), Ipv4Addr::new(10, 1, 2, 20)];
 const KAPI_POD: [&str; 2] = [
     "kube-apiserver-6f7d9c8b5-abcde",
     "kube-apiserver-6f7d9c8b5-fghij",
 ];
-const SERVER: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 3, 10), Ipv4Addr::new(10, 1, 4, 10)];
-const INGRESS_POD: Ipv4Addr = Ipv4Addr::new(10, 1, 5, 30);
-const INGRESS_LB: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-const SHOOT_POD: [Ipv4Addr; 2] = [
-    Ipv4Addr::new(100, 96, 10, 10),
-    Ipv4Addr::new(100, 96, 11, 10),
-];
-const NODE: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 5);
-const UDP_ECHO: u16 = 7001;
-const TCP_ECHO: u16 = 7002;
 const OPENVPN_PORT: u16 = 8443;
 /// The shoot's `ENDPOINT`: the internal API domain, with Gardener's trailing dot.
 const ENDPOINT: &str = "api.hai.lab.internal.example.com.";
@@ -93,110 +83,6 @@ const START: Duration = Duration::from_secs(30);
 
 fn header_value(i: usize) -> String {
     format!("outbound|1194||vpn-seed-server-{i}.{SHOOT_NS}.svc.cluster.local")
-}
-
-/// The namespaces (dropped last: they kill whatever is left inside).
-struct Layout {
-    kapi: [Netns; 2],
-    server: [Netns; 2],
-    ingress: Netns,
-    shoot: [Netns; 2],
-    node: Netns,
-    seed_router: Netns,
-    shoot_router: Netns,
-}
-
-fn gateway(a: Ipv4Addr) -> Ipv4Addr {
-    let [x, y, z, _] = a.octets();
-    Ipv4Addr::new(x, y, z, 1)
-}
-
-fn attach(router: &Netns, router_if: &str, pod: &Netns, addr: Ipv4Addr) -> Result<(), LabError> {
-    let gw = gateway(addr);
-    Netns::veth_pair(router, router_if, pod, "eth0")?;
-    router.run(["ip", "addr", "add", &format!("{gw}/24"), "dev", router_if])?;
-    pod.run(["ip", "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
-    pod.run(["ip", "route", "add", "default", "via", &gw.to_string()])?;
-    Ok(())
-}
-
-impl Layout {
-    fn build() -> Result<Layout, LabError> {
-        let ns = || Netns::with_prefix(PREFIX);
-        let l = Layout {
-            kapi: [ns()?, ns()?],
-            server: [ns()?, ns()?],
-            ingress: ns()?,
-            shoot: [ns()?, ns()?],
-            node: ns()?,
-            seed_router: ns()?,
-            shoot_router: ns()?,
-        };
-        for r in [&l.seed_router, &l.shoot_router] {
-            r.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
-        }
-        for i in 0..2 {
-            attach(&l.seed_router, &format!("to-kapi{i}"), &l.kapi[i], KAPI[i])?;
-            attach(
-                &l.seed_router,
-                &format!("to-srv{i}"),
-                &l.server[i],
-                SERVER[i],
-            )?;
-            attach(
-                &l.shoot_router,
-                &format!("to-shoot{i}"),
-                &l.shoot[i],
-                SHOOT_POD[i],
-            )?;
-        }
-        attach(&l.seed_router, "to-ingress", &l.ingress, INGRESS_POD)?;
-        attach(&l.shoot_router, "to-node", &l.node, NODE)?;
-        Netns::veth_pair(&l.seed_router, "inet", &l.shoot_router, "inet")?;
-        l.seed_router
-            .run(["ip", "addr", "add", "198.51.100.1/30", "dev", "inet"])?;
-        l.shoot_router
-            .run(["ip", "addr", "add", "198.51.100.2/30", "dev", "inet"])?;
-        l.shoot_router
-            .run(["ip", "route", "add", "default", "via", "198.51.100.1"])?;
-        // The shoot reaches the internet through NAT; the seed admits from it only the
-        // ingress's load-balancer address.
-        for rule in [
-            "add table ip lab-nat",
-            "add chain ip lab-nat postrouting { type nat hook postrouting priority srcnat; }",
-            "add rule ip lab-nat postrouting oifname \"inet\" masquerade",
-        ] {
-            l.shoot_router.run(["nft", rule])?;
-        }
-        for rule in [
-            "add table inet lab-edge",
-            "add chain inet lab-edge forward { type filter hook forward priority filter; }",
-            "add rule inet lab-edge forward iifname \"inet\" ct state established,related accept",
-            &format!(
-                "add rule inet lab-edge forward iifname \"inet\" ip daddr {INGRESS_LB} accept"
-            ),
-            "add rule inet lab-edge forward iifname \"inet\" drop",
-        ] {
-            l.seed_router.run(["nft", rule])?;
-        }
-        l.ingress.run([
-            "ip",
-            "addr",
-            "add",
-            &format!("{INGRESS_LB}/32"),
-            "dev",
-            "eth0",
-        ])?;
-        l.seed_router.run([
-            "ip",
-            "route",
-            "add",
-            &format!("{INGRESS_LB}/32"),
-            "via",
-            &INGRESS_POD.to_string(),
-        ])?;
-        Ok(l)
-    }
 }
 
 /// A program started in a namespace, stopped by PID when dropped.
@@ -685,38 +571,6 @@ fn routes_via(ns: &Netns, dev: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// UDP and TCP echo on the shoot node (threads end with the test process).
-fn start_echo(node: &Netns) {
-    let (udp, tcp) = node
-        .run_in(|| {
-            Ok::<_, std::io::Error>((
-                UdpSocket::bind(SocketAddr::from((NODE, UDP_ECHO)))?,
-                TcpListener::bind(SocketAddr::from((NODE, TCP_ECHO)))?,
-            ))
-        })
-        .expect("lab step")
-        .expect("echo sockets");
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 2048];
-        while let Ok((n, from)) = udp.recv_from(&mut buf) {
-            let _ = udp.send_to(&buf[..n], from);
-        }
-    });
-    std::thread::spawn(move || {
-        for s in tcp.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut s = s;
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = s.read(&mut buf) {
-                    if n == 0 || s.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-}
-
 /// One UDP echo and one new TCP connection with an echo, from `ns` to the shoot node.
 fn echo_once(ns: &Netns, timeout: Duration) -> Result<(), String> {
     ns.run_in(|| {
@@ -855,10 +709,10 @@ fn gardeners_ha_pods_run_from_our_images() {
     eprintln!("images ready after {:.1} s", t_test.elapsed().as_secs_f64());
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
-    let l = Layout::build().expect("layout");
+    let l = HaLandscape::build(Some(PREFIX)).expect("layout");
     let pki = TestPki::generate().expect("pki");
     let secrets = Secrets::generate(&pki);
-    start_echo(&l.node);
+    l.start_echo().expect("echo");
 
     // Cluster DNS for the seed, the node's resolver for the shoot.
     let _seed_dns = resolver(

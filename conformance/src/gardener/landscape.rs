@@ -203,57 +203,7 @@ impl Landscape {
             }
         }
 
-        // The internet link; the shoot leaves through its NAT gateway.
-        Netns::veth_pair(&l.seed_router, "inet", &l.shoot_router, "inet")?;
-        l.seed_router
-            .run(["ip", "addr", "add", "198.51.100.1/30", "dev", "inet"])?;
-        l.shoot_router.run([
-            "ip",
-            "addr",
-            "add",
-            &format!("{SHOOT_EGRESS}/30"),
-            "dev",
-            "inet",
-        ])?;
-        l.shoot_router
-            .run(["ip", "route", "add", "default", "via", "198.51.100.1"])?;
-        for rule in [
-            "add table ip lab-nat",
-            "add chain ip lab-nat postrouting { type nat hook postrouting priority srcnat; }",
-            "add rule ip lab-nat postrouting oifname \"inet\" masquerade",
-        ] {
-            l.shoot_router.run(["nft", rule])?;
-        }
-        // The internet routes no private addresses: from its link the seed's router forwards
-        // answers and connections to the load balancer, nothing else.
-        for rule in [
-            "add table inet lab-edge",
-            "add chain inet lab-edge forward { type filter hook forward priority filter; }",
-            "add rule inet lab-edge forward iifname \"inet\" ct state established,related accept",
-            &format!(
-                "add rule inet lab-edge forward iifname \"inet\" ip daddr {INGRESS_LB} accept"
-            ),
-            "add rule inet lab-edge forward iifname \"inet\" drop",
-        ] {
-            l.seed_router.run(["nft", rule])?;
-        }
-        // The load balancer address is the ingress's.
-        l.ingress.run([
-            "ip",
-            "addr",
-            "add",
-            &format!("{INGRESS_LB}/32"),
-            "dev",
-            "eth0",
-        ])?;
-        l.seed_router.run([
-            "ip",
-            "route",
-            "add",
-            &format!("{INGRESS_LB}/32"),
-            "via",
-            &INGRESS_POD.to_string(),
-        ])?;
+        internet(&l.seed_router, &l.shoot_router, &l.ingress, INGRESS_POD)?;
         Ok(l)
     }
 
@@ -269,6 +219,63 @@ impl Landscape {
             ("twin", &self.twin),
         ]
     }
+}
+
+/// The internet between the seed's and the shoot's routers (`inet`, `198.51.100.0/30`): the
+/// shoot leaves through its NAT gateway ([`SHOOT_EGRESS`]); from the internet the seed's
+/// router forwards answers and connections to the load balancer ([`INGRESS_LB`], an address of
+/// `ingress`, whose pod address is `ingress_pod`), nothing else (the internet routes no private
+/// addresses).
+pub fn internet(
+    seed_router: &Netns,
+    shoot_router: &Netns,
+    ingress: &Netns,
+    ingress_pod: Ipv4Addr,
+) -> Result<(), LabError> {
+    Netns::veth_pair(seed_router, "inet", shoot_router, "inet")?;
+    seed_router.run(["ip", "addr", "add", "198.51.100.1/30", "dev", "inet"])?;
+    shoot_router.run([
+        "ip",
+        "addr",
+        "add",
+        &format!("{SHOOT_EGRESS}/30"),
+        "dev",
+        "inet",
+    ])?;
+    shoot_router.run(["ip", "route", "add", "default", "via", "198.51.100.1"])?;
+    for rule in [
+        "add table ip lab-nat",
+        "add chain ip lab-nat postrouting { type nat hook postrouting priority srcnat; }",
+        "add rule ip lab-nat postrouting oifname \"inet\" masquerade",
+    ] {
+        shoot_router.run(["nft", rule])?;
+    }
+    for rule in [
+        "add table inet lab-edge",
+        "add chain inet lab-edge forward { type filter hook forward priority filter; }",
+        "add rule inet lab-edge forward iifname \"inet\" ct state established,related accept",
+        &format!("add rule inet lab-edge forward iifname \"inet\" ip daddr {INGRESS_LB} accept"),
+        "add rule inet lab-edge forward iifname \"inet\" drop",
+    ] {
+        seed_router.run(["nft", rule])?;
+    }
+    ingress.run([
+        "ip",
+        "addr",
+        "add",
+        &format!("{INGRESS_LB}/32"),
+        "dev",
+        "eth0",
+    ])?;
+    seed_router.run([
+        "ip",
+        "route",
+        "add",
+        &format!("{INGRESS_LB}/32"),
+        "via",
+        &ingress_pod.to_string(),
+    ])?;
+    Ok(())
 }
 
 /// A veth from `router` to the link's pod (`eth0` there), its addresses and default routes.

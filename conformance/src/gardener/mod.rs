@@ -9,6 +9,7 @@
 pub mod capture;
 pub mod checks;
 pub mod far_end;
+pub mod ha;
 pub mod kubelet;
 pub mod landscape;
 pub mod pods;

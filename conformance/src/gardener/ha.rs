@@ -1,0 +1,205 @@
+//! The network of an HA Gardener shoot and its seed (`docs/ha.md`), one lab namespace per pod,
+//! shared by `tests/gardener_ha.rs` (our binaries as processes, failover figures) and
+//! `tests/gardener_ha_images.rs` (Gardener's HA pods from our images):
+//!
+//! ```text
+//!  SEED (pods 10.1.0.0/16)                         SHOOT (dual-stack inside)
+//!  kapi-0   10.1.1.20 ─┐                        ┌─ vpn-shoot-0 100.96.10.10  fd00:10::10
+//!  kapi-1   10.1.2.20 ─┤                        ├─ vpn-shoot-1 100.96.11.10  fd00:11::10
+//!  server-0 10.1.3.10 ─┼─ seed router ─ inet ─ shoot router (NAT)
+//!  server-1 10.1.4.10 ─┤                        └─ node 10.250.0.5  fd00:250::5 (UDP and TCP echo)
+//!  ingress  10.1.5.30 + LB 203.0.113.10 ─┘
+//! ```
+//!
+//! Every pod's interface is `eth0` with a default route to its router; the internet link is
+//! the non-HA landscape's ([`super::landscape::internet`]). The seed's pod network does not
+//! overlap the shoot's (Gardener refuses that for HA shoots).
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
+
+use crate::netns::Netns;
+use crate::LabError;
+
+/// The seed's pod network (`SEED_POD_NETWORK`).
+pub const SEED_POD_NETWORK: &str = "10.1.0.0/16";
+/// The shoot's service networks (`SHOOT_SERVICE_NETWORKS`).
+pub const SHOOT_SERVICE_NETWORKS: &str = "100.64.0.0/13";
+/// The shoot's pod networks (`SHOOT_POD_NETWORKS`).
+pub const SHOOT_POD_NETWORKS: &str = "100.96.0.0/11";
+/// The shoot's IPv4 node network (`SHOOT_NODE_NETWORKS` adds [`SHOOT_NODE_NETWORK_V6`] for a
+/// dual-stack shoot).
+pub const SHOOT_NODE_NETWORK: &str = "10.250.0.0/16";
+/// The shoot node's IPv6 network.
+pub const SHOOT_NODE_NETWORK_V6: &str = "fd00:250::/64";
+/// The kube-apiserver replicas' pod IPs.
+pub const KAPI: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 1, 20), Ipv4Addr::new(10, 1, 2, 20)];
+/// The vpn-seed-server pods' IPs (each its own Service's).
+pub const SERVER: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 1, 3, 10), Ipv4Addr::new(10, 1, 4, 10)];
+/// The ingress pod's address.
+pub const INGRESS_POD: Ipv4Addr = Ipv4Addr::new(10, 1, 5, 30);
+/// The ingress load balancer's address.
+pub const INGRESS_LB: Ipv4Addr = super::landscape::INGRESS_LB;
+/// The vpn-shoot pods' IPs.
+pub const SHOOT_POD: [Ipv4Addr; 2] = [
+    Ipv4Addr::new(100, 96, 10, 10),
+    Ipv4Addr::new(100, 96, 11, 10),
+];
+/// The shoot node's address.
+pub const NODE: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 5);
+/// The shoot node's IPv6 address.
+pub const NODE_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x250, 0, 0, 0, 0, 0, 5);
+/// The node's UDP echo port.
+pub const UDP_ECHO: u16 = 7001;
+/// The node's TCP echo port (IPv4 and IPv6).
+pub const TCP_ECHO: u16 = 7002;
+
+/// The namespaces; dropping it removes them.
+#[derive(Debug)]
+pub struct HaLandscape {
+    /// The kube-apiserver pods.
+    pub kapi: [Netns; 2],
+    /// The vpn-seed-server pods.
+    pub server: [Netns; 2],
+    /// The ingress (our router's place).
+    pub ingress: Netns,
+    /// The vpn-shoot pods.
+    pub shoot: [Netns; 2],
+    /// A shoot node.
+    pub node: Netns,
+    /// The seed's routing.
+    pub seed_router: Netns,
+    /// The shoot's routing and NAT gateway.
+    pub shoot_router: Netns,
+}
+
+/// The `.1` of `a`'s /24: its router.
+pub fn gateway(a: Ipv4Addr) -> Ipv4Addr {
+    let [x, y, z, _] = a.octets();
+    Ipv4Addr::new(x, y, z, 1)
+}
+
+/// A veth from `router` (`router_if`) to `pod` (`eth0`), `addr`/24 with the router at `.1`.
+fn attach(router: &Netns, router_if: &str, pod: &Netns, addr: Ipv4Addr) -> Result<(), LabError> {
+    let gw = gateway(addr);
+    Netns::veth_pair(router, router_if, pod, "eth0")?;
+    router.run(["ip", "addr", "add", &format!("{gw}/24"), "dev", router_if])?;
+    pod.run(["ip", "addr", "add", &format!("{addr}/24"), "dev", "eth0"])?;
+    pod.run(["ip", "route", "add", "default", "via", &gw.to_string()])?;
+    Ok(())
+}
+
+impl HaLandscape {
+    /// Builds every namespace (named with `prefix` if given), link, address and route.
+    pub fn build(prefix: Option<&str>) -> Result<HaLandscape, LabError> {
+        let ns = || match prefix {
+            Some(p) => Netns::with_prefix(p),
+            None => Netns::new(),
+        };
+        let l = HaLandscape {
+            kapi: [ns()?, ns()?],
+            server: [ns()?, ns()?],
+            ingress: ns()?,
+            shoot: [ns()?, ns()?],
+            node: ns()?,
+            seed_router: ns()?,
+            shoot_router: ns()?,
+        };
+        for r in [&l.seed_router, &l.shoot_router] {
+            r.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        }
+        for i in 0..2 {
+            attach(&l.seed_router, &format!("to-kapi{i}"), &l.kapi[i], KAPI[i])?;
+            attach(
+                &l.seed_router,
+                &format!("to-srv{i}"),
+                &l.server[i],
+                SERVER[i],
+            )?;
+            attach(
+                &l.shoot_router,
+                &format!("to-shoot{i}"),
+                &l.shoot[i],
+                SHOOT_POD[i],
+            )?;
+        }
+        attach(&l.seed_router, "to-ingress", &l.ingress, INGRESS_POD)?;
+        attach(&l.shoot_router, "to-node", &l.node, NODE)?;
+        // IPv6 inside the shoot: the pods and the node, no DAD, routed by the shoot router.
+        l.shoot_router
+            .run(["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        let v6_links = [
+            (&l.shoot[0], "to-shoot0", "fd00:10::", 0x10),
+            (&l.shoot[1], "to-shoot1", "fd00:11::", 0x10),
+            (&l.node, "to-node", "fd00:250::", 5),
+        ];
+        for (pod, router_if, prefix, host) in v6_links {
+            l.shoot_router.run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{prefix}1/64"),
+                "dev",
+                router_if,
+                "nodad",
+            ])?;
+            pod.run([
+                "ip",
+                "addr",
+                "add",
+                &format!("{prefix}{host:x}/64"),
+                "dev",
+                "eth0",
+                "nodad",
+            ])?;
+            pod.run([
+                "ip",
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("{prefix}1"),
+            ])?;
+        }
+        super::landscape::internet(&l.seed_router, &l.shoot_router, &l.ingress, INGRESS_POD)?;
+        Ok(l)
+    }
+
+    /// UDP echo ([`UDP_ECHO`]) and TCP echo ([`TCP_ECHO`], IPv4 and IPv6) on the shoot node,
+    /// on threads that end with the test process.
+    pub fn start_echo(&self) -> Result<(), LabError> {
+        let (udp, tcp, tcp6) = self
+            .node
+            .run_in(|| {
+                Ok::<_, std::io::Error>((
+                    UdpSocket::bind(SocketAddr::from((NODE, UDP_ECHO)))?,
+                    TcpListener::bind(SocketAddr::from((NODE, TCP_ECHO)))?,
+                    TcpListener::bind(SocketAddr::from((NODE_V6, TCP_ECHO)))?,
+                ))
+            })?
+            .map_err(|e| LabError::io("echo sockets on the shoot node", e))?;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = udp.recv_from(&mut buf) {
+                let _ = udp.send_to(&buf[..n], from);
+            }
+        });
+        for listener in [tcp, tcp6] {
+            std::thread::spawn(move || {
+                for s in listener.incoming().flatten() {
+                    std::thread::spawn(move || {
+                        let mut s = s;
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n) = s.read(&mut buf) {
+                            if n == 0 || s.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            });
+        }
+        Ok(())
+    }
+}

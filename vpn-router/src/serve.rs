@@ -459,8 +459,10 @@ async fn handle(
     let _ = stream.set_nodelay(true);
     let deadlines: Deadlines = shared.config.deadlines;
     let gauge = shared.counters.pending_opened();
+    // The head's phase on the heap (its read buffers are pages): the task of an open tunnel
+    // keeps only what the relay needs (tests/idle_memory.rs).
     let read = tokio::select! {
-        r = accept_connect(&mut stream, peer, &listener.proxy, deadlines) => r,
+        r = Box::pin(accept_connect(&mut stream, peer, &listener.proxy, deadlines)) => r,
         () = pending.evicted() => {
             debug!("evicted before a request, for a newer connection; closed");
             let _ = stream.shutdown().await;
@@ -477,7 +479,7 @@ async fn handle(
             if let Some(status) = status {
                 shared.counters.responded(status);
             }
-            refuse(&mut stream, status).await;
+            Box::pin(refuse(&mut stream, status)).await;
             return;
         }
     };
@@ -507,7 +509,7 @@ async fn handle(
                     counters.refused(Flow::of(route, &head), why);
                 }
             }
-            refuse(&mut stream, Some(status)).await;
+            Box::pin(refuse(&mut stream, Some(status))).await;
             return;
         }
     };
@@ -516,8 +518,12 @@ async fn handle(
     let flow = Flow::of(decision.route, &head);
     let shoot = shared.counters.shoots.get(decision.route.namespace());
     drop(policy);
-    let connect =
-        tokio::time::timeout(shared.config.connect_timeout, connect(&upstream_name)).await;
+    // On the heap too (a name's lookup is a large future), for the same reason.
+    let connect = Box::pin(tokio::time::timeout(
+        shared.config.connect_timeout,
+        connect(&upstream_name),
+    ))
+    .await;
     let mut upstream = match connect {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -526,7 +532,7 @@ async fn handle(
             if let Some(shoot) = &shoot {
                 shoot.refused(flow, ShootRefusal::ConnectFailed);
             }
-            refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
+            Box::pin(refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE))).await;
             return;
         }
         Err(_) => {
@@ -535,7 +541,7 @@ async fn handle(
             if let Some(shoot) = &shoot {
                 shoot.refused(flow, ShootRefusal::ConnectTimeout);
             }
-            refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
+            Box::pin(refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT))).await;
             return;
         }
     };

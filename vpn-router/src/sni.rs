@@ -264,7 +264,8 @@ pub(crate) async fn handle(
     let _ = stream.set_nodelay(true);
     let gauge = shared.counters.pending_opened();
     let read = tokio::select! {
-        r = read_hello(&mut stream, peer, listener, shared) => r,
+        // On the heap: its read buffer must not stay in an open tunnel's task.
+        r = Box::pin(read_hello(&mut stream, peer, listener, shared)) => r,
         () = pending.evicted() => {
             debug!("evicted before a ClientHello, for a newer connection; closed");
             let _ = stream.shutdown().await;

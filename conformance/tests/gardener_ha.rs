@@ -26,9 +26,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6, SEED_POD_NETWORK, SERVER,
-    SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD, SHOOT_POD_NETWORKS,
-    SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    gateway, routes_via, wait_until, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6,
+    SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
@@ -326,25 +326,6 @@ fn record(figures: &mut Vec<String>, figure: String) -> String {
     eprintln!("HA figure: {figure}");
     figures.push(figure.clone());
     figure
-}
-
-/// Waits until `check` holds, at most `limit`; the time it took.
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
-}
-
-/// The `ip route` lines of `ns` through `dev`.
-fn routes_via(ns: &Netns, dev: &str) -> String {
-    let out = ns
-        .run(["ip", "route", "show", "dev", dev])
-        .map(|o| o.stdout)
-        .unwrap_or_default();
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether a new TCP connection from `ns` to the node's echo port works within `limit`.

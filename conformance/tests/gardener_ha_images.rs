@@ -32,8 +32,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER, SHOOT_POD,
-    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    gateway, routes_via, wait_until, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER,
+    SHOOT_POD, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::kubelet::{Prober, Timing};
 use conformance::gardener::pods::{Binaries, Spec};
@@ -551,24 +551,6 @@ fn http_probe(
         (code @ 200..=399, body) => Ok(format!("{code} {body}")),
         (code, body) => Err(format!("{code} {body}")),
     }
-}
-
-/// Waits until `check` holds, at most `limit`; the time it took.
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    start.elapsed()
-}
-
-fn routes_via(ns: &Netns, dev: &str) -> String {
-    let out = ns
-        .run(["ip", "route", "show", "dev", dev])
-        .map(|o| o.stdout)
-        .unwrap_or_default();
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// One UDP echo and one new TCP connection with an echo, from `ns` to the shoot node.

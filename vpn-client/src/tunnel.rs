@@ -221,9 +221,9 @@ impl Tunnel {
         };
         self.ha_source = local.filter(|_| ha.source_from_socket);
         self.ha_source_v6 = match (self.ha_source, ha.transfer_v6) {
-            (Some(IpAddr::V4(pod)), Some(net)) => Some(Ipv6Addr::from(
-                (u128::from(net.network()) & !0xffff_ffff) | u128::from(u32::from(pod)),
-            )),
+            (Some(IpAddr::V4(pod)), Some(net)) => {
+                Some(protocol::config::env::ha_transfer_address(net, pod))
+            }
             _ => None,
         };
         let wait = if self.was_up {

@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use hashlink::LinkedHashMap;
@@ -61,17 +61,13 @@ pub fn seed_addresses(peer: IpAddr, transfer: Option<Ipv6Net>) -> Vec<IpAddr> {
         IpAddr::V4(v4) => {
             let image = Ipv4Addr::from((241 << 24) | (u32::from(v4) & 0x00ff_ffff));
             let mut out = vec![IpAddr::V4(v4), IpAddr::V4(image)];
-            out.extend(transfer.map(|t| IpAddr::V6(transfer_address(t, v4))));
+            out.extend(
+                transfer.map(|t| IpAddr::V6(protocol::config::env::ha_transfer_address(t, v4))),
+            );
             out
         }
         v6 => vec![v6],
     }
-}
-
-/// A kube-apiserver's address in the IPv6 transfer network: the network's upper 96 bits and
-/// the IPv4 pod IP as the low 32.
-pub fn transfer_address(transfer: Ipv6Net, pod_ip: Ipv4Addr) -> Ipv6Addr {
-    Ipv6Addr::from((u128::from(transfer.network()) & !0xffff_ffff) | u128::from(u32::from(pod_ip)))
 }
 
 /// The shoot connection index in a shoot client's common name: `vpn-shoot-client-<j>`.

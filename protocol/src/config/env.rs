@@ -190,6 +190,12 @@ impl Vpn2ServerEnv {
     }
 }
 
+/// An IPv4 kube-apiserver's address in the IPv6 transfer network (`VPN_NETWORK`) in HA mode
+/// (`docs/ha.md` §5): the network's upper 96 bits and the pod IP as the low 32.
+pub fn ha_transfer_address(transfer: Ipv6Net, pod_ip: std::net::Ipv4Addr) -> Ipv6Addr {
+    Ipv6Addr::from((u128::from(transfer.network()) & !0xffff_ffff) | u128::from(u32::from(pod_ip)))
+}
+
 /// What vpn2's `OPENVPN_AUTO_MTU` makes of the MTU of the default route's link: 130 bytes
 /// less (an IPv6 and a TCP header and OpenVPN's framing), never below 1280 (reference
 /// gardener-vpn2.md 1.11).

@@ -599,16 +599,20 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             transfer >> 16,
             transfer & 0xffff
         );
-        let routes = String::from_utf8_lossy(
-            &ns.run(["ip", "-6", "route", "show", "dev", "tun0"])
-                .expect("ip -6 route")
-                .stdout,
-        )
-        .into_owned();
-        assert!(
-            routes.contains("fd00:250::/64") && routes.contains(&src),
-            "{src}: {routes}"
-        );
+        // The client installs its IPv6 routes right after the IPv4 ones it was
+        // just seen with: wait for them rather than race that step.
+        let v6_routes = || {
+            String::from_utf8_lossy(
+                &ns.run(["ip", "-6", "route", "show", "dev", "tun0"])
+                    .expect("ip -6 route")
+                    .stdout,
+            )
+            .into_owned()
+        };
+        let routed = |routes: &str| routes.contains("fd00:250::/64") && routes.contains(&src);
+        wait_until(&format!("IPv6 routes with {src}"), UP, || {
+            routed(&v6_routes())
+        });
         assert!(
             connects_to(ns, IpAddr::V6(NODE_V6), Duration::from_secs(5)),
             "no IPv6 connection from {addr} to the shoot node"

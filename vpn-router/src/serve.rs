@@ -24,9 +24,9 @@ use tracing::{debug, info, info_span, warn, Instrument as _, Span};
 use crate::access::Client;
 use crate::config::{ConfigError, ListenerConfig, ListenerKind, RouterConfig};
 use crate::config_dir::{DirError, DirLoader};
-use crate::metrics::{Counters, ProxyRefusal};
+use crate::metrics::{ActiveTunnel, Counters, ProxyRefusal};
 use crate::policy::{Policy, Refusal};
-use crate::shoots::{Flow, ShootRefusal};
+use crate::shoots::{Flow, ShootRefusal, ShootTunnel};
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -445,28 +445,81 @@ impl Shared {
     }
 }
 
+/// A tunnel whose upstream answered: what a connection keeps once its head (or ClientHello)
+/// was accepted, for the relay phase ([`carry`]).
+pub(crate) struct Open<'s> {
+    pub(crate) client: TcpStream,
+    pub(crate) upstream: TcpStream,
+    /// Bytes sent upstream before the relay (what followed the head, or the ClientHello).
+    pub(crate) early: u64,
+    /// Its place in `vpn_router_tunnels_active`.
+    pub(crate) active: ActiveTunnel<'s>,
+    /// Its place in its shoot's series, when its route belongs to a shoot.
+    pub(crate) shoot: Option<ShootTunnel>,
+}
+
+/// Relays an open tunnel to its end and counts its bytes (router-wide and for its shoot).
+pub(crate) async fn carry(open: Open<'_>, shared: &Shared) {
+    let Open {
+        mut client,
+        mut upstream,
+        early,
+        active,
+        shoot,
+    } = open;
+    let result = relay(&mut client, &mut upstream, &shared.config).await;
+    let (to_upstream, to_client) = match &result {
+        Ok(stats) => (stats.a_to_b + early, stats.b_to_a),
+        Err(e) => (e.a_to_b + early, e.b_to_a),
+    };
+    shared.counters.relayed(to_upstream, to_client);
+    if let Some(tunnel) = &shoot {
+        tunnel.relayed(to_upstream, to_client);
+    }
+    match result {
+        Ok(stats) => debug!(to_upstream, to_client, end = ?stats.end, "tunnel closed"),
+        Err(e) => debug!(to_upstream, to_client, "tunnel ended: {}", chain(&e)),
+    }
+    drop(active);
+}
+
 /// Serves one connection to the end; logs one line for a refusal (at most one a second for
 /// a head refused before routing). Runs inside the connection's `router_conn` span and
 /// records `client` and `route` in it. `pending` is its place until the head is read; it is
 /// closed unanswered if evicted from there.
 async fn handle(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     listener: &ListenerConfig,
     shared: &Shared,
     pending: PendingGuard,
 ) {
+    // Everything before the relay runs on the heap and is freed once the tunnel is open (the
+    // head's read buffers, the name lookup, the refusals): the task of an open tunnel keeps
+    // only what the relay needs (tests/idle_memory.rs).
+    if let Some(open) = Box::pin(open(stream, peer, listener, shared, pending)).await {
+        carry(open, shared).await;
+    }
+}
+
+/// The head, the route and the upstream connect of [`handle`]: the open tunnel, or `None`
+/// once the connection was refused (answered, counted and logged) or ended.
+async fn open<'s>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    listener: &ListenerConfig,
+    shared: &'s Shared,
+    pending: PendingGuard,
+) -> Option<Open<'s>> {
     let _ = stream.set_nodelay(true);
     let deadlines: Deadlines = shared.config.deadlines;
     let gauge = shared.counters.pending_opened();
-    // The head's phase on the heap (its read buffers are pages): the task of an open tunnel
-    // keeps only what the relay needs (tests/idle_memory.rs).
     let read = tokio::select! {
-        r = Box::pin(accept_connect(&mut stream, peer, &listener.proxy, deadlines)) => r,
+        r = accept_connect(&mut stream, peer, &listener.proxy, deadlines) => r,
         () = pending.evicted() => {
             debug!("evicted before a request, for a newer connection; closed");
             let _ = stream.shutdown().await;
-            return;
+            return None;
         }
     };
     drop(pending);
@@ -479,8 +532,8 @@ async fn handle(
             if let Some(status) = status {
                 shared.counters.responded(status);
             }
-            Box::pin(refuse(&mut stream, status)).await;
-            return;
+            refuse(&mut stream, status).await;
+            return None;
         }
     };
     let Accepted {
@@ -509,8 +562,8 @@ async fn handle(
                     counters.refused(Flow::of(route, &head), why);
                 }
             }
-            Box::pin(refuse(&mut stream, Some(status))).await;
-            return;
+            refuse(&mut stream, Some(status)).await;
+            return None;
         }
     };
     Span::current().record("route", display(decision.route));
@@ -518,12 +571,8 @@ async fn handle(
     let flow = Flow::of(decision.route, &head);
     let shoot = shared.counters.shoots.get(decision.route.namespace());
     drop(policy);
-    // On the heap too (a name's lookup is a large future), for the same reason.
-    let connect = Box::pin(tokio::time::timeout(
-        shared.config.connect_timeout,
-        connect(&upstream_name),
-    ))
-    .await;
+    let connect =
+        tokio::time::timeout(shared.config.connect_timeout, connect(&upstream_name)).await;
     let mut upstream = match connect {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -532,8 +581,8 @@ async fn handle(
             if let Some(shoot) = &shoot {
                 shoot.refused(flow, ShootRefusal::ConnectFailed);
             }
-            Box::pin(refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE))).await;
-            return;
+            refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
+            return None;
         }
         Err(_) => {
             info!(upstream = %upstream_name, status = 504, "upstream connect timed out");
@@ -541,38 +590,24 @@ async fn handle(
             if let Some(shoot) = &shoot {
                 shoot.refused(flow, ShootRefusal::ConnectTimeout);
             }
-            Box::pin(refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT))).await;
-            return;
+            refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
+            return None;
         }
     };
     let mut ok = Vec::new();
     Status::ESTABLISHED.encode(&mut ok);
     if stream.write_all(&ok).await.is_err() || upstream.write_all(&early).await.is_err() {
-        return;
+        return None;
     }
     shared.counters.responded(Status::ESTABLISHED);
-    let _active = shared.counters.tunnel_opened();
-    let shoot_tunnel = shoot.map(|s| s.tunnel_opened(flow));
     debug!(upstream = %upstream_name, "tunnel open");
-    let early = early.len() as u64;
-    let result = relay(&mut stream, &mut upstream, &shared.config).await;
-    let (to_upstream, to_client) = match &result {
-        Ok(stats) => (stats.a_to_b + early, stats.b_to_a),
-        Err(e) => (e.a_to_b + early, e.b_to_a),
-    };
-    if let Some(tunnel) = &shoot_tunnel {
-        tunnel.relayed(to_upstream, to_client);
-    }
-    match result {
-        Ok(stats) => {
-            shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
-            debug!(to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "tunnel closed")
-        }
-        Err(e) => {
-            shared.counters.relayed(e.a_to_b + early, e.b_to_a);
-            debug!("tunnel ended: {}", chain(&e))
-        }
-    }
+    Some(Open {
+        client: stream,
+        upstream,
+        early: early.len() as u64,
+        active: shared.counters.tunnel_opened(),
+        shoot: shoot.map(|s| s.tunnel_opened(flow)),
+    })
 }
 
 /// Counts and logs a connection that gave no usable head: a client that left is debug; a

@@ -41,7 +41,7 @@ use crate::access::{admits, Client, Denial};
 use crate::client_hello::{self, ClientHello, HelloError, ServerName};
 use crate::config::{rules, ConfigError, ListenerConfig, RawRule};
 use crate::policy::{Policy, Target};
-use crate::serve::{refused_head, Shared};
+use crate::serve::{refused_head, Open, Shared};
 
 /// One `[[sni_route]]` table as written.
 #[derive(Debug, Deserialize)]
@@ -255,21 +255,36 @@ enum ReadError {
 /// Runs inside the connection's `router_conn` span and records `client` and `route` (the
 /// server name) in it.
 pub(crate) async fn handle(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
     listener: &ListenerConfig,
     shared: &Shared,
     pending: PendingGuard,
 ) {
+    // On the heap until the tunnel is open, as for CONNECT (`serve::handle`).
+    if let Some(open) = Box::pin(open(stream, peer, listener, shared, pending)).await {
+        crate::serve::carry(open, shared).await;
+    }
+}
+
+/// The ClientHello, the route and the upstream connect of [`handle`]: the open tunnel (the
+/// bytes read already sent upstream), or `None` once the connection was refused (closed,
+/// counted and logged) or ended.
+async fn open<'s>(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    listener: &ListenerConfig,
+    shared: &'s Shared,
+    pending: PendingGuard,
+) -> Option<Open<'s>> {
     let _ = stream.set_nodelay(true);
     let gauge = shared.counters.pending_opened();
     let read = tokio::select! {
-        // On the heap: its read buffer must not stay in an open tunnel's task.
-        r = Box::pin(read_hello(&mut stream, peer, listener, shared)) => r,
+        r = read_hello(&mut stream, peer, listener, shared) => r,
         () = pending.evicted() => {
             debug!("evicted before a ClientHello, for a newer connection; closed");
             let _ = stream.shutdown().await;
-            return;
+            return None;
         }
     };
     drop(pending);
@@ -279,7 +294,7 @@ pub(crate) async fn handle(
         Err(e) => {
             refused_read(shared, &e);
             let _ = stream.shutdown().await;
-            return;
+            return None;
         }
     };
     Span::current().record("client", display(client));
@@ -293,7 +308,7 @@ pub(crate) async fn handle(
             Err(why) => {
                 refused(shared, why, &hello.server_name, &why);
                 let _ = stream.shutdown().await;
-                return;
+                return None;
             }
         }
     };
@@ -307,34 +322,26 @@ pub(crate) async fn handle(
         Ok(Err(e)) => {
             let why = format!("upstream {upstream_name} connect failed: {e}");
             refused(shared, SniRefusal::Upstream, &hello.server_name, &why);
-            return;
+            return None;
         }
         Err(_) => {
             let why = format!("upstream {upstream_name} connect timed out");
             refused(shared, SniRefusal::Upstream, &hello.server_name, &why);
-            return;
+            return None;
         }
     };
     if upstream.write_all(&bytes).await.is_err() {
-        return;
+        return None;
     }
-    let early = bytes.len() as u64;
-    // Neither is needed while the tunnel lasts (the buffer is about 1 KiB a tunnel).
-    drop(bytes);
-    drop(hello);
     shared.counters.sni.tunnels.fetch_add(1, Ordering::Relaxed);
-    let _active = shared.counters.tunnel_opened();
     debug!(upstream = %upstream_name, "passthrough open");
-    match crate::relay(&mut stream, &mut upstream, &shared.config).await {
-        Ok(stats) => {
-            shared.counters.relayed(stats.a_to_b + early, stats.b_to_a);
-            debug!(to_upstream = stats.a_to_b + early, to_client = stats.b_to_a, end = ?stats.end, "passthrough closed")
-        }
-        Err(e) => {
-            shared.counters.relayed(e.a_to_b + early, e.b_to_a);
-            debug!("passthrough ended: {}", chain(&e))
-        }
-    }
+    Some(Open {
+        client: stream,
+        upstream,
+        early: bytes.len() as u64,
+        active: shared.counters.tunnel_opened(),
+        shoot: None,
+    })
 }
 
 /// The PROXY stage, then the ClientHello within the header deadline (both from accept): the

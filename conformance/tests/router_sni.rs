@@ -18,6 +18,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openssl::asn1::Asn1Time;
 use openssl::bn::BigNum;
@@ -180,12 +181,13 @@ kind = "sni"
 proxy_protocol = "from-trusted"
 trusted_proxies = ["10.79.0.2/32"]
 
-# a: anyone.
+# a: anyone; its tunnels count in shoot--p--a's series.
 [[sni_route]]
 server_names = ["api.shoot--p--a.example.com"]
 upstream = "{a}"
+shoot = "shoot--p--a"
 
-# b: anyone but 10.79.0.2.
+# b: anyone but 10.79.0.2; no shoot named (router-wide series only).
 [[sni_route]]
 server_names = ["api.shoot--p--b.example.com"]
 upstream = "{b}"
@@ -201,6 +203,7 @@ from = ["0.0.0.0/0", "::/0"]
 server_names = ["api.shoot--p--c.example.com", "API.Internal.shoot--p--c.example.com"]
 upstream = "{c}"
 allow = ["10.79.0.3/32"]
+shoot = "shoot--p--c"
 "#,
         a = up[0].addr,
         b = up[1].addr,
@@ -360,6 +363,33 @@ fn routes_each_shoot_by_its_server_name_with_real_tls() {
     for label in ["not_tls", "malformed", "no_sni", "unknown", "denied"] {
         assert_eq!(s.refused_total(label), 0, "{label}");
     }
+    // Per shoot: a's three tunnels (two names' cases and IPv6) and c's three (both names);
+    // b's route names no shoot, so b has no series.
+    for shoot in ["shoot--p--a", "shoot--p--c"] {
+        let line = format!("vpn_router_shoot_tunnels_total{{shoot=\"{shoot}\",flow=\"sni\"}} 3\n");
+        assert!(text.contains(&line), "{line}: {text}");
+    }
+    assert!(!text.contains("shoot=\"shoot--p--b\""), "{text}");
+    assert!(text.contains("vpn_router_shoots 2\n"), "{text}");
+    // Each tunnel's bytes count for its shoot once it ended (the clients have closed).
+    let bytes = |text: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "vpn_router_shoot_tunnel_bytes_total{shoot=\"shoot--p--a\",flow=\"sni\",direction=\"to_client\"} ",
+                )
+            })
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let start = std::time::Instant::now();
+    let mut text = text;
+    while bytes(&text) == 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+        text = s.router.counters.render();
+    }
+    // At least the server's certificate chain and answer crossed, three times.
+    assert!(bytes(&text) > 3 * 500, "{text}");
 }
 
 #[test]
@@ -418,6 +448,15 @@ fn refusals_close_without_an_upstream_and_are_counted() {
     s.tls_refused(a(), l0, b"", Some("api.internal.shoot--p--c.example.com"));
     assert_eq!(s.refused_total("denied"), 3);
     assert_eq!(s.connects(), 0, "a refused connection reached an upstream");
+    // c's two denials count for shoot--p--c; b's route names no shoot; unknown names count
+    // for nobody.
+    let text = s.router.counters.render();
+    let line =
+        "vpn_router_shoot_refused_total{shoot=\"shoot--p--c\",flow=\"sni\",reason=\"denied\"} 2\n";
+    assert!(text.contains(line), "{line}: {text}");
+    let line =
+        "vpn_router_shoot_refused_total{shoot=\"shoot--p--a\",flow=\"sni\",reason=\"denied\"} 0\n";
+    assert!(text.contains(line), "{line}: {text}");
     // Every reason in the /metrics text.
     let text = s.router.counters.render();
     for (reason, n) in [
@@ -617,7 +656,7 @@ fn sighup_swaps_the_sni_routes() {
     for _ in 0..50 {
         rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::HUP)
             .expect("SIGHUP");
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(100));
         let c = s.lab.connect_from(b(), l0);
         if s.https(c.stream, "api.shoot--p--a.example.com").is_err() {
             swapped = true;

@@ -372,6 +372,7 @@ fn check_routes(raw_routes: Vec<RawRoute>) -> Result<HashMap<RouteValue, Target>
         let target = Target {
             upstream: raw.upstream,
             rules,
+            shoot: None,
         };
         if routes.insert(value, target).is_some() {
             return Err(ConfigError::DuplicateRoute { value: raw.value });
@@ -561,6 +562,15 @@ pub enum ConfigError {
     DuplicateServerName {
         /// The name, lower-cased.
         name: String,
+    },
+    /// An `[[sni_route]]`'s `shoot` that is not a namespace.
+    #[error("router config: sni_route shoot {shoot:?} is not a namespace")]
+    SniShoot {
+        /// The value.
+        shoot: String,
+        /// Why.
+        #[source]
+        source: protocol::http::route::RouteError,
     },
 }
 

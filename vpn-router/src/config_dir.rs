@@ -374,6 +374,21 @@ fn parse_shoot(path: &Path, shoot: &str, text: &[u8]) -> Result<ShootRoutes, Dir
             shoot: shoot.to_owned(),
         });
     }
+    let mut routes = routes;
+    for target in routes.sni_routes.values_mut() {
+        match &target.shoot {
+            Some(named) if named != shoot => {
+                return Err(DirError::ForeignShoot {
+                    file: path.to_owned(),
+                    line: line_of_value(text, named, false),
+                    named: named.clone(),
+                    shoot: shoot.to_owned(),
+                })
+            }
+            Some(_) => {}
+            None => target.shoot = Some(shoot.to_owned()),
+        }
+    }
     Ok(routes)
 }
 
@@ -387,6 +402,7 @@ fn line_for(e: &ConfigError, text: &str) -> Option<usize> {
             line_of_value(text, value, false)
         }
         ConfigError::Upstream { upstream } => line_of_value(text, upstream, false),
+        ConfigError::SniShoot { shoot, .. } => line_of_value(text, shoot, false),
         ConfigError::DuplicateRoute { value } => line_of_value(text, value, true),
         ConfigError::Address { address } => line_of_value(text, address, false),
         ConfigError::Header { name } => line_of_value(text, name, false),
@@ -538,6 +554,18 @@ pub enum DirError {
         /// The file's shoot (its stem).
         shoot: String,
     },
+    /// A shoot file's `[[sni_route]]` names another shoot as the one it counts for.
+    #[error("config file {}{}: sni_route shoot {named:?} is not {shoot}; a shoot's file counts its routes for its own shoot (leave `shoot` out)", file.display(), at(*line))]
+    ForeignShoot {
+        /// The file.
+        file: PathBuf,
+        /// The line quoting the value.
+        line: Option<usize>,
+        /// The shoot the route names.
+        named: String,
+        /// The file's shoot (its stem).
+        shoot: String,
+    },
     /// A shoot file routes a server name another file already routes.
     #[error("config file {}{}: server name {name:?} is routed by {holder}; a name belongs to the first file that routes it", file.display(), at(*line))]
     TakenName {
@@ -559,6 +587,7 @@ impl DirError {
             DirError::File { line, .. }
             | DirError::SeedRoutes { line, .. }
             | DirError::ForeignRoute { line, .. }
+            | DirError::ForeignShoot { line, .. }
             | DirError::TakenName { line, .. } => *line,
             _ => None,
         }

@@ -180,6 +180,8 @@
 //! server_names = ["api.p-a.example.com", "api.p-a.internal.example.com"]
 //! upstream = "kube-apiserver.shoot--p--a.svc.cluster.local:443"
 //! allow = ["203.0.113.0/24"]  # or ordered [[sni_route.rule]] tables, as for [[route]]
+//! shoot = "shoot--p--a"       # optional: whose vpn_router_shoot_* series (flow "sni")
+//!                             # count it; in a --config-dir shoot file, that file's shoot
 //! ```
 //!
 //! Unknown keys are errors. A `[[listener]]` on an IPv6 address also takes IPv4 clients (as

@@ -38,6 +38,10 @@ pub struct Target {
     pub upstream: String,
     /// Ordered rules, first match wins ([`crate::access`]); none: any client.
     pub rules: Vec<Rule>,
+    /// The shoot whose `vpn_router_shoot_*` series count this route's connections, for
+    /// `[[sni_route]]`s (their `shoot`, or the shoot file they are in); `None` for CONNECT
+    /// routes, whose shoot is their routing value's namespace, and for SNI routes of no shoot.
+    pub shoot: Option<String>,
 }
 
 /// An accepted request: the route it matched and its target.
@@ -205,6 +209,7 @@ mod tests {
                 Target {
                     upstream: format!("{ns}:1194"),
                     rules: allow,
+                    shoot: None,
                 },
             );
         }
@@ -213,6 +218,7 @@ mod tests {
             Target {
                 upstream: "kube-apiserver-socket:443".into(),
                 rules: vec![],
+                shoot: None,
             },
         );
         let always: Vec<IpNet> = vec!["10.250.0.0/16".parse().unwrap()];

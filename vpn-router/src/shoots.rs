@@ -4,7 +4,9 @@
 //! A shoot is the namespace a routing value names (`shoot--p--a` in
 //! `outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local` and in
 //! `shoot--p--a--kube-apiserver-socket`); with `--config-dir` it is also the stem of the
-//! shoot's file. A flow is what the connection carries ([`Flow`]).
+//! shoot's file. An `[[sni_route]]` counts for the shoot it names (`shoot = "..."`) or, in a
+//! shoot's file, for that file's shoot; one of no shoot counts router-wide only. A flow is
+//! what the connection carries ([`Flow`]).
 //!
 //! Cardinality is bounded by the configuration: a shoot has series only while it has a route
 //! in the policy in force, or while a tunnel it opened is still open (a shoot removed from
@@ -43,15 +45,18 @@ pub enum Flow {
     KubeApiserverSocket = 2,
     /// Any value under the legacy `Reversed-VPN` header (the 8132 port).
     Legacy = 3,
+    /// TLS passed through by an `[[sni_route]]` of the shoot (`kind = "sni"` listeners).
+    Sni = 4,
 }
 
 impl Flow {
     /// Every flow, in index order.
-    pub const ALL: [Flow; 4] = [
+    pub const ALL: [Flow; 5] = [
         Flow::Vpn,
         Flow::ApiserverProxy,
         Flow::KubeApiserverSocket,
         Flow::Legacy,
+        Flow::Sni,
     ];
 
     /// The `flow` label.
@@ -61,6 +66,7 @@ impl Flow {
             Flow::ApiserverProxy => "apiserver-proxy",
             Flow::KubeApiserverSocket => "kube-apiserver-socket",
             Flow::Legacy => "legacy",
+            Flow::Sni => "sni",
         }
     }
 
@@ -217,6 +223,13 @@ impl Shoots {
                 set.insert(Flow::Legacy as usize);
             }
         }
+        for shoot in policy
+            .sni_routes
+            .values()
+            .filter_map(|t| t.shoot.as_deref())
+        {
+            flows.entry(shoot).or_default().insert(Flow::Sni as usize);
+        }
         let mut map = self.lock();
         for entry in map.values_mut() {
             entry.configured = false;
@@ -329,6 +342,7 @@ mod tests {
                 Target {
                     upstream: "x:1".into(),
                     rules: vec![],
+                    shoot: None,
                 },
             );
         }
@@ -397,5 +411,39 @@ mod tests {
         assert!(!t.contains("shoot--p--a\""), "{t}");
         assert!(shoots.get("shoot--p--a").is_none());
         assert!(shoots.get("shoot--p--ab").is_some());
+    }
+
+    #[test]
+    fn sni_routes_count_for_their_shoot_only() {
+        let mut p = policy(&[A]);
+        let sni = |name: &str, shoot: Option<&str>| {
+            (
+                crate::client_hello::ServerName::parse(name.as_bytes()).unwrap(),
+                Target {
+                    upstream: "x:1".into(),
+                    rules: vec![],
+                    shoot: shoot.map(str::to_owned),
+                },
+            )
+        };
+        p.sni_routes.extend([
+            sni("api.a.example", Some("shoot--p--a")),
+            sni("api.b.example", Some("shoot--p--b")),
+            sni("api.none.example", None),
+        ]);
+        let shoots = Shoots::default();
+        shoots.configure(&p);
+        let mut out = Exposition::new();
+        shoots.metrics(&mut out);
+        let t = out.into_string();
+        assert!(t.contains("vpn_router_shoots 2\n"), "{t}");
+        for line in [
+            "vpn_router_shoot_tunnels_total{shoot=\"shoot--p--a\",flow=\"sni\"} 0\n",
+            "vpn_router_shoot_tunnels_total{shoot=\"shoot--p--a\",flow=\"vpn\"} 0\n",
+            "vpn_router_shoot_tunnels_total{shoot=\"shoot--p--b\",flow=\"sni\"} 0\n",
+        ] {
+            assert!(t.contains(line), "{line}: {t}");
+        }
+        assert!(!t.contains("shoot=\"shoot--p--b\",flow=\"vpn\""), "{t}");
     }
 }

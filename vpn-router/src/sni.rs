@@ -30,6 +30,7 @@ use netio::admin::{Exposition, Kind};
 use netio::ingress::{accept_proxy, IngressError, ProxyAccepted};
 use netio::listen::PendingGuard;
 use netio::report::chain;
+use protocol::http::route::check_namespace;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -42,6 +43,7 @@ use crate::client_hello::{self, ClientHello, HelloError, ServerName};
 use crate::config::{rules, ConfigError, ListenerConfig, RawRule};
 use crate::policy::{Policy, Target};
 use crate::serve::{refused_head, Open, Shared};
+use crate::shoots::{Flow, ShootRefusal};
 
 /// One `[[sni_route]]` table as written.
 #[derive(Debug, Deserialize)]
@@ -52,10 +54,13 @@ pub(crate) struct RawSniRoute {
     allow: Option<Vec<String>>,
     #[serde(default, rename = "rule")]
     rules: Vec<RawRule>,
+    /// The shoot whose series count the route (a namespace such as `shoot--p--a`); in a
+    /// shoot's file of `--config-dir`, that file's shoot whether given or not.
+    shoot: Option<String>,
 }
 
 /// Checks the `[[sni_route]]` tables: every name a DNS host name, no name twice, the
-/// upstream `host:port`, the rules as for CONNECT routes.
+/// upstream `host:port`, the rules as for CONNECT routes, the shoot a namespace.
 pub(crate) fn check_routes(
     raw: Vec<RawSniRoute>,
 ) -> Result<std::collections::HashMap<ServerName, Target>, ConfigError> {
@@ -75,9 +80,16 @@ pub(crate) fn check_routes(
                 upstream: route.upstream,
             });
         }
+        if let Some(shoot) = &route.shoot {
+            check_namespace(shoot).map_err(|source| ConfigError::SniShoot {
+                shoot: shoot.clone(),
+                source,
+            })?;
+        }
         let target = Target {
             rules: rules(route.allow.as_deref(), &route.rules, first)?,
             upstream: route.upstream,
+            shoot: route.shoot,
         };
         for name in &route.server_names {
             let key =
@@ -300,12 +312,20 @@ async fn open<'s>(
     Span::current().record("client", display(client));
     Span::current().record("route", display(&hello.server_name));
     let who = Client::new(client, peer.ip());
-    let upstream_name = {
+    let (upstream_name, shoot) = {
         // One snapshot decides this connection, whatever a reload does meanwhile.
         let policy = shared.snapshot();
+        let shoot = policy
+            .sni_routes
+            .get(&hello.server_name)
+            .and_then(|t| t.shoot.as_deref())
+            .and_then(|name| shared.counters.shoots.get(name));
         match policy.decide_sni(&hello.server_name, who) {
-            Ok(target) => target.upstream.clone(),
+            Ok(target) => (target.upstream.clone(), shoot),
             Err(why) => {
+                if let (SniRefusal::Denied(_), Some(shoot)) = (&why, &shoot) {
+                    shoot.refused(Flow::Sni, ShootRefusal::Denied);
+                }
                 refused(shared, why, &hello.server_name, &why);
                 let _ = stream.shutdown().await;
                 return None;
@@ -317,16 +337,24 @@ async fn open<'s>(
         crate::serve::connect(&upstream_name),
     )
     .await;
+    let connect = match connect {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err((
+            ShootRefusal::ConnectFailed,
+            format!("upstream {upstream_name} connect failed: {e}"),
+        )),
+        Err(_) => Err((
+            ShootRefusal::ConnectTimeout,
+            format!("upstream {upstream_name} connect timed out"),
+        )),
+    };
     let mut upstream = match connect {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let why = format!("upstream {upstream_name} connect failed: {e}");
-            refused(shared, SniRefusal::Upstream, &hello.server_name, &why);
-            return None;
-        }
-        Err(_) => {
-            let why = format!("upstream {upstream_name} connect timed out");
-            refused(shared, SniRefusal::Upstream, &hello.server_name, &why);
+        Ok(s) => s,
+        Err((why, detail)) => {
+            if let Some(shoot) = &shoot {
+                shoot.refused(Flow::Sni, why);
+            }
+            refused(shared, SniRefusal::Upstream, &hello.server_name, &detail);
             return None;
         }
     };
@@ -340,7 +368,7 @@ async fn open<'s>(
         upstream,
         early: bytes.len() as u64,
         active: shared.counters.tunnel_opened(),
-        shoot: None,
+        shoot: shoot.map(|s| s.tunnel_opened(Flow::Sni)),
     })
 }
 
@@ -525,6 +553,27 @@ mod tests {
         ] {
             assert!(config(routes).is_err(), "{what}");
         }
+        // `shoot` is a namespace, exactly: no upper case, no dots, no empty value.
+        for shoot in [
+            "Shoot--p--a",
+            "shoot--p--a.svc",
+            "",
+            "-shoot",
+            "shoot--p--a-",
+        ] {
+            let routes = format!(
+                "[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x:1\"\nshoot = {shoot:?}\n"
+            );
+            assert!(
+                matches!(config(&routes), Err(ConfigError::SniShoot { .. })),
+                "{shoot:?}"
+            );
+        }
+        let routes = "[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x:1\"\n\
+                      shoot = \"shoot--p--a\"\n";
+        let parsed = config(routes).unwrap();
+        let target = parsed.policy.sni_routes.values().next().unwrap();
+        assert_eq!(target.shoot.as_deref(), Some("shoot--p--a"));
         // An SNI listener takes no headers; a CONNECT listener needs them.
         let with_headers = "[[listener]]\naddress = \"127.0.0.1:1\"\nkind = \"sni\"\n\
                             headers = [\"Reversed-VPN\"]\n";

@@ -12,7 +12,8 @@
 //! [`client_hello`]: server name `api.s<i>.shoots.bench.example`, an X25519 key share) and no
 //! handshake follows: the upstream is the ingress part's echo listener, and a tunnel is
 //! *ready* when the whole ClientHello came back through it. The router holds [`SHOOTS`]
-//! `[[sni_route]]` tables; HAProxy waits for the hello (`tcp-request inspect-delay`, accepted
+//! `[[sni_route]]` tables, each naming its shoot (so its tunnels count in per-shoot series,
+//! as HAProxy counts per backend); HAProxy waits for the hello (`tcp-request inspect-delay`, accepted
 //! once `req.ssl_hello_type 1`) and picks one of [`SHOOTS`] backends by
 //! `req.ssl_sni,lower,map(...)`.
 
@@ -84,7 +85,8 @@ pub(super) fn start_router(ns: &Netns, dir: &Path, ours: &Path) -> Result<u32, B
     );
     for i in 0..SHOOTS {
         text.push_str(&format!(
-            "\n[[sni_route]]\nserver_names = [\"{}\"]\nupstream = \"{SEED_ADDR}:{}\"\n",
+            "\n[[sni_route]]\nserver_names = [\"{}\"]\nupstream = \"{SEED_ADDR}:{}\"\n\
+             shoot = \"shoot--bench--s{i}\"\n",
             server_name(i),
             upstream_port(i)
         ));

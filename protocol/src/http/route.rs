@@ -223,6 +223,15 @@ fn parse_port(s: &str) -> Option<u16> {
     s.parse().ok()
 }
 
+/// Checks that `namespace` could be a routing value's namespace (an RFC 1123 label in lower
+/// case, as Kubernetes namespaces are): what names a shoot everywhere the router counts one.
+pub fn check_namespace(namespace: &str) -> Result<(), RouteError> {
+    if namespace.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err(RouteError::Uppercase);
+    }
+    check_label(namespace)
+}
+
 /// RFC 1123 label, lowercase only (uppercase was refused before).
 fn check_label(label: &str) -> Result<(), RouteError> {
     if label.is_empty() {

@@ -444,6 +444,53 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
         Some("10.0.0.2:443")
     );
     assert_eq!(files.state("shoot--p--b.toml"), Some((true, 1)));
+    // Each file's SNI routes count for its shoot.
+    let shoot_of = |c: &RouterConfig, n: &str| {
+        c.policy
+            .sni_routes
+            .get(&sni(n))
+            .and_then(|t| t.shoot.clone())
+    };
+    assert_eq!(
+        shoot_of(&config, "api.a.example").as_deref(),
+        Some("shoot--p--a")
+    );
+    assert_eq!(
+        shoot_of(&config, "api.b.example").as_deref(),
+        Some("shoot--p--b")
+    );
+    // A file naming another shoot for its route is refused at that line; it keeps its last
+    // good routes.
+    let b_foreign = format!("{b_good}shoot = \"shoot--p--a\"\n");
+    v.write(&[
+        ("seed.toml", SEED),
+        ("shoot--p--a.toml", &a),
+        ("shoot--p--b.toml", &b_foreign),
+    ]);
+    if let Some(change) = loader.poll(&files, false).unwrap() {
+        let c = &change.config;
+        assert_eq!(shoot_of(c, "api.b.example").as_deref(), Some("shoot--p--b"));
+        assert_eq!(
+            upstream(c, "api.b.example").as_deref(),
+            Some("10.0.0.2:443")
+        );
+    }
+    assert_eq!(files.state("shoot--p--b.toml"), Some((false, 2)));
+    let err = parse_shoot(
+        Path::new("shoot--p--b.toml"),
+        "shoot--p--b",
+        b_foreign.as_bytes(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, DirError::ForeignShoot { line: Some(4), .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("config file shoot--p--b.toml, line 4: sni_route shoot"),
+        "{err}"
+    );
     // shoot--p--a's file gone: its name is free, and its CONNECT and SNI routes are gone.
     v.write(&[("seed.toml", SEED), ("shoot--p--b.toml", b_good)]);
     let config = loader.poll(&files, false).unwrap().expect("changed").config;

@@ -591,11 +591,13 @@ impl Connection {
     /// never to a device; anything else is dropped and counted by reason.
     fn switch_ha(&self, packet: &[u8]) {
         let metrics = &self.shared.metrics;
-        let mut reg = lock(&self.shared.registry);
-        let verdict = reg.switch_ha(self.id, packet, Instant::now());
+        // The registry is held for the decision only, not for the copy and the send.
+        let verdict = lock(&self.shared.registry)
+            .switch_ha(self.id, packet, Instant::now())
+            .map(|to| to.map(|c| c.conn.tx.clone()));
         let why = match verdict {
-            Some(Ok(target)) => {
-                match target.conn.tx.try_send(laid_out_for_send(packet)) {
+            Some(Ok(tx)) => {
+                match tx.try_send(laid_out_for_send(packet)) {
                     Ok(()) => metrics.packet_client_to_client(),
                     Err(_) => metrics.queue_overflowed(),
                 }
@@ -604,7 +606,6 @@ impl Connection {
             Some(Err(why)) => why,
             None => return,
         };
-        drop(reg);
         let total = match why {
             HaDropped::Malformed(_) => {
                 metrics.packet_malformed();

@@ -1,8 +1,10 @@
 //! The router's runtime: listeners, one task per connection, the policy swap on SIGHUP.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -279,16 +281,7 @@ impl Router {
                     let shutdown = shutdown.clone();
                     let conn = async move {
                         let _slot = slot;
-                        let serve = async {
-                            match config.kind {
-                                ListenerKind::Connect => {
-                                    handle(stream, peer, &config, &shared, guard).await
-                                }
-                                ListenerKind::Sni => {
-                                    crate::sni::handle(stream, peer, &config, &shared, guard).await
-                                }
-                            }
-                        };
+                        let serve = handle(stream, peer, &config, &shared, guard);
                         tokio::select! {
                             () = shutdown.cancelled() => {}
                             () = serve => {}
@@ -483,10 +476,11 @@ pub(crate) async fn carry(open: Open<'_>, shared: &Shared) {
     drop(active);
 }
 
-/// Serves one connection to the end; logs one line for a refusal (at most one a second for
-/// a head refused before routing). Runs inside the connection's `router_conn` span and
-/// records `client` and `route` in it. `pending` is its place until the head is read; it is
-/// closed unanswered if evicted from there.
+/// Serves one connection to the end: its listener's kind opens the tunnel (CONNECT: [`open`];
+/// SNI: [`crate::sni::open`]), then [`carry`] relays it. Refusals log one line each (at most
+/// one a second for a head refused before routing). Runs inside the connection's
+/// `router_conn` span, which the opening records `client` and `route` in. `pending` is the
+/// connection's place until its head is read; it is closed unanswered if evicted from there.
 async fn handle(
     stream: TcpStream,
     peer: SocketAddr,
@@ -497,12 +491,16 @@ async fn handle(
     // Everything before the relay runs on the heap and is freed once the tunnel is open (the
     // head's read buffers, the name lookup, the refusals): the task of an open tunnel keeps
     // only what the relay needs (tests/idle_memory.rs).
-    if let Some(open) = Box::pin(open(stream, peer, listener, shared, pending)).await {
+    let opening: Pin<Box<dyn Future<Output = Option<Open<'_>>> + Send + '_>> = match listener.kind {
+        ListenerKind::Connect => Box::pin(open(stream, peer, listener, shared, pending)),
+        ListenerKind::Sni => Box::pin(crate::sni::open(stream, peer, listener, shared, pending)),
+    };
+    if let Some(open) = opening.await {
         carry(open, shared).await;
     }
 }
 
-/// The head, the route and the upstream connect of [`handle`]: the open tunnel, or `None`
+/// A CONNECT listener's head, route and upstream connect: the open tunnel, or `None`
 /// once the connection was refused (answered, counted and logged) or ended.
 async fn open<'s>(
     mut stream: TcpStream,

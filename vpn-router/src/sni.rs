@@ -2,7 +2,7 @@
 //! Istio ingress gateway, which routes each connection by its ClientHello's server name to
 //! the shoot's kube-apiserver without terminating TLS (reference section 2.5).
 //!
-//! Per connection ([`handle`]), after admission as on every listener:
+//! Per connection ([`open`], then the relay), after admission as on every listener:
 //!
 //! 1. The PROXY stage, exactly as on CONNECT listeners (`netio::ingress::accept_proxy`: the
 //!    listener's `proxy_protocol` and the TCP peer decide; refusals counted in
@@ -263,26 +263,11 @@ enum ReadError {
     Io(#[source] std::io::Error),
 }
 
-/// Serves one connection of a `kind = "sni"` listener to the end (see the module docs).
-/// Runs inside the connection's `router_conn` span and records `client` and `route` (the
-/// server name) in it.
-pub(crate) async fn handle(
-    stream: TcpStream,
-    peer: SocketAddr,
-    listener: &ListenerConfig,
-    shared: &Shared,
-    pending: PendingGuard,
-) {
-    // On the heap until the tunnel is open, as for CONNECT (`serve::handle`).
-    if let Some(open) = Box::pin(open(stream, peer, listener, shared, pending)).await {
-        crate::serve::carry(open, shared).await;
-    }
-}
-
-/// The ClientHello, the route and the upstream connect of [`handle`]: the open tunnel (the
-/// bytes read already sent upstream), or `None` once the connection was refused (closed,
-/// counted and logged) or ended.
-async fn open<'s>(
+/// An SNI listener's ClientHello, route and upstream connect (see the module docs): the open
+/// tunnel (the bytes read already sent upstream), or `None` once the connection was refused
+/// (closed, counted and logged) or ended. Records `client` and `route` (the server name) in
+/// the connection's span.
+pub(crate) async fn open<'s>(
     mut stream: TcpStream,
     peer: SocketAddr,
     listener: &ListenerConfig,

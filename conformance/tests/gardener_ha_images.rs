@@ -32,8 +32,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, routes_via, wait_until, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER,
-    SHOOT_POD, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER, SHOOT_POD,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::kubelet::{Prober, Timing};
 use conformance::gardener::pods::{Binaries, Spec};
@@ -41,6 +41,7 @@ use conformance::gardener::verdict;
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
+use conformance::wait::wait_until;
 use lab::container::{Container, ContainerSpec, Pod, SecurityContext, VolumeSource};
 use lab::image::Image;
 use lab::sidecar_client::try_scrape;

@@ -39,6 +39,8 @@
 //!   and each other over ciphers, control-channel wrapping, key derivation, transports and
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).
 //! * [`bench`] - the benchmark against upstream OpenVPN (`--bin bench`).
+//! * [`wait`] - polling a lab until a check holds, with a limit and a panic naming what never
+//!   happened.
 //!
 //! Network rule: everything here happens inside namespaces the lab created. Nothing adds an
 //! address or a route in the root namespace; veth pairs only join two lab namespaces.
@@ -54,6 +56,7 @@ pub mod our_server;
 pub mod our_settings;
 pub mod probe;
 pub mod sidecar_lab;
+pub mod wait;
 
 pub use lab::{
     check_lab, icmp, netns, pki_fixture, require_lab, tinyproxy, transfer, upstream, LabError,

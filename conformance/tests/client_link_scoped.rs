@@ -14,7 +14,7 @@
 //! ping crosses our client's tunnel.
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use conformance::netns::Netns;
 use conformance::our_client::ClientThread;
@@ -23,10 +23,13 @@ use conformance::our_settings::OurSettings;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{tcp_client_config, ControlWrap, UpstreamOpenvpn, INITIALIZED_MARKER};
+use conformance::wait::wait_until_every;
 use vpn_client::{Remote, Stopped};
 
 const PORT: u16 = 1194;
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a wait checks: its checks start a process in a namespace.
+const POLL: Duration = Duration::from_millis(50);
 
 /// ICMPv6 messages the kernel in `ns` has sent into `tun0` (0 while there is no tun0).
 fn icmp6_out(ns: &Netns) -> u64 {
@@ -38,15 +41,6 @@ fn icmp6_out(ns: &Netns) -> u64 {
         .find_map(|l| l.strip_prefix("Icmp6OutMsgs"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
-}
-
-/// Waits until `cond` holds, at most `TIMEOUT`.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < TIMEOUT, "{what}: not within {TIMEOUT:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn veth(seed: &Netns, shoot: &Netns, name: &str, n: u8) -> Ipv4Addr {
@@ -94,12 +88,18 @@ fn link_scoped_ipv6_from_the_tun_never_reaches_the_server() {
             client
                 .wait_for_log(INITIALIZED_MARKER, TIMEOUT)
                 .expect("upstream client up");
-            wait_until("ICMPv6 into the upstream client's tun", || {
-                icmp6_out(&shoot_upstream) > 0
-            });
-            wait_until("the server ignoring the upstream client's packets", || {
-                stats.ignored() > 0
-            });
+            wait_until_every(
+                "ICMPv6 into the upstream client's tun",
+                TIMEOUT,
+                POLL,
+                || icmp6_out(&shoot_upstream) > 0,
+            );
+            wait_until_every(
+                "the server ignoring the upstream client's packets",
+                TIMEOUT,
+                POLL,
+                || stats.ignored() > 0,
+            );
         }
         let ignored = stats.ignored();
 
@@ -108,7 +108,7 @@ fn link_scoped_ipv6_from_the_tun_never_reaches_the_server() {
             .our_client_settings(Remote::new(via_ours.to_string(), PORT))
             .expect("client settings");
         let client = ClientThread::spawn(scope, &shoot_ours, client_settings);
-        wait_until("ICMPv6 into our client's tun", || {
+        wait_until_every("ICMPv6 into our client's tun", TIMEOUT, POLL, || {
             icmp6_out(&shoot_ours) > 0
         });
         // The tunnel carries traffic meanwhile.

@@ -26,14 +26,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, routes_via, wait_until, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6,
-    SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD,
-    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6, SEED_POD_NETWORK, SERVER,
+    SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD, SHOOT_POD_NETWORKS,
+    SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
+use conformance::wait::wait_until;
 use lab::LabError;
 
 const SHOOT_NS: &str = "shoot--lab--ha";

@@ -25,22 +25,25 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, routes_via, wait_until, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER,
-    SHOOT_POD, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER, SHOOT_POD,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
-use conformance::gardener::kubelet::{Prober, Timing};
+use conformance::gardener::kubelet::{
+    assert_running, exec_probe, http_probe, init, start, tcp_probe, Prober, Timing,
+};
 use conformance::gardener::pods::{Binaries, Spec};
 use conformance::gardener::verdict;
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
+use conformance::wait::wait_until;
 use lab::container::{Container, ContainerSpec, Pod, SecurityContext, VolumeSource};
 use lab::image::Image;
 use lab::sidecar_client::try_scrape;
@@ -459,98 +462,11 @@ fn tunnel_controller() -> ContainerSpec {
 
 // ---- running them ----
 
-/// Runs an init container to its end: exit 0 and at least one log line.
-fn init(pod: &Pod, image: &Image, spec: &ContainerSpec) -> String {
-    let c = pod
-        .start(image, spec)
-        .unwrap_or_else(|e| panic!("{}/{}: {e}", pod.name(), spec.name));
-    let status = c
-        .wait(START)
-        .unwrap_or_else(|e| panic!("{}/{}: {e}", pod.name(), spec.name));
-    let log = format!("{}{}", c.stdout(), c.stderr());
-    assert!(
-        status.success(),
-        "{}/{} exited {status}: {log}",
-        pod.name(),
-        spec.name
-    );
-    assert!(!log.trim().is_empty(), "{} logged nothing", spec.name);
-    log
-}
-
-fn start(pod: &Pod, image: &Image, spec: &ContainerSpec) -> Container {
-    pod.start(image, spec)
-        .unwrap_or_else(|e| panic!("{}/{}: {e}", pod.name(), spec.name))
-}
-
 /// A container the kubelet may replace (a restart); probes go to whichever runs.
 type Slot = RwLock<Container>;
 
 fn read(slot: &Slot) -> std::sync::RwLockReadGuard<'_, Container> {
     slot.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// An exec probe in the container of `slot`: exit 0 passes.
-fn exec_probe<'c>(
-    slot: &'c Slot,
-    argv: &'static [&'static str],
-) -> impl Fn(Duration) -> Result<String, String> + Send + 'c {
-    move |timeout| match read(slot).exec(argv, timeout) {
-        Ok(out) if out.success() => Ok(out.stdout),
-        Ok(out) => Err(format!("{:?}: {}{}", out.status, out.stdout, out.stderr)),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// A TCP probe from the node (`node`) to the pod's address.
-fn tcp_probe(
-    node: &Netns,
-    addr: SocketAddr,
-) -> impl Fn(Duration) -> Result<String, String> + Send + '_ {
-    move |timeout| {
-        node.run_in(|| TcpStream::connect_timeout(&addr, timeout))
-            .map_err(|e| e.to_string())?
-            .map(|_| "connected".to_owned())
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// `GET path` from `ns` to `addr`: the status code and the body.
-fn http_get(
-    ns: &Netns,
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> Result<(u16, String), String> {
-    ns.run_in(|| {
-        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(timeout))
-            .map_err(|e| e.to_string())?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
-        let code = text
-            .get(9..12)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| format!("not HTTP: {text:?}"))?;
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-        Ok((code, body.trim().to_owned()))
-    })
-    .map_err(|e| e.to_string())?
-}
-
-/// The kubelet's HTTP probe: 200-399 passes.
-fn http_probe(
-    node: &Netns,
-    addr: SocketAddr,
-) -> impl Fn(Duration) -> Result<String, String> + Send + '_ {
-    move |timeout| match http_get(node, addr, "/readyz", timeout)? {
-        (code @ 200..=399, body) => Ok(format!("{code} {body}")),
-        (code, body) => Err(format!("{code} {body}")),
-    }
 }
 
 /// One UDP echo and one new TCP connection with an echo, from `ns` to the shoot node.
@@ -668,18 +584,6 @@ fn samples<'t>(text: &'t str, series: &str, labels: &[&str]) -> Vec<&'t str> {
         .collect()
 }
 
-fn still_running(c: &Container) {
-    assert!(
-        c.try_wait().is_none(),
-        "{}/{} exited: {:?}\n{}{}",
-        c.pod().name(),
-        c.name(),
-        c.try_wait(),
-        c.stdout(),
-        c.stderr()
-    );
-}
-
 #[test]
 fn gardeners_ha_pods_run_from_our_images() {
     require_lab(&["ip", "nft", "sysctl", "dnsmasq", "ss", "buildah"]);
@@ -755,6 +659,8 @@ fn gardeners_ha_pods_run_from_our_images() {
         .map(Pod::logs_dir)
         .collect();
     eprintln!("container logs in {logs:?}");
+    let logs: Vec<&Path> = logs.iter().map(PathBuf::as_path).collect();
+    let logs = &logs[..];
     for (i, pod) in server_pods.iter().enumerate() {
         let log = init(
             pod,
@@ -762,6 +668,8 @@ fn gardeners_ha_pods_run_from_our_images() {
             &ContainerSpec::new("setup")
                 .command(["/bin/vpn-server", "setup"])
                 .security(SecurityContext::privileged()),
+            START,
+            logs,
         );
         eprintln!("vpn-seed-server-{i} setup: {}", log.trim());
     }
@@ -771,36 +679,40 @@ fn gardeners_ha_pods_run_from_our_images() {
     let servers: Vec<Slot> = server_pods
         .iter()
         .enumerate()
-        .map(|(i, pod)| RwLock::new(start(pod, &server_image, &vpn_seed_server(i))))
+        .map(|(i, pod)| RwLock::new(start(pod, &server_image, &vpn_seed_server(i), logs)))
         .collect();
     let exporters: Vec<Container> = server_pods
         .iter()
-        .map(|pod| start(pod, &server_image, &openvpn_exporter()))
+        .map(|pod| start(pod, &server_image, &openvpn_exporter(), logs))
         .collect();
     let mut kapi_containers: Vec<Vec<Container>> = Vec::new();
     let mut shoot_containers: Vec<Vec<Container>> = Vec::new();
     let mut controllers: Vec<Container> = Vec::new();
 
     std::thread::scope(|scope| {
-        let readiness: Vec<Prober<'_>> = (0..2)
-            .map(|i| {
+        let readiness: Vec<Prober<'_>> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, server)| {
                 Prober::start(
                     scope,
                     &format!("vpn-seed-server-{i} readiness"),
                     SERVER_READINESS,
                     t0,
-                    exec_probe(&servers[i], &["/bin/vpn-server", "readiness"]),
+                    exec_probe(move || read(server), &["/bin/vpn-server", "readiness"]),
                 )
             })
             .collect();
-        let liveness: Vec<Prober<'_>> = (0..2)
-            .map(|i| {
+        let liveness: Vec<Prober<'_>> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, server)| {
                 Prober::start(
                     scope,
                     &format!("vpn-seed-server-{i} liveness"),
                     SERVER_LIVENESS,
                     t0,
-                    exec_probe(&servers[i], &["/bin/vpn-server", "liveness"]),
+                    exec_probe(move || read(server), &["/bin/vpn-server", "liveness"]),
                 )
             })
             .collect();
@@ -818,17 +730,17 @@ fn gardeners_ha_pods_run_from_our_images() {
 
         // The shoot pods: init, both clients through the ingress, the tunnel controller.
         for (p, pod) in shoot_pods.iter().enumerate() {
-            let log = init(pod, &client_image, &vpn_shoot_init(p));
+            let log = init(pod, &client_image, &vpn_shoot_init(p), START, logs);
             eprintln!("vpn-shoot-{p} vpn-shoot-init: {}", log.trim());
             shoot_containers.push(
                 (0..2)
-                    .map(|i| start(pod, &client_image, &vpn_shoot_s(p, i)))
+                    .map(|i| start(pod, &client_image, &vpn_shoot_s(p, i), logs))
                     .collect(),
             );
         }
         let t_ctl = Instant::now();
         for pod in &shoot_pods {
-            controllers.push(start(pod, &client_image, &tunnel_controller()));
+            controllers.push(start(pod, &client_image, &tunnel_controller(), logs));
         }
         let tunnel_probes: Vec<Prober<'_>> = (0..2)
             .map(|p| {
@@ -837,7 +749,11 @@ fn gardeners_ha_pods_run_from_our_images() {
                     &format!("vpn-shoot-{p} tunnel-controller readiness"),
                     TUNNEL_READINESS,
                     t_ctl,
-                    http_probe(&l.shoot_router, SocketAddr::from((SHOOT_POD[p], 8080))),
+                    http_probe(
+                        &l.shoot_router,
+                        SocketAddr::from((SHOOT_POD[p], 8080)),
+                        "/readyz",
+                    ),
                 )
             })
             .collect();
@@ -900,12 +816,12 @@ fn gardeners_ha_pods_run_from_our_images() {
 
         // The kube-apiserver pods: init, vpn-client-0/1 (by Service name), path controller.
         for (r, pod) in kapi_pods.iter().enumerate() {
-            let log = init(pod, &client_image, &vpn_client_init(r));
+            let log = init(pod, &client_image, &vpn_client_init(r), START, logs);
             eprintln!("{} vpn-client-init: {}", KAPI_POD[r], log.trim());
             let mut cs: Vec<Container> = (0..2)
-                .map(|i| start(pod, &client_image, &vpn_client(i)))
+                .map(|i| start(pod, &client_image, &vpn_client(i), logs))
                 .collect();
-            cs.push(start(pod, &client_image, &vpn_path_controller(r)));
+            cs.push(start(pod, &client_image, &vpn_path_controller(r), logs));
             kapi_containers.push(cs);
         }
         for (r, ns) in l.kapi.iter().enumerate() {
@@ -1042,7 +958,7 @@ fn gardeners_ha_pods_run_from_our_images() {
         drop(streams);
         // The kubelet restarts it.
         *servers[0].write().unwrap_or_else(PoisonError::into_inner) =
-            start(&server_pods[0], &server_image, &vpn_seed_server(0));
+            start(&server_pods[0], &server_image, &vpn_seed_server(0), logs);
 
         // Every container up, except the one killed (restarted).
         for c in exporters
@@ -1051,9 +967,9 @@ fn gardeners_ha_pods_run_from_our_images() {
             .chain(shoot_containers.iter().flatten())
             .chain(&controllers)
         {
-            still_running(c);
+            assert_running(c);
         }
-        still_running(&read(&servers[1]));
+        assert_running(&read(&servers[1]));
 
         // Both servers down: each shoot pod's /readyz fails (503) at its next probe.
         let t_down = Instant::now();
@@ -1102,7 +1018,7 @@ fn gardeners_ha_pods_run_from_our_images() {
         let t_back = Instant::now();
         for (i, s) in servers.iter().enumerate() {
             *s.write().unwrap_or_else(PoisonError::into_inner) =
-                start(&server_pods[i], &server_image, &vpn_seed_server(i));
+                start(&server_pods[i], &server_image, &vpn_seed_server(i), logs);
         }
         for (p, t) in tunnel_probes.iter().enumerate() {
             let after = t_back.duration_since(t_ctl);
@@ -1147,7 +1063,7 @@ fn gardeners_ha_pods_run_from_our_images() {
             .chain(shoot_containers.iter().flatten())
             .chain(&controllers)
         {
-            still_running(c);
+            assert_running(c);
         }
         // The exporter's TCP probes (no initial delay: the first may come before it
         // listens): Ready, and never 3 failures in a row (a liveness restart).

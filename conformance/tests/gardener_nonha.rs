@@ -21,12 +21,12 @@
 //! silence toward the seed); the metric names Gardener's scrape jobs keep; the rules in both
 //! pods after start, a second start, `kill -9` and restart, and a clean exit.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::checks::{self, Egress, Family};
-use conformance::gardener::kubelet::{Prober, Timing};
+use conformance::gardener::kubelet::{exec_probe, init, tcp_probe, Prober, Timing};
 use conformance::gardener::landscape::{
     Landscape, INGRESS_LB, SEED_POD, SEED_POD_NETWORK, SHOOT_NODE_NETWORKS, SHOOT_POD_NETWORKS,
     SHOOT_SERVICE_NETWORKS,
@@ -429,47 +429,6 @@ fn vpn_shoot() -> ContainerSpec {
         })
 }
 
-/// Runs an init container to its end; it must exit 0 and say what it did.
-fn init(pod: &Pod, image: &Image, spec: &ContainerSpec, logs: &[&Path]) -> String {
-    let c = verdict::step(spec.name.as_str(), logs, pod.start(image, spec));
-    let status = verdict::step(spec.name.as_str(), logs, c.wait(START));
-    assert!(
-        status.success(),
-        "{} exited {status}: {}",
-        spec.name,
-        c.stderr()
-    );
-    // Gardener's blackbox probe reads an init container's last log line.
-    let log = c.stderr();
-    assert!(!log.trim().is_empty(), "{} logged nothing", spec.name);
-    log
-}
-
-/// An exec probe: exit 0 passes, its stdout is the output.
-fn exec_probe<'c>(
-    c: &'c Container,
-    argv: &'static [&'static str],
-) -> impl Fn(Duration) -> Result<String, String> + Send + 'c {
-    move |timeout| match c.exec(argv, timeout) {
-        Ok(out) if out.success() => Ok(out.stdout),
-        Ok(out) => Err(format!("{:?}: {}{}", out.status, out.stdout, out.stderr)),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// A TCP probe from the node (the seed router stands in for it) to the pod's address.
-fn tcp_probe(
-    node: &Netns,
-    addr: SocketAddr,
-) -> impl Fn(Duration) -> Result<String, String> + Send + '_ {
-    move |timeout| {
-        node.run_in(|| TcpStream::connect_timeout(&addr, timeout))
-            .map_err(|e| e.to_string())?
-            .map(|_| "connected".to_owned())
-            .map_err(|e| e.to_string())
-    }
-}
-
 /// Every kept series of `names` has a sample carrying each of its labels.
 fn assert_series(text: &str, kept: &[(&str, &[&str])], what: &str) {
     for (name, labels) in kept {
@@ -541,6 +500,7 @@ fn gardeners_non_ha_pods_run_from_our_images() {
         &ContainerSpec::new("setup")
             .command(["/bin/vpn-server", "setup"])
             .security(SecurityContext::privileged()),
+        START,
         logs,
     );
     eprintln!("setup: {}", setup.trim());
@@ -569,14 +529,14 @@ fn gardeners_non_ha_pods_run_from_our_images() {
             "vpn-seed-server readiness",
             SEED_READINESS,
             started,
-            exec_probe(&server, &["/bin/vpn-server", "readiness"]),
+            exec_probe(|| &server, &["/bin/vpn-server", "readiness"]),
         );
         let liveness = Prober::start(
             scope,
             "vpn-seed-server liveness",
             SEED_LIVENESS,
             started,
-            exec_probe(&server, &["/bin/vpn-server", "liveness"]),
+            exec_probe(|| &server, &["/bin/vpn-server", "liveness"]),
         );
         let envoy_ready = Prober::start(
             scope,
@@ -608,7 +568,7 @@ fn gardeners_non_ha_pods_run_from_our_images() {
         eprintln!("seed pod Ready at 15 s (envoy-proxy at {envoy_at:?}), no client");
 
         // The shoot pod; the tunnel through the ingress; still Ready with the shoot's client.
-        let init_log = init(&shoot, &images.client, &vpn_shoot_init(), logs);
+        let init_log = init(&shoot, &images.client, &vpn_shoot_init(), START, logs);
         eprintln!("vpn-shoot-init: {}", init_log.trim());
         client = Some(verdict::step(
             "vpn-shoot",

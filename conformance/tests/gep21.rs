@@ -35,6 +35,7 @@ use conformance::gardener::pods::Binaries;
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
+use conformance::wait::wait_until_every;
 use pki::{Ca, CertProfile, IssueRequest, KeySpec, San, Validity};
 
 const PROXY: &str = "http://10.0.0.1:3128";
@@ -46,6 +47,8 @@ const DEVICE: &str = "cpa-seed-a";
 const TOKEN: &str = "private-api-7f3e9c21: keystone says hello";
 /// Generous bound for anything to come up.
 const UP: Duration = Duration::from_secs(40);
+/// How often a wait checks: its checks start curl, ip or a scrape.
+const POLL: Duration = Duration::from_millis(100);
 const ALLOW: &str = "cloud-api-allow api.private.example:443 *.nsx.example:443 10.20.0.0/22:443";
 
 /// A program started in a namespace, stopped by PID when dropped.
@@ -123,17 +126,6 @@ fn counting_listener(ns: &Netns, addr: &str) -> Arc<AtomicUsize> {
         }
     });
     count
-}
-
-fn wait_until(what: &str, within: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while start.elapsed() < within {
-        if f() {
-            return start.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: not within {within:?}");
 }
 
 fn ip(ns: &Netns, args: &[&str]) {
@@ -496,7 +488,7 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
             "10.0.0.2/32,fd10::2/128",
         ],
     );
-    wait_until("the endpoint listens", UP, || {
+    wait_until_every("the endpoint listens", UP, POLL, || {
         tcp_opens(&seedctl, "10.0.0.1:3128".parse().unwrap())
     });
 
@@ -524,7 +516,7 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     // A connection file appears: the tunnel comes up without a restart.
     let file_a = connection_file(&pki, "10.2.1.1", &format!("{ALLOW}\n"));
     fs::write(vm1_dir.join("seed-a.conf"), &file_a).expect("connection file");
-    let took = wait_until("the first request through VM1", UP, || {
+    let took = wait_until_every("the first request through VM1", UP, POLL, || {
         curl(&seedctl, PROXY, &private_ca, &url).connect == 200
     });
     eprintln!("GEP-21: connection file to first answer through the tunnel: {took:?}");
@@ -713,7 +705,7 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     )
     .expect("bad");
     let vm1_ref = vm1_proc.as_ref().expect("vm1");
-    wait_until("the malformed file is reported", UP, || {
+    wait_until_every("the malformed file is reported", UP, POLL, || {
         vm1_ref.log().contains("bad.conf:3: 'cloud-api-allow'")
     });
     fs::write(
@@ -725,7 +717,7 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
         "seed-a.conf:{}: 'cloud-api-port'",
         file_a.lines().count() + 1
     );
-    wait_until("the malformed version is reported", UP, || {
+    wait_until_every("the malformed version is reported", UP, POLL, || {
         vm1_ref.log().contains(&bad_line)
     });
     assert!(vm1_ref.alive() && device_exists(&vm1));
@@ -765,10 +757,10 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     let args2 = vm_args(&vm2_dir);
     let args2: Vec<&str> = args2.iter().map(String::as_str).collect();
     let vm2_proc = spawn(&vm2, d, "vm2", &bins.client, &args2);
-    wait_until("both VMs connected", UP, || {
+    wait_until_every("both VMs connected", UP, POLL, || {
         sample(&scrape(&seedctl, "10.0.0.1:9100"), "vpn_server_clients") == Some(2.0)
     });
-    wait_until("VM2 carries a request", UP, || {
+    wait_until_every("VM2 carries a request", UP, POLL, || {
         let _ = curl(&seedctl, PROXY, &private_ca, &url);
         vm2_proc.log().contains("status=200")
     });
@@ -822,12 +814,14 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     // Removing VM2's file (a new volume version without it) takes its tunnel down; adding it
     // back brings it up, all without a restart.
     k8s_publish(&vm2_dir, 2, &[]);
-    wait_until("VM2's tunnel device goes", UP, || !device_exists(&vm2));
-    wait_until("the endpoint has no VM", UP, || {
+    wait_until_every("VM2's tunnel device goes", UP, POLL, || {
+        !device_exists(&vm2)
+    });
+    wait_until_every("the endpoint has no VM", UP, POLL, || {
         curl(&seedctl, PROXY, &private_ca, &url).connect == 503
     });
     k8s_publish(&vm2_dir, 3, &[("seed-a.conf", &file_b)]);
-    wait_until("VM2 back", UP, || {
+    wait_until_every("VM2 back", UP, POLL, || {
         curl(&seedctl, PROXY, &private_ca, &url).body == TOKEN
     });
     assert!(vm2_proc.alive(), "VM2's process restarted");
@@ -836,7 +830,7 @@ fn seed_controllers_reach_the_private_api_through_the_vms_and_nothing_else() {
     // until its ping-restart): requests that try it first wait for the TCP bound, then go
     // through the other VM.
     let _vm1_again = spawn(&vm1, d, "vm1-again", &bins.client, &args1);
-    wait_until("both VMs connected again", UP, || {
+    wait_until_every("both VMs connected again", UP, POLL, || {
         sample(&scrape(&seedctl, "10.0.0.1:9100"), "vpn_server_clients") == Some(2.0)
     });
     ip(&vm2, &["link", "set", "vpnt-vm2-in", "down"]);

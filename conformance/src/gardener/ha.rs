@@ -17,7 +17,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
-use std::time::{Duration, Instant};
 
 use crate::netns::Netns;
 use crate::LabError;
@@ -203,17 +202,6 @@ impl HaLandscape {
         }
         Ok(())
     }
-}
-
-/// Waits until `check` holds (polled every 20 ms), at most `limit`, else panics naming
-/// `what`; the time it took.
-pub fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !check() {
-        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    start.elapsed()
 }
 
 /// The `ip route` lines of `ns` through `dev` (empty when there is no such device).

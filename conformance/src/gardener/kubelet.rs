@@ -1,5 +1,6 @@
-//! The part of a kubelet a pod replay needs: probes run at their Kubernetes periods, with
-//! Kubernetes' defaults and threshold rules, and a record of every result.
+//! The part of a kubelet a pod replay needs: containers started, init containers run to their
+//! end, probes run at their Kubernetes periods, with Kubernetes' defaults and threshold rules,
+//! and a record of every result.
 //!
 //! A probe is run first `initial_delay` after the container started, then every `period`; a
 //! run that takes longer than `timeout` fails. Readiness starts false and turns true after
@@ -8,12 +9,27 @@
 //! done: the test decides what a restart means for it).
 //!
 //! The prober runs on a scoped thread ([`std::thread::Scope`]) so the probe action may borrow
-//! the container it probes.
+//! the container it probes. The actions are a pod spec's: [`exec_probe`] (a command in the
+//! container), [`tcp_probe`] (a connection), [`http_probe`] (`httpGet`), each sent from where
+//! the kubelet sends it.
+//!
+//! [`init`], [`start`] and [`assert_running`] are what a test needs of a kubelet's container
+//! handling: they panic, naming the pod and container, when a container does not do its part.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::ops::Deref;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
+
+use lab::container::{Container, ContainerSpec, Pod};
+use lab::image::Image;
+
+use super::verdict::explain;
+use crate::netns::Netns;
 
 /// Kubernetes' default probe period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(10);
@@ -171,6 +187,126 @@ impl Drop for Prober<'_> {
             let _ = t.join();
         }
     }
+}
+
+/// An exec probe: `argv` in the container `container` gives at each run (the one running now,
+/// where the kubelet replaces a container); exit 0 passes, its stdout is the output.
+pub fn exec_probe<'c, C>(
+    container: impl Fn() -> C + Send + 'c,
+    argv: &'static [&'static str],
+) -> impl Fn(Duration) -> Result<String, String> + Send + 'c
+where
+    C: Deref<Target = Container> + 'c,
+{
+    move |timeout| match container().exec(argv, timeout) {
+        Ok(out) if out.success() => Ok(out.stdout),
+        Ok(out) => Err(format!("{:?}: {}{}", out.status, out.stdout, out.stderr)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A TCP probe from the node (`node`, a namespace standing in for it) to the pod's `addr`: a
+/// connection passes.
+pub fn tcp_probe(
+    node: &Netns,
+    addr: SocketAddr,
+) -> impl Fn(Duration) -> Result<String, String> + Send + '_ {
+    move |timeout| {
+        node.run_in(|| TcpStream::connect_timeout(&addr, timeout))
+            .map_err(|e| e.to_string())?
+            .map(|_| "connected".to_owned())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// An HTTP probe (`httpGet` of `path`) from the node (`node`) to the pod's `addr`: a status
+/// of 200-399 passes; the output is the status and the body.
+pub fn http_probe<'a>(
+    node: &'a Netns,
+    addr: SocketAddr,
+    path: &'a str,
+) -> impl Fn(Duration) -> Result<String, String> + Send + 'a {
+    move |timeout| match http_get(node, addr, path, timeout)? {
+        (code @ 200..=399, body) => Ok(format!("{code} {body}")),
+        (code, body) => Err(format!("{code} {body}")),
+    }
+}
+
+/// Runs an init container of `pod` to its end, at most `limit`: it must exit 0 and say what it
+/// did on stderr, where our programs log (Gardener's blackbox probe reads an init container's
+/// last log line); that log. A failure shows the end of every log in `logs`.
+pub fn init(
+    pod: &Pod,
+    image: &Image,
+    spec: &ContainerSpec,
+    limit: Duration,
+    logs: &[&Path],
+) -> String {
+    let c = start(pod, image, spec, logs);
+    let status = c
+        .wait(limit)
+        .unwrap_or_else(|e| panic!("{}/{}: {}", pod.name(), spec.name, explain(&e, logs)));
+    let log = c.stderr();
+    assert!(
+        status.success(),
+        "{}/{} exited {status}: {}{log}",
+        pod.name(),
+        spec.name,
+        c.stdout()
+    );
+    assert!(
+        !log.trim().is_empty(),
+        "{}/{} logged nothing",
+        pod.name(),
+        spec.name
+    );
+    log
+}
+
+/// Starts a container of `pod`; a failure shows the end of every log in `logs`.
+pub fn start(pod: &Pod, image: &Image, spec: &ContainerSpec, logs: &[&Path]) -> Container {
+    pod.start(image, spec)
+        .unwrap_or_else(|e| panic!("{}/{}: {}", pod.name(), spec.name, explain(&e, logs)))
+}
+
+/// Panics, with its output, if `c` has exited.
+pub fn assert_running(c: &Container) {
+    assert!(
+        c.try_wait().is_none(),
+        "{}/{} exited: {:?}\n{}{}",
+        c.pod().name(),
+        c.name(),
+        c.try_wait(),
+        c.stdout(),
+        c.stderr()
+    );
+}
+
+/// `GET path` from `ns` to `addr`: the status code and the body.
+fn http_get(
+    ns: &Netns,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    ns.run_in(|| {
+        let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+        let code = text
+            .get(9..12)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("not HTTP: {text:?}"))?;
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        Ok((code, body.trim().to_owned()))
+    })
+    .map_err(|e| e.to_string())?
 }
 
 /// Sleeps until `when` in short steps; false if `stop` was set meanwhile.

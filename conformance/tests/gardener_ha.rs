@@ -26,9 +26,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6, SEED_POD_NETWORK, SERVER,
-    SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD, SHOOT_POD_NETWORKS,
-    SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    self as ha, gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6,
+    SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
@@ -189,19 +189,7 @@ impl Replies {
     /// The longest time without a reply between `from` and `to` (the start of the window
     /// counts as a reply time if one came just before it).
     fn max_gap(&self, from: Instant, to: Instant) -> Duration {
-        let at = self.at.lock().expect("probe lock");
-        let mut last = at
-            .iter()
-            .rev()
-            .find(|t| **t <= from)
-            .copied()
-            .unwrap_or(from);
-        let mut gap = Duration::ZERO;
-        for t in at.iter().filter(|t| **t > from && **t <= to) {
-            gap = gap.max(t.duration_since(last));
-            last = *t;
-        }
-        gap.max(to.saturating_duration_since(last))
+        ha::max_gap(&self.at.lock().expect("probe lock"), from, to)
     }
 
     fn count_since(&self, from: Instant) -> usize {

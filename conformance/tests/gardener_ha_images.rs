@@ -32,8 +32,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER, SHOOT_POD,
-    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    self as ha, gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, SEED_POD_NETWORK, SERVER,
+    SHOOT_POD, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::kubelet::{
     assert_running, exec_probe, http_probe, init, start, tcp_probe, Prober, Timing,
@@ -548,19 +548,11 @@ impl Stream {
 
     /// The longest time without an echo between `from` and `to`.
     fn max_gap(&self, from: Instant, to: Instant) -> Duration {
-        let at = self.at.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut last = at
-            .iter()
-            .rev()
-            .find(|t| **t <= from)
-            .copied()
-            .unwrap_or(from);
-        let mut gap = Duration::ZERO;
-        for t in at.iter().filter(|t| **t > from && **t <= to) {
-            gap = gap.max(t.duration_since(last));
-            last = *t;
-        }
-        gap.max(to.saturating_duration_since(last))
+        ha::max_gap(
+            &self.at.lock().unwrap_or_else(PoisonError::into_inner),
+            from,
+            to,
+        )
     }
 }
 

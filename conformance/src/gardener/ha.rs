@@ -17,6 +17,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
+use std::time::{Duration, Instant};
 
 use crate::netns::Netns;
 use crate::LabError;
@@ -211,4 +212,22 @@ pub fn routes_via(ns: &Netns, dev: &str) -> String {
         .map(|o| o.stdout)
         .unwrap_or_default();
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The longest time without an arrival between `from` and `to`, from the arrival times of a
+/// probe stream (`arrivals` in order): the last arrival at or before `from` starts the window
+/// (else `from` itself), and the window's end counts as an arrival.
+pub fn max_gap(arrivals: &[Instant], from: Instant, to: Instant) -> Duration {
+    let mut last = arrivals
+        .iter()
+        .rev()
+        .find(|t| **t <= from)
+        .copied()
+        .unwrap_or(from);
+    let mut gap = Duration::ZERO;
+    for t in arrivals.iter().filter(|t| **t > from && **t <= to) {
+        gap = gap.max(t.duration_since(last));
+        last = *t;
+    }
+    gap.max(to.saturating_duration_since(last))
 }

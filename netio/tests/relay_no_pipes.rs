@@ -7,26 +7,15 @@
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)] // helpers outside #[test] functions
 
+mod common;
+
 use std::fs::File;
 use std::time::Duration;
 
-use netio::relay::{relay_tcp, RelayConfig, RelayEnd};
+use common::{exchange, pattern};
+use netio::relay::{relay_tcp, RelayConfig};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// Deterministic pseudo-random bytes (xorshift64), different per seed.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 #[test]
 fn a_relay_at_the_descriptor_limit_copies() {
@@ -38,10 +27,10 @@ fn a_relay_at_the_descriptor_limit_copies() {
     rt.block_on(async {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        let mut client = TcpStream::connect(addr).await.unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
         let (mut p1, _) = l.accept().await.unwrap();
         let mut p2 = TcpStream::connect(addr).await.unwrap();
-        let (mut server, _) = l.accept().await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
 
         // Every descriptor number below the new limit taken: no pipe can be made.
         let limit = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64 + 8;
@@ -57,42 +46,12 @@ fn a_relay_at_the_descriptor_limit_copies() {
             tokio::spawn(async move { relay_tcp(&mut p1, &mut p2, RelayConfig::default()).await });
         let up = pattern(1, 3 << 20);
         let down = pattern(2, 1_234_567);
-        let (up2, down2) = (up.clone(), down.clone());
-        let srv = tokio::spawn(async move {
-            let (mut r, mut w) = server.split();
-            let mut got = Vec::new();
-            let (sent, read) = tokio::join!(
-                async {
-                    w.write_all(&down2).await?;
-                    w.shutdown().await
-                },
-                r.read_to_end(&mut got)
-            );
-            sent.unwrap();
-            read.unwrap();
-            assert!(got == up2, "a→b bytes differ");
-        });
-        let (mut r, mut w) = client.split();
-        let mut got = Vec::new();
-        let (sent, read) = tokio::join!(
-            async {
-                w.write_all(&up).await?;
-                w.shutdown().await
-            },
-            r.read_to_end(&mut got)
-        );
-        sent.unwrap();
-        read.unwrap();
-        assert!(got == down, "b→a bytes differ");
-        tokio::time::timeout(Duration::from_secs(30), srv)
-            .await
-            .unwrap()
-            .unwrap();
-        let stats = relay.await.unwrap().unwrap();
-        assert_eq!(
-            (stats.a_to_b, stats.b_to_a, stats.end),
-            (up.len() as u64, down.len() as u64, RelayEnd::Closed)
-        );
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            exchange(client, server, relay, up, down),
+        )
+        .await
+        .unwrap();
         drop(fillers);
     });
     setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();

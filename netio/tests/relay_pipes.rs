@@ -11,12 +11,13 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use netio::relay::{relay_tcp, RelayConfig, RelayEnd, RelayError, RelayStats, PIPE_POOL_SIZE};
+use netio::relay::{relay_tcp, RelayConfig, PIPE_POOL_SIZE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::task::JoinHandle;
 
-type Relay = JoinHandle<Result<RelayStats, RelayError>>;
+mod common;
+
+use common::{exchange, pattern, Relay};
 
 /// Socket buffers of the tunnels that stall a burst: small, so that a burst of a few hundred
 /// KiB fills them and the relay's pipe stays full.
@@ -66,19 +67,6 @@ async fn tunnels(n: usize, small: bool) -> Vec<(TcpStream, TcpStream, Relay)> {
     out
 }
 
-/// Deterministic pseudo-random bytes (xorshift64), different per seed.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Waits (at most 10 s) until the pipe count satisfies `ok`; returns the last count.
 async fn settle(ok: impl Fn(usize) -> bool) -> usize {
     let start = Instant::now();
@@ -89,37 +77,6 @@ async fn settle(ok: impl Fn(usize) -> bool) -> usize {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Sends `up` and `down` both ways at once through one tunnel and closes it; checks the
-/// bytes and the relay's counts.
-async fn exchange(client: TcpStream, server: TcpStream, relay: Relay, up: Vec<u8>, down: Vec<u8>) {
-    let (ul, dl) = (up.len() as u64, down.len() as u64);
-    let (srv_got, cli_got) =
-        tokio::join!(transfer(server, down.clone()), transfer(client, up.clone()));
-    assert!(srv_got == up, "a→b bytes differ");
-    assert!(cli_got == down, "b→a bytes differ");
-    let stats = relay.await.unwrap().unwrap();
-    assert_eq!(
-        (stats.a_to_b, stats.b_to_a, stats.end),
-        (ul, dl, RelayEnd::Closed)
-    );
-}
-
-/// Writes `data` and shuts the write half while reading to EOF; returns what was read.
-async fn transfer(mut s: TcpStream, data: Vec<u8>) -> Vec<u8> {
-    let (mut r, mut w) = s.split();
-    let mut got = Vec::new();
-    let (sent, read) = tokio::join!(
-        async {
-            w.write_all(&data).await?;
-            w.shutdown().await
-        },
-        r.read_to_end(&mut got)
-    );
-    sent.unwrap();
-    read.unwrap();
-    got
 }
 
 #[test]

@@ -6,11 +6,10 @@
 
 use std::time::Duration;
 
-use netio::relay::{relay, relay_tcp, RelayConfig, RelayEnd, RelayError, RelayStats};
+use netio::relay::{relay, relay_tcp, RelayConfig, RelayEnd, RelayStats};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 
 /// A connected loopback pair.
 async fn pair() -> (TcpStream, TcpStream) {
@@ -20,7 +19,9 @@ async fn pair() -> (TcpStream, TcpStream) {
     (c, s)
 }
 
-type Relay = JoinHandle<Result<RelayStats, RelayError>>;
+mod common;
+
+use common::{pattern, Relay};
 
 /// client ⇄ [relay_tcp between p1 and p2] ⇄ server.
 async fn through_relay(config: RelayConfig) -> (TcpStream, TcpStream, Relay) {
@@ -28,19 +29,6 @@ async fn through_relay(config: RelayConfig) -> (TcpStream, TcpStream, Relay) {
     let (mut p2, server) = pair().await;
     let task = tokio::spawn(async move { relay_tcp(&mut p1, &mut p2, config).await });
     (client, server, task)
-}
-
-/// Deterministic pseudo-random bytes (xorshift64), different per seed.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// FNV-1a 64 over a byte stream.

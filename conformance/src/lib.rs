@@ -49,6 +49,7 @@ pub mod bench;
 pub mod connect_acceptor;
 pub mod demo;
 pub mod driver;
+pub mod echo;
 pub mod gardener;
 pub mod matrix;
 pub mod our_client;

@@ -219,29 +219,7 @@ fn upstream(seed: &Netns, shoot: &str) -> u16 {
         .expect("run_in")
         .expect("bind upstream");
     let port = listener.local_addr().expect("addr").port();
-    let greeting = format!("{shoot}\n").into_bytes();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let greeting = greeting.clone();
-            std::thread::spawn(move || {
-                if conn.write_all(&greeting).is_err() {
-                    return;
-                }
-                let mut buf = [0u8; 16384];
-                loop {
-                    match conn.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if conn.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    });
+    conformance::echo::serve(listener, format!("{shoot}\n").into_bytes(), || {});
     port
 }
 

@@ -15,7 +15,6 @@
 //! the non-HA landscape's ([`super::landscape::internet`]). The seed's pod network does not
 //! overlap the shoot's (Gardener refuses that for HA shoots).
 
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -187,19 +186,7 @@ impl HaLandscape {
             }
         });
         for listener in [tcp, tcp6] {
-            std::thread::spawn(move || {
-                for s in listener.incoming().flatten() {
-                    std::thread::spawn(move || {
-                        let mut s = s;
-                        let mut buf = [0u8; 4096];
-                        while let Ok(n) = s.read(&mut buf) {
-                            if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    });
-                }
-            });
+            crate::echo::serve(listener, Vec::new(), || {});
         }
         Ok(())
     }

@@ -116,29 +116,8 @@ impl Lab {
         let addr = listener.local_addr().expect("addr");
         let connects = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&connects);
-        let greeting = format!("{name}\n").into_bytes();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { return };
-                count.fetch_add(1, Ordering::SeqCst);
-                let greeting = greeting.clone();
-                std::thread::spawn(move || {
-                    if conn.write_all(&greeting).is_err() {
-                        return;
-                    }
-                    let mut buf = [0u8; 16384];
-                    loop {
-                        match conn.read(&mut buf) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => {
-                                if conn.write_all(&buf[..n]).is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                });
-            }
+        conformance::echo::serve(listener, format!("{name}\n").into_bytes(), move || {
+            count.fetch_add(1, Ordering::SeqCst);
         });
         Upstream { addr, connects }
     }

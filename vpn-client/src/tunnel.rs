@@ -180,8 +180,6 @@ pub(crate) struct Tunnel {
     ha_due: Option<Instant>,
     /// HA: the source address they carry (IPv4 routes, or IPv6 routes on an IPv6 pod).
     ha_source: Option<IpAddr>,
-    /// HA: the IPv6 routes' source on an IPv4 pod: its transfer-network address.
-    ha_source_v6: Option<Ipv6Addr>,
     /// HA: a tunnel of this process was up before (so the next one waits out the hold-down).
     was_up: bool,
 }
@@ -203,7 +201,6 @@ impl Tunnel {
             ha_rules: Vec::new(),
             ha_due: None,
             ha_source: None,
-            ha_source_v6: None,
             was_up: false,
         })
     }
@@ -220,12 +217,6 @@ impl Tunnel {
             return;
         };
         self.ha_source = local.filter(|_| ha.source_from_socket);
-        self.ha_source_v6 = match (self.ha_source, ha.transfer_v6) {
-            (Some(IpAddr::V4(pod)), Some(net)) => {
-                Some(protocol::config::env::ha_transfer_address(net, pod))
-            }
-            _ => None,
-        };
         let wait = if self.was_up {
             ha.hold_down
         } else {
@@ -248,7 +239,14 @@ impl Tunnel {
         };
         self.ha_due = None;
         let dev = tun.name().to_owned();
-        if let Some(v6) = self.ha_source_v6 {
+        // The IPv6 routes' source on an IPv4 pod: its transfer-network address.
+        let source_v6 = match (self.ha_source, ha.transfer_v6) {
+            (Some(IpAddr::V4(pod)), Some(net)) => {
+                Some(protocol::config::env::ha_transfer_address(net, pod))
+            }
+            _ => None,
+        };
+        if let Some(v6) = source_v6 {
             // The IPv6 routes' source must be a usable address of this host: on the device,
             // without duplicate address detection (a tentative address is no route source).
             match self
@@ -263,7 +261,7 @@ impl Tunnel {
         }
         for net in &self.settings.routes {
             let source = match (net, self.ha_source) {
-                (IpNet::V6(_), Some(IpAddr::V4(_))) => self.ha_source_v6.map(IpAddr::V6),
+                (IpNet::V6(_), Some(IpAddr::V4(_))) => source_v6.map(IpAddr::V6),
                 (IpNet::V4(_), Some(IpAddr::V6(_))) => None,
                 (_, source) => source,
             };

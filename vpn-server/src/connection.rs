@@ -575,7 +575,7 @@ impl Connection {
             }
             SpoofVerdict::Spoofed { src, dst } => {
                 let total = metrics.packet_spoofed();
-                if total <= 10 || (total - 1).is_power_of_two() {
+                if thinned_log(total) {
                     warn!(%src, %dst, dropped_total = total, "packet with a source address not assigned to the client dropped");
                 }
             }
@@ -618,7 +618,7 @@ impl Connection {
             HaDropped::Spoofed => metrics.packet_spoofed(),
             HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
         };
-        if total <= 10 || (total - 1).is_power_of_two() {
+        if thinned_log(total) {
             let addresses = crate::spoof::addresses(packet).ok();
             warn!(
                 reason = ?why,
@@ -658,7 +658,7 @@ impl Connection {
             Some(FromClient::Drop(Dropped::Short)) => metrics.packet_malformed(),
             Some(FromClient::Drop(why)) => {
                 let total = metrics.packet_spoofed();
-                if total <= 10 || (total - 1).is_power_of_two() {
+                if thinned_log(total) {
                     warn!(reason = %why, dropped_total = total, "frame from the client dropped");
                 }
             }
@@ -685,4 +685,10 @@ impl Connection {
             }
         }
     }
+}
+
+/// Whether the `total`-th dropped packet of a kind is logged: the first ten, then the 2^k+1-th
+/// (a flood leaves a few lines, its counter says the rest).
+fn thinned_log(total: u64) -> bool {
+    total <= 10 || (total - 1).is_power_of_two()
 }

@@ -191,6 +191,19 @@ impl Chain {
         self.rules.extend(rules);
         self
     }
+
+    /// Appends the pair that lets in from `device` only what belongs to connections opened
+    /// from this side: established or related packets accepted, every other one dropped
+    /// (vpn2's INPUT and FORWARD pair on its tunnel device).
+    pub fn replies_only_from(self, device: &str) -> Chain {
+        self.rule(
+            Rule::new()
+                .iifname(device)
+                .established_or_related()
+                .accept(),
+        )
+        .rule(Rule::new().iifname(device).drop())
+    }
 }
 
 impl Rule {

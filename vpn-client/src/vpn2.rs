@@ -315,16 +315,8 @@ pub fn return_mark_chain(device: &str, mark: u32) -> Chain {
 /// The kube-apiserver pod's rules for HA client device `device` (vpn2's INPUT pair on `bond+`,
 /// here on the device): from the tunnel only what belongs to connections the pod opened.
 pub fn ha_seed_table(name: &str, device: &str) -> Table {
-    Table::new(name).chain(
-        Chain::filter("input", Hook::Input, priority::FILTER)
-            .rule(
-                Rule::new()
-                    .iifname(device)
-                    .established_or_related()
-                    .accept(),
-            )
-            .rule(Rule::new().iifname(device).drop()),
-    )
+    Table::new(name)
+        .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device))
 }
 
 /// The tun device vpn2's shoot client uses.

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use netio::admin::{AdminState, Exposition, Kind};
-use netio::firewall::{priority, Chain, Hook, Rule, Table};
+use netio::firewall::{priority, Chain, Hook, Table};
 use netio::http::ConnectRequest;
 use netio::http_connect::{connect_over, ConnectError};
 use netio::ingress::{accept_connect, canonical_ip, Accepted, Deadlines, ProxyMode};
@@ -141,16 +141,7 @@ pub struct CloudApiConfig {
 /// through this host.
 pub fn endpoint_table(base: Option<Table>, device: &str) -> Table {
     base.unwrap_or_else(|| crate::vpn2::seed_table(device, None, None))
-        .chain(
-            Chain::filter("forward", Hook::Forward, priority::FILTER)
-                .rule(
-                    Rule::new()
-                        .iifname(device)
-                        .established_or_related()
-                        .accept(),
-                )
-                .rule(Rule::new().iifname(device).drop()),
-        )
+        .chain(Chain::filter("forward", Hook::Forward, priority::FILTER).replies_only_from(device))
 }
 
 /// A bound endpoint; [`CloudApiEndpoint::run`] serves.

@@ -52,16 +52,8 @@ pub const PROXY_GUARDED: [&str; 4] = ["127.0.0.0/8", "169.254.0.0/16", "::1/128"
 /// netmap, the proxy group's connections to it mapped into its reserved range, then that
 /// group's TCP connections to the seed pod network and [`PROXY_GUARDED`] refused.
 pub fn seed_table(device: &str, seed_pod: Option<IpNet>, proxy: Option<&Netmap>) -> Table {
-    let mut table = Table::new(TABLE).chain(
-        Chain::filter("input", Hook::Input, priority::FILTER)
-            .rule(
-                Rule::new()
-                    .iifname(device)
-                    .established_or_related()
-                    .accept(),
-            )
-            .rule(Rule::new().iifname(device).drop()),
-    );
+    let mut table = Table::new(TABLE)
+        .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device));
     if let Some(seed @ IpNet::V4(_)) = seed_pod {
         let mapped = IpNet::V4(MAPPED_SEED_POD_NETWORK);
         table = table

@@ -351,6 +351,20 @@ impl RawConfig {
     }
 }
 
+/// Checks that `upstream` is `host:port` (a name or address, a port number), as every route
+/// table's `upstream` must be.
+pub(crate) fn check_upstream(upstream: &str) -> Result<(), ConfigError> {
+    if upstream
+        .rsplit_once(':')
+        .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+    {
+        return Err(ConfigError::Upstream {
+            upstream: upstream.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// Checks `[[route]]` tables: valid values, `host:port` upstreams, rules, no value twice.
 fn check_routes(raw_routes: Vec<RawRoute>) -> Result<HashMap<RouteValue, Target>, ConfigError> {
     let mut routes = HashMap::new();
@@ -359,15 +373,7 @@ fn check_routes(raw_routes: Vec<RawRoute>) -> Result<HashMap<RouteValue, Target>
             value: raw.value.clone(),
             source,
         })?;
-        if raw
-            .upstream
-            .rsplit_once(':')
-            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-        {
-            return Err(ConfigError::Upstream {
-                upstream: raw.upstream,
-            });
-        }
+        check_upstream(&raw.upstream)?;
         let rules = raw.rules()?;
         let target = Target {
             upstream: raw.upstream,

@@ -40,7 +40,7 @@ use tracing::{debug, info, warn, Span};
 
 use crate::access::{admits, Client, Denial};
 use crate::client_hello::{self, ClientHello, HelloError, ServerName};
-use crate::config::{rules, ConfigError, ListenerConfig, RawRule};
+use crate::config::{check_upstream, rules, ConfigError, ListenerConfig, RawRule};
 use crate::policy::{Policy, Target};
 use crate::serve::{refused_head, Open, Shared};
 use crate::shoots::{Flow, ShootRefusal};
@@ -71,15 +71,7 @@ pub(crate) fn check_routes(
                 upstream: route.upstream,
             });
         };
-        if route
-            .upstream
-            .rsplit_once(':')
-            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
-        {
-            return Err(ConfigError::Upstream {
-                upstream: route.upstream,
-            });
-        }
+        check_upstream(&route.upstream)?;
         if let Some(shoot) = &route.shoot {
             check_namespace(shoot).map_err(|source| ConfigError::SniShoot {
                 shoot: shoot.clone(),

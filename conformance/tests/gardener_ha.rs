@@ -541,6 +541,12 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             why.trim()
         );
     }
+    // A route the kernel refuses at first is tried again: the second replica's devices come
+    // up with IPv6 off, so its IPv6 routes (and their transfer-network source) are refused
+    // until IPv6 is turned on below.
+    l.kapi[1]
+        .run(["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"])
+        .expect("lab step");
     let mut kapi_clients: Vec<Vec<Container<'_>>> = (0..2)
         .map(|r| {
             (0..2)
@@ -580,6 +586,35 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             });
         }
     }
+    // The refused IPv6 routes of the second replica: missing, reported, tried again, and in
+    // once the devices take IPv6 (the wait below).
+    for (i, client) in kapi_clients[1].iter().enumerate() {
+        client
+            .wait_log("HA routes incomplete: trying the refused ones again", UP)
+            .expect("refused routes reported");
+        assert!(
+            client
+                .log()
+                .contains("HA route not added dst=fd00:250::/64"),
+            "{}",
+            client.log()
+        );
+        let routes = l.kapi[1]
+            .run(["ip", "-6", "route", "show", "dev", &format!("tun{i}")])
+            .expect("lab step")
+            .stdout;
+        let routes = String::from_utf8_lossy(&routes).into_owned();
+        assert!(!routes.contains("fd00:250::/64"), "tun{i}: {routes}");
+    }
+    l.kapi[1]
+        .run([
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.disable_ipv6=0",
+            "net.ipv6.conf.tun0.disable_ipv6=0",
+            "net.ipv6.conf.tun1.disable_ipv6=0",
+        ])
+        .expect("lab step");
     // IPv6 shoot networks from the IPv4 seed: through the transfer network.
     for (ns, addr) in l.kapi.iter().zip(KAPI) {
         let transfer = u32::from(addr);
@@ -588,8 +623,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             transfer >> 16,
             transfer & 0xffff
         );
-        // The client installs its IPv6 routes right after the IPv4 ones it was
-        // just seen with: wait for them rather than race that step.
+        // The second replica's go in at the client's next try.
         let v6_routes = || {
             String::from_utf8_lossy(
                 &ns.run(["ip", "-6", "route", "show", "dev", "tun0"])

@@ -161,6 +161,11 @@ impl Plan {
 /// Decrypted packets queued for the tun writer thread before the receive direction waits.
 pub const TUN_QUEUE: usize = 256;
 
+/// HA: the first wait before routes the kernel refused are tried again.
+const HA_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// HA: the longest wait between tries at refused routes.
+const HA_RETRY_MAX: Duration = Duration::from_secs(30);
+
 /// The tun device, its writer and what we configured on it.
 #[derive(Debug)]
 pub(crate) struct Tunnel {
@@ -176,8 +181,11 @@ pub(crate) struct Tunnel {
     ha_routes: Vec<Route>,
     /// HA, shoot side: the return path's routing rules while installed.
     ha_rules: Vec<FwmarkRule>,
-    /// HA: when the routes go in (the tunnel is up, hold-down running).
+    /// HA: when the routes go in (the tunnel is up, hold-down running), or when those the
+    /// kernel refused are tried again.
     ha_due: Option<Instant>,
+    /// HA: the wait before the next try at refused routes (doubles up to [`HA_RETRY_MAX`]).
+    ha_retry: Duration,
     /// HA: the source address they carry (IPv4 routes, or IPv6 routes on an IPv6 pod).
     ha_source: Option<IpAddr>,
     /// HA: a tunnel of this process was up before (so the next one waits out the hold-down).
@@ -200,6 +208,7 @@ impl Tunnel {
             ha_routes: Vec::new(),
             ha_rules: Vec::new(),
             ha_due: None,
+            ha_retry: HA_RETRY_FIRST,
             ha_source: None,
             was_up: false,
         })
@@ -233,12 +242,16 @@ impl Tunnel {
     }
 
     /// HA: installs the routes that are due (the tunnel stayed up through the hold-down).
+    /// Whatever the kernel refuses (a device not ready for IPv6 yet, say) is tried again,
+    /// after 1 s, then twice as long each time up to [`HA_RETRY_MAX`], while the tunnel
+    /// stays up: a tunnel never carries traffic with part of its routes missing for good.
     pub async fn ha_install(&mut self) {
         let (Some(ha), Some(tun)) = (self.settings.ha.clone(), &self.tun) else {
             return;
         };
         self.ha_due = None;
         let dev = tun.name().to_owned();
+        let mut refused = 0;
         // The IPv6 routes' source on an IPv4 pod: its transfer-network address.
         let source_v6 = match (self.ha_source, ha.transfer_v6) {
             (Some(IpAddr::V4(pod)), Some(net)) => {
@@ -259,57 +272,90 @@ impl Tunnel {
                 Err(e) => tracing::warn!(%v6, error = %chain(&e), "transfer address not added"),
             }
         }
-        for net in &self.settings.routes {
-            let source = match (net, self.ha_source) {
-                (IpNet::V6(_), Some(IpAddr::V4(_))) => source_v6.map(IpAddr::V6),
-                (IpNet::V4(_), Some(IpAddr::V6(_))) => None,
-                (_, source) => source,
-            };
-            let route = Route {
-                metric: Some(ha.metric),
-                source,
-                ..Route::via_dev(IpPrefix::from(net.trunc()), dev.clone())
-            };
-            if self.ha_routes.contains(&route) {
-                continue;
-            }
-            match self.netlink.add_route(&route).await {
-                Ok(()) => {}
-                Err(e) if e.already_exists() => {}
-                Err(e) => {
-                    tracing::warn!(dst = %route.dst, error = %chain(&e), "HA route not added");
-                    continue;
+        let wanted: Vec<Route> = self
+            .settings
+            .routes
+            .iter()
+            .map(|net| {
+                let source = match (net, self.ha_source) {
+                    (IpNet::V6(_), Some(IpAddr::V4(_))) => source_v6.map(IpAddr::V6),
+                    (IpNet::V4(_), Some(IpAddr::V6(_))) => None,
+                    (_, source) => source,
+                };
+                Route {
+                    metric: Some(ha.metric),
+                    source,
+                    ..Route::via_dev(IpPrefix::from(net.trunc()), dev.clone())
                 }
+            })
+            .collect();
+        for route in wanted {
+            if !self.ha_add_route(route).await {
+                refused += 1;
             }
-            self.ha_routes.push(route);
         }
         if let Some(mark) = ha.return_by_mark {
-            self.ha_install_return_path(&dev, mark).await;
+            refused += self.ha_install_return_path(&dev, mark).await;
         }
-        tracing::info!(
-            dev,
-            metric = ha.metric,
-            source = ?self.ha_source,
-            routes = self.ha_routes.len(),
-            "HA routes installed: this tunnel carries traffic"
-        );
+        if refused == 0 {
+            self.ha_retry = HA_RETRY_FIRST;
+            tracing::info!(
+                dev,
+                metric = ha.metric,
+                source = ?self.ha_source,
+                routes = self.ha_routes.len(),
+                "HA routes installed: this tunnel carries traffic"
+            );
+        } else {
+            tracing::warn!(
+                dev,
+                metric = ha.metric,
+                source = ?self.ha_source,
+                installed = self.ha_routes.len(),
+                refused,
+                retry_s = self.ha_retry.as_secs(),
+                "HA routes incomplete: trying the refused ones again"
+            );
+            self.ha_due = Some(Instant::now() + self.ha_retry);
+            self.ha_retry = (self.ha_retry * 2).min(HA_RETRY_MAX);
+        }
+    }
+
+    /// HA: adds `route` unless it is in already; false when the kernel refused it.
+    async fn ha_add_route(&mut self, route: Route) -> bool {
+        if self.ha_routes.contains(&route) {
+            return true;
+        }
+        match self.netlink.add_route(&route).await {
+            Ok(()) => {}
+            Err(e) if e.already_exists() => {}
+            Err(e) => {
+                let table = route.table.map_or("main".to_owned(), |t| t.to_string());
+                tracing::warn!(dst = %route.dst, table, error = %chain(&e), "HA route not added");
+                return false;
+            }
+        }
+        self.ha_routes.push(route);
+        true
     }
 
     /// HA, shoot side: the return path by connection mark ([`HaRoutes::return_by_mark`]):
     /// `routes` through the device in table `mark`, and the rule sending marked packets there.
-    async fn ha_install_return_path(&mut self, dev: &str, mark: u32) {
-        for net in &self.settings.routes {
-            let dst = IpPrefix::from(net.trunc());
-            let route = Route {
+    /// Returns how many of them the kernel refused.
+    async fn ha_install_return_path(&mut self, dev: &str, mark: u32) -> usize {
+        let mut refused = 0;
+        let wanted: Vec<Route> = self
+            .settings
+            .routes
+            .iter()
+            .map(|net| Route {
                 table: Some(mark),
-                ..Route::via_dev(dst, dev.to_owned())
-            };
-            match self.netlink.add_route(&route).await {
-                Ok(()) => self.ha_routes.push(route),
-                Err(e) if e.already_exists() => self.ha_routes.push(route),
-                Err(e) => {
-                    tracing::warn!(dst = %route.dst, table = mark, error = %chain(&e), "return route not added")
-                }
+                ..Route::via_dev(IpPrefix::from(net.trunc()), dev.to_owned())
+            })
+            .collect();
+        for route in wanted {
+            if !self.ha_add_route(route).await {
+                refused += 1;
             }
         }
         for family in [Family::V4, Family::V6] {
@@ -319,20 +365,26 @@ impl Tunnel {
                 table: mark,
                 priority: mark,
             };
+            if self.ha_rules.contains(&rule) {
+                continue;
+            }
             match self.netlink.add_rule(&rule).await {
                 Ok(()) => self.ha_rules.push(rule),
                 Err(e) if e.already_exists() => self.ha_rules.push(rule),
                 Err(e) => {
+                    refused += 1;
                     tracing::warn!(?family, mark, error = %chain(&e), "return rule not added")
                 }
             }
         }
+        refused
     }
 
     /// HA: the connection ended: the routes go at once (the other server's device, with a
     /// higher metric, takes the traffic), and a pending install is cancelled.
     pub async fn ha_withdraw(&mut self) {
         self.ha_due = None;
+        self.ha_retry = HA_RETRY_FIRST;
         if self.ha_routes.is_empty() && self.ha_rules.is_empty() {
             return;
         }

@@ -264,7 +264,7 @@ impl Tunnel {
             // without duplicate address detection (a tentative address is no route source).
             match self
                 .netlink
-                .add_address(&dev, IpPrefix::host(IpAddr::V6(v6)))
+                .add_address_nodad(&dev, IpPrefix::host(IpAddr::V6(v6)))
                 .await
             {
                 Ok(()) => {}

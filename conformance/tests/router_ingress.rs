@@ -787,6 +787,14 @@ fn http_strictness() {
         ("origin-form target", raw(format!("CONNECT / HTTP/1.1\r\nHost: x\r\n{route}\r\n\r\n")), 400),
         ("no Host in HTTP/1.1", raw(format!("CONNECT 10.79.0.1:1194 HTTP/1.1\r\n{route}\r\n\r\n")), 400),
         ("bare LF", raw(format!("CONNECT 10.79.0.1:1194 HTTP/1.1\nHost: x\n{route}\n\n")), 400),
+        // Bytes no request can start with: answered at once, not left to the header deadline
+        // (its answer would be 408).
+        ("a TLS record header", vec![0x16, 0x03, 0x01, 0x00, 0xc8], 400),
+        (
+            "a PROXY v2 header where none is taken",
+            protocol::proxy_protocol::V2_SIGNATURE.to_vec(),
+            400,
+        ),
     ];
     for (what, bytes, want) in cases {
         let (code, out) = s.refused(b(), 0, &bytes);

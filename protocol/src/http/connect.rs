@@ -9,7 +9,9 @@
 //! CRLF                                  the head ends here; later bytes are not looked at
 //! ```
 //!
-//! Refused, with the status [`RequestError::status`] gives: a request line longer than
+//! Refused, with the status [`RequestError::status`] gives: a first byte that cannot begin a
+//! request line (400 at once, not at the header timeout: a TLS handshake or a PROXY v2 header
+//! sent to the wrong listener, named as such in the error), a request line longer than
 //! [`MAX_REQUEST_LINE_LEN`] (414), a head over [`MAX_HEAD_LEN`] or with more than
 //! [`MAX_HEADERS`] lines (431), whitespace between a field name and its colon, obsolete line
 //! folding, bare CR or LF (400), a method other than `CONNECT` (405), a request-target not in
@@ -23,7 +25,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::{find_header, parse_request_head, Header, HttpError, HttpVersion};
+use super::{find_header, is_token_byte, parse_request_head, Header, HttpError, HttpVersion};
 #[cfg(doc)]
 use super::{MAX_HEADERS, MAX_HEAD_LEN};
 
@@ -115,6 +117,14 @@ impl ConnectHead {
 /// `Ok(None)`: incomplete and within bounds, read more. `Ok(Some((head, len)))`: the head is
 /// `buf[..len]`; whatever follows is the client's tunnel payload, never parsed here.
 pub fn parse_connect_request(buf: &[u8]) -> Result<Option<(ConnectHead, usize)>, RequestError> {
+    // What cannot begin a request line is refused at its first byte, not left to time out:
+    // a TLS handshake, or a PROXY v2 header, sent to this listener by mistake.
+    if let Some(&first) = buf.first().filter(|&&b| !is_token_byte(b)) {
+        return Err(RequestError::NotHttp {
+            first,
+            looks_like: looks_like(buf),
+        });
+    }
     // The request line must end within its bound, whatever else has arrived.
     let window = &buf[..buf.len().min(MAX_REQUEST_LINE_LEN + 2)];
     match window.windows(2).position(|w| w == b"\r\n") {
@@ -149,6 +159,17 @@ pub fn parse_connect_request(buf: &[u8]) -> Result<Option<(ConnectHead, usize)>,
         },
         len,
     )))
+}
+
+/// What bytes that cannot begin a request probably are, for the log line.
+fn looks_like(buf: &[u8]) -> &'static str {
+    if buf.first() == Some(&0x16) {
+        "a TLS handshake (a TLS client pointed at a CONNECT listener?)"
+    } else if crate::proxy_protocol::V2_SIGNATURE.starts_with(&buf[..buf.len().min(12)]) {
+        "a PROXY v2 header (this listener takes none, or one only from its trusted proxies)"
+    } else {
+        "not an HTTP request"
+    }
 }
 
 /// An LF not preceded by CR, or a CR followed by anything but LF (a CR at the very end may
@@ -299,6 +320,14 @@ pub enum RequestError {
         /// The method token.
         method: String,
     },
+    /// The first byte cannot begin a request line (it is no token character).
+    #[error("no HTTP request: first byte {first:#04x}, {looks_like}")]
+    NotHttp {
+        /// The byte.
+        first: u8,
+        /// What the bytes probably are.
+        looks_like: &'static str,
+    },
     /// The request-target is not in authority form.
     #[error("request-target is not host:port")]
     Target,
@@ -421,6 +450,28 @@ mod tests {
             status_of(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\nCONNECT a:1 HTTP/1.0\r\n\r\n"),
             400
         );
+    }
+
+    #[test]
+    fn what_cannot_begin_a_request_is_refused_at_its_first_byte() {
+        let tls = [0x16, 0x03, 0x01, 0x02, 0x00, 0x01];
+        let v2 = &crate::proxy_protocol::V2_SIGNATURE[..3];
+        for (raw, looks) in [
+            (&tls[..1], "a TLS handshake"),
+            (&tls[..], "a TLS handshake"),
+            (v2, "a PROXY v2 header"),
+            (b"\r\nCONNECT a:1 HTTP/1.0\r\n\r\n", "not an HTTP request"),
+            (b" CONNECT", "not an HTTP request"),
+            (&[0xc3, 0xa4][..], "not an HTTP request"),
+        ] {
+            let err = parse(raw).expect_err("refused at once");
+            assert_eq!(err.status(), Status::BAD_REQUEST, "{raw:?}");
+            assert!(
+                matches!(err, RequestError::NotHttp { first, .. } if first == raw[0]),
+                "{raw:?}: {err:?}"
+            );
+            assert!(err.to_string().contains(looks), "{raw:?}: {err}");
+        }
     }
 
     #[test]

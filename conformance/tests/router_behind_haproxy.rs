@@ -6,12 +6,14 @@
 //! ```text
 //!  SHOOT                                              SEED
 //!  client 10.79.0.3 / fd79::3                          router 10.79.0.1
-//!     └─> HAProxy 10.79.0.2:18443 (v2), [fd79::2]:18443 (v2), 10.79.0.2:18132 (v1)
+//!     └─> HAProxy 10.79.0.2:18443 (v2), [fd79::2]:18443 (v2), 10.79.0.2:18132 (v1),
+//!         10.79.0.2:19443 (v2, TLS passthrough to the SNI listener)
 //!            └─ from 10.79.0.2 ──── veth ────────────> listeners "required", trusted 10.79.0.2
 //! ```
 //!
-//! The route `allowed` admits the client only; the route `balancer-only` admits only the
-//! balancer's address, so a router that judged the TCP peer would let it through.
+//! The routes `allowed` (and the SNI route of server name 0) admit the client only; the routes
+//! `balancer-only` (and server name 1) admit only the balancer's address, so a router that
+//! judged the TCP peer would let those through and refuse the others.
 
 mod router_common;
 
@@ -19,6 +21,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
+use conformance::bench::sni;
 use conformance::netns::Netns;
 use conformance::wait::wait_until;
 use router_common::{connect, status, vpn, Lab, SHOOT_A, SHOOT_B};
@@ -26,6 +29,7 @@ use router_common::{connect, status, vpn, Lab, SHOOT_A, SHOOT_B};
 /// HAProxy's frontends in SHOOT (the balancer's address, [`SHOOT_A`]).
 const V2_PORT: u16 = 18443;
 const V1_PORT: u16 = 18132;
+const SNI_PORT: u16 = 19443;
 const BALANCER_V6: Ipv6Addr = Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0, 2);
 const CLIENT_V6: Ipv6Addr = Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0, 3);
 
@@ -43,6 +47,22 @@ headers = ["X-Gardener-Destination"]
 proxy_protocol = "required"
 trusted_proxies = ["10.79.0.2/32"]
 
+[[listener]]
+address = "10.79.0.1:0"
+kind = "sni"
+proxy_protocol = "required"
+trusted_proxies = ["10.79.0.2/32"]
+
+[[sni_route]]
+server_names = ["{sni_allowed}"]
+upstream = "{upstream}"
+allow = ["10.79.0.3/32"]
+
+[[sni_route]]
+server_names = ["{sni_balancer_only}"]
+upstream = "{upstream}"
+allow = ["10.79.0.2/32"]
+
 [[route]]
 value = "{allowed}"
 upstream = "{upstream}"
@@ -55,17 +75,21 @@ allow = ["10.79.0.2/32", "fd79::2/128"]
 "#,
         allowed = vpn("shoot--p--allowed"),
         balancer_only = vpn("shoot--p--balancer-only"),
+        sni_allowed = sni::server_name(0),
+        sni_balancer_only = sni::server_name(1),
     )
 }
 
-fn haproxy_config(v2: SocketAddr, v1: SocketAddr) -> String {
+fn haproxy_config(v2: SocketAddr, v1: SocketAddr, tls: SocketAddr) -> String {
     format!(
         "global\n    maxconn 64\n\n\
          defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 30s\n    timeout server 30s\n\n\
          frontend v2\n    bind {SHOOT_A}:{V2_PORT}\n    bind [{BALANCER_V6}]:{V2_PORT} v6only\n    default_backend router_v2\n\n\
          frontend v1\n    bind {SHOOT_A}:{V1_PORT}\n    default_backend router_v1\n\n\
+         frontend tls\n    bind {SHOOT_A}:{SNI_PORT}\n    default_backend router_sni\n\n\
          backend router_v2\n    server router {v2} send-proxy-v2 source {SHOOT_A}\n\n\
-         backend router_v1\n    server router {v1} send-proxy source {SHOOT_A}\n"
+         backend router_v1\n    server router {v1} send-proxy source {SHOOT_A}\n\n\
+         backend router_sni\n    server router {tls} send-proxy-v2 source {SHOOT_A}\n"
     )
 }
 
@@ -88,6 +112,7 @@ fn start_haproxy(ns: &Netns, dir: &Path, config: &str) {
         SocketAddr::new(SHOOT_A.into(), V2_PORT),
         SocketAddr::new(BALANCER_V6.into(), V2_PORT),
         SocketAddr::new(SHOOT_A.into(), V1_PORT),
+        SocketAddr::new(SHOOT_A.into(), SNI_PORT),
     ];
     wait_until("HAProxy listening", Duration::from_secs(10), || {
         ns.run_in(|| {
@@ -124,7 +149,7 @@ fn the_router_judges_the_client_address_haproxy_sends() {
     start_haproxy(
         &lab.shoot,
         dir.path(),
-        &haproxy_config(router.addr(0), router.addr(1)),
+        &haproxy_config(router.addr(0), router.addr(1), router.addr(2)),
     );
 
     let client_v4 = IpAddr::V4(SHOOT_B);

@@ -92,18 +92,20 @@ pub enum ListenerKind {
 }
 
 impl RouterConfig {
-    /// Reads and checks `path`.
+    /// Reads and checks `path`; a refusal names the file and the line at fault
+    /// ([`ConfigError::Toml`], [`ConfigError::Invalid`]).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
         })?;
-        Self::parse_from(&text, Some(path))
+        Self::parse_from(&text, path)
     }
 
-    /// Parses and checks the text of a config file.
+    /// Parses and checks the text of a config file; a refused value is the bare refusal
+    /// (its line: [`ConfigError::line_in`]).
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::parse_from(text, None)
+        Self::parse_text(text)
     }
 
     /// Whether `new` changes a setting fixed at start (listeners, deadlines, timeouts,
@@ -119,15 +121,64 @@ impl RouterConfig {
             || new.relay_buffer_size != self.relay_buffer_size
     }
 
-    /// Parses and checks `text`, read from `path` if it came from a file.
-    pub(crate) fn parse_from(text: &str, path: Option<&Path>) -> Result<Self, ConfigError> {
+    /// Parses and checks `text`, read from `path`; the error names the file and the line
+    /// at fault.
+    fn parse_from(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        Self::parse_text(text).map_err(|e| match e {
+            ConfigError::Toml { line, source, .. } => ConfigError::Toml {
+                path: Some(path.to_owned()),
+                line,
+                source,
+            },
+            e => ConfigError::Invalid {
+                path: Some(path.to_owned()),
+                line: e.line_in(text),
+                source: Box::new(e),
+            },
+        })
+    }
+
+    /// Parses and checks `text`; the caller names the file (a refused value's line:
+    /// [`ConfigError::line_in`]).
+    pub(crate) fn parse_text(text: &str) -> Result<Self, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Toml {
-            path: path.map(Path::to_owned),
+            path: None,
             line: source.span().map(|span| line_of(text, span.start)),
             source: Box::new(source),
         })?;
         raw.check()
     }
+}
+
+/// The 1-based line of the first (or `last`) occurrence of `"value"` in `text`.
+pub(crate) fn line_of_value(text: &str, value: &str, last: bool) -> Option<usize> {
+    let quoted = format!("\"{value}\"");
+    let at = if last {
+        text.rfind(&quoted)
+    } else {
+        text.find(&quoted)
+    }?;
+    Some(line_of(text, at))
+}
+
+/// [`line_of_value`] ignoring ASCII case (server names are compared lower-cased).
+fn line_of_value_caseless(text: &str, value: &str, last: bool) -> Option<usize> {
+    line_of_value(
+        &text.to_ascii_lowercase(),
+        &value.to_ascii_lowercase(),
+        last,
+    )
+}
+
+/// The 1-based line of the first line that sets `key` (`key =` at the line's start).
+fn line_of_key(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
 }
 
 /// The 1-based line of byte offset `at` in `text`.
@@ -394,9 +445,7 @@ impl RawListener {
         })?;
         match self.kind {
             ListenerKind::Connect if self.headers.is_empty() => {
-                return Err(ConfigError::Header {
-                    name: String::new(),
-                });
+                return Err(ConfigError::NoHeaders { address });
             }
             ListenerKind::Sni if !self.headers.is_empty() => {
                 return Err(ConfigError::SniHeaders { address });
@@ -481,42 +530,59 @@ pub enum ConfigError {
         #[source]
         source: Box<toml::de::Error>,
     },
+    /// The file is valid TOML, but a value in it is refused (the cause says which).
+    #[error("router config{}", location(.path, .line))]
+    Invalid {
+        /// The file, when the text came from one ([`RouterConfig::load`]).
+        path: Option<PathBuf>,
+        /// The line quoting the value refused, when one does.
+        line: Option<usize>,
+        /// What is refused.
+        #[source]
+        source: Box<ConfigError>,
+    },
     /// `[relay] buffer_size` outside one page ..= `netio::relay::MAX_PIPE_SIZE`.
-    #[error("router config: [relay] buffer_size {size} is outside 4096..=1048576")]
+    #[error("[relay] buffer_size {size} is outside 4096..=1048576")]
     RelayBufferSize {
         /// The size given.
         size: usize,
     },
     /// No `[[listener]]`.
-    #[error("router config has no [[listener]]")]
+    #[error("no [[listener]]")]
     NoListener,
     /// A listener address is not `ip:port`.
-    #[error("router config: listener address {address:?} is not ip:port")]
+    #[error("listener address {address:?} is not ip:port")]
     Address {
         /// The value.
         address: String,
     },
-    /// A header name is not one of the routing headers (or the list is empty).
-    #[error("router config: {name:?} is not a routing header (X-Gardener-Destination, Reversed-VPN, X-Gardener-API-Route)")]
+    /// A CONNECT listener without `headers`.
+    #[error("listener {address}: a CONNECT listener routes by headers; name one or more of X-Gardener-Destination, Reversed-VPN, X-Gardener-API-Route")]
+    NoHeaders {
+        /// The listener.
+        address: SocketAddr,
+    },
+    /// A header name is not one of the routing headers.
+    #[error("{name:?} is not a routing header (X-Gardener-Destination, Reversed-VPN, X-Gardener-API-Route)")]
     Header {
         /// The value.
         name: String,
     },
     /// `proxy_protocol = "required"` or `"from-trusted"` without `trusted_proxies`, or trusted
     /// proxies with `"off"`.
-    #[error("router config: listener {address}: proxy_protocol \"required\" and \"from-trusted\" need trusted_proxies, \"off\" takes none")]
+    #[error("listener {address}: proxy_protocol \"required\" and \"from-trusted\" need trusted_proxies, \"off\" takes none")]
     ProxyMode {
         /// The listener.
         address: SocketAddr,
     },
     /// A CIDR does not parse.
-    #[error("router config: {cidr:?} is not a CIDR")]
+    #[error("{cidr:?} is not a CIDR")]
     Cidr {
         /// The value.
         cidr: String,
     },
     /// A route's value is not a valid routing value.
-    #[error("router config: route {value:?}")]
+    #[error("route {value:?}")]
     Route {
         /// The value.
         value: String,
@@ -525,31 +591,31 @@ pub enum ConfigError {
         source: RouteError,
     },
     /// A route's upstream is not `host:port`.
-    #[error("router config: upstream {upstream:?} is not host:port")]
+    #[error("upstream {upstream:?} is not host:port")]
     Upstream {
         /// The value.
         upstream: String,
     },
     /// A route with both `allow = [...]` and `[[route.rule]]` tables.
-    #[error("router config: route {value:?} has both allow and [[route.rule]]; write the allow list as a rule")]
+    #[error("route {value:?} has both allow and [[route.rule]]; write the allow list as a rule")]
     AllowAndRules {
         /// The route's value.
         value: String,
     },
     /// Two routes with the same value.
-    #[error("router config: route {value:?} appears twice")]
+    #[error("route {value:?} appears twice")]
     DuplicateRoute {
         /// The value.
         value: String,
     },
     /// A `kind = "sni"` listener with `headers` (it routes by the TLS server name).
-    #[error("router config: listener {address}: kind \"sni\" routes by the TLS server name and takes no headers")]
+    #[error("listener {address}: kind \"sni\" routes by the TLS server name and takes no headers")]
     SniHeaders {
         /// The listener.
         address: SocketAddr,
     },
     /// An `[[sni_route]]` server name that is not a DNS host name.
-    #[error("router config: sni_route server name {name:?}")]
+    #[error("sni_route server name {name:?}")]
     ServerName {
         /// The value.
         name: String,
@@ -558,19 +624,19 @@ pub enum ConfigError {
         source: crate::client_hello::NameError,
     },
     /// An `[[sni_route]]` without server names.
-    #[error("router config: an sni_route to {upstream:?} has no server_names")]
+    #[error("an sni_route to {upstream:?} has no server_names")]
     NoServerNames {
         /// Its upstream.
         upstream: String,
     },
     /// A server name in two `[[sni_route]]` tables (or twice in one).
-    #[error("router config: sni_route server name {name:?} appears twice")]
+    #[error("sni_route server name {name:?} appears twice")]
     DuplicateServerName {
         /// The name, lower-cased.
         name: String,
     },
     /// An `[[sni_route]]`'s `shoot` that is not a namespace.
-    #[error("router config: sni_route shoot {shoot:?} is not a namespace")]
+    #[error("sni_route shoot {shoot:?} is not a namespace")]
     SniShoot {
         /// The value.
         shoot: String,
@@ -580,7 +646,37 @@ pub enum ConfigError {
     },
 }
 
-/// ` PATH, line N` (the parts known) for [`ConfigError::Toml`].
+impl ConfigError {
+    /// The line of `text` this refusal points at: the parser's, or the first line quoting the
+    /// value refused (the last for a value given twice); `None` when no line holds it.
+    pub fn line_in(&self, text: &str) -> Option<usize> {
+        match self {
+            ConfigError::Toml { line, .. } | ConfigError::Invalid { line, .. } => *line,
+            ConfigError::Cidr { cidr } => line_of_value(text, cidr, false),
+            ConfigError::Route { value, .. } | ConfigError::AllowAndRules { value } => {
+                line_of_value(text, value, false)
+            }
+            ConfigError::Upstream { upstream } | ConfigError::NoServerNames { upstream } => {
+                line_of_value(text, upstream, false)
+            }
+            ConfigError::SniShoot { shoot, .. } => line_of_value(text, shoot, false),
+            ConfigError::DuplicateRoute { value } => line_of_value(text, value, true),
+            ConfigError::Address { address } => line_of_value(text, address, false),
+            ConfigError::ProxyMode { address }
+            | ConfigError::SniHeaders { address }
+            | ConfigError::NoHeaders { address } => {
+                line_of_value(text, &address.to_string(), false)
+            }
+            ConfigError::Header { name } => line_of_value(text, name, false),
+            ConfigError::ServerName { name, .. } => line_of_value(text, name, false),
+            ConfigError::DuplicateServerName { name } => line_of_value_caseless(text, name, true),
+            ConfigError::RelayBufferSize { .. } => line_of_key(text, "buffer_size"),
+            ConfigError::Read { .. } | ConfigError::NoListener => None,
+        }
+    }
+}
+
+/// ` PATH, line N` (the parts known) for [`ConfigError::Toml`] and [`ConfigError::Invalid`].
 fn location(path: &Option<PathBuf>, line: &Option<usize>) -> String {
     let mut out = String::new();
     if let Some(path) = path {
@@ -780,6 +876,100 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn refused_values_name_the_file_and_the_line_quoting_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.toml");
+        let connect = "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\n";
+        let sni = "[[listener]]\naddress = \"127.0.0.1:2\"\nkind = \"sni\"\n";
+        let route =
+            "[[route]]\nvalue = \"outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local\"\n";
+        // (file, line at fault, what the cause says)
+        let cases: Vec<(String, usize, &str)> = vec![
+            (
+                "[[listener]]\naddress = \"127.0.0.1:99999\"\nheaders = [\"Reversed-VPN\"]\n".into(),
+                2,
+                "is not ip:port",
+            ),
+            (
+                "[[listener]]\naddress = \"127.0.0.1:1\"\n".into(),
+                2,
+                "routes by headers",
+            ),
+            (
+                "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\", \"X-Other\"]\n".into(),
+                3,
+                "\"X-Other\" is not a routing header",
+            ),
+            (
+                "[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"Reversed-VPN\"]\nproxy_protocol = \"required\"\n".into(),
+                2,
+                "need trusted_proxies",
+            ),
+            (format!("metrics_listen = \"localhost\"\n{connect}"), 1, "is not ip:port"),
+            (format!("always_allowed = [\"10.0.0.0/8\",\n  \"10.1.0.0/33\"]\n{connect}"), 2, "is not a CIDR"),
+            (format!("{connect}\n[relay]\nbuffer_size = 10\n"), 6, "buffer_size 10"),
+            (format!("{connect}{route}upstream = \"nowhere\"\n"), 6, "is not host:port"),
+            (
+                format!("{connect}{route}upstream = \"a:1\"\nallow = [\"10.0.0.0/8\"]\n[[route.rule]]\naction = \"allow\"\nfrom = []\n"),
+                5,
+                "has both allow and",
+            ),
+            (format!("{connect}{route}upstream = \"a:1\"\n{route}upstream = \"b:1\"\n"), 8, "appears twice"),
+            (format!("{connect}[[route]]\nvalue = \"outbound|1194||nope\"\nupstream = \"a:1\"\n"), 5, "route \"outbound|1194||nope\""),
+            (
+                format!("{sni}[[sni_route]]\nserver_names = [\"a.example\",\n  \"-b.example\"]\nupstream = \"a:1\"\n"),
+                6,
+                "server name \"-b.example\"",
+            ),
+            (
+                format!("{sni}[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"a:1\"\n[[sni_route]]\nserver_names = [\"A.Example\"]\nupstream = \"b:1\"\n"),
+                8,
+                "appears twice",
+            ),
+            (format!("{sni}[[sni_route]]\nserver_names = []\nupstream = \"c:1\"\n"), 6, "has no server_names"),
+            (
+                format!("{sni}[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"a:1\"\nshoot = \"Shoot\"\n"),
+                7,
+                "is not a namespace",
+            ),
+            (
+                format!("{connect}[[listener]]\naddress = \"127.0.0.1:2\"\nkind = \"sni\"\nheaders = [\"Reversed-VPN\"]\n"),
+                5,
+                "takes no headers",
+            ),
+        ];
+        for (text, line, cause) in cases {
+            std::fs::write(&path, &text).unwrap();
+            let err = RouterConfig::load(&path).unwrap_err();
+            let ConfigError::Invalid {
+                path: Some(at),
+                line: Some(got),
+                source,
+            } = &err
+            else {
+                panic!("{text}: {err:?}");
+            };
+            assert_eq!((at, *got), (&path, line), "{text}: {err}: {source}");
+            let said = netio::report::chain(&err);
+            assert!(
+                said.starts_with(&format!("router config {}, line {line}: ", path.display()))
+                    && said.contains(cause),
+                "{text}: {said}"
+            );
+            // The bare refusal, as `parse` gives it, points at the same line.
+            let bare = RouterConfig::parse(&text).unwrap_err();
+            assert_eq!(bare.line_in(&text), Some(line), "{text}: {bare}");
+        }
+        // What no line holds: the file is named.
+        std::fs::write(&path, "# nothing\n").unwrap();
+        let said = netio::report::chain(&RouterConfig::load(&path).unwrap_err());
+        assert_eq!(
+            said,
+            format!("router config {}: no [[listener]]", path.display())
+        );
     }
 
     #[test]

@@ -53,7 +53,7 @@ use netio::report::chain;
 use tracing::{info, warn};
 
 use crate::config::ShootRoutes;
-use crate::config::{parse_routes, ConfigError, RouterConfig};
+use crate::config::{line_of_value, parse_routes, ConfigError, RouterConfig};
 
 /// The seed's file.
 pub const SEED_FILE: &str = "seed.toml";
@@ -338,9 +338,9 @@ fn parse_seed(path: &Path, text: &[u8]) -> Result<RouterConfig, DirError> {
         file: path.to_owned(),
     })?;
     // The error names the file once, here (`DirError::File`).
-    let config = RouterConfig::parse_from(text, None).map_err(|source| DirError::File {
+    let config = RouterConfig::parse_text(text).map_err(|source| DirError::File {
         file: path.to_owned(),
-        line: line_for(&source, text),
+        line: source.line_in(text),
         source,
     })?;
     if !config.policy.routes.is_empty() {
@@ -362,7 +362,7 @@ fn parse_shoot(path: &Path, shoot: &str, text: &[u8]) -> Result<ShootRoutes, Dir
     })?;
     let routes = parse_routes(text).map_err(|source| DirError::File {
         file: path.to_owned(),
-        line: line_for(&source, text),
+        line: source.line_in(text),
         source,
     })?;
     if let Some(foreign) = routes.routes.keys().find(|v| v.namespace() != shoot) {
@@ -390,35 +390,6 @@ fn parse_shoot(path: &Path, shoot: &str, text: &[u8]) -> Result<ShootRoutes, Dir
         }
     }
     Ok(routes)
-}
-
-/// The line a refusal points at: the parser's, or the first line quoting the value refused
-/// (the last for a value given twice).
-fn line_for(e: &ConfigError, text: &str) -> Option<usize> {
-    match e {
-        ConfigError::Toml { line, .. } => *line,
-        ConfigError::Cidr { cidr } => line_of_value(text, cidr, false),
-        ConfigError::Route { value, .. } | ConfigError::AllowAndRules { value } => {
-            line_of_value(text, value, false)
-        }
-        ConfigError::Upstream { upstream } => line_of_value(text, upstream, false),
-        ConfigError::SniShoot { shoot, .. } => line_of_value(text, shoot, false),
-        ConfigError::DuplicateRoute { value } => line_of_value(text, value, true),
-        ConfigError::Address { address } => line_of_value(text, address, false),
-        ConfigError::Header { name } => line_of_value(text, name, false),
-        _ => None,
-    }
-}
-
-/// The 1-based line of the first (or `last`) occurrence of `"value"` in `text`.
-fn line_of_value(text: &str, value: &str, last: bool) -> Option<usize> {
-    let quoted = format!("\"{value}\"");
-    let at = if last {
-        text.rfind(&quoted)
-    } else {
-        text.find(&quoted)
-    }?;
-    Some(crate::config::line_of(text, at))
 }
 
 /// The state of each configuration file, and the reloads, for `/metrics`.

@@ -12,7 +12,7 @@ use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, ScanError, YamlData};
 
 /// Where in the document something is wrong, and what.
 #[derive(Debug, thiserror::Error)]
-#[error("line {line}: {path}: {problem}")]
+#[error("line {line}: {}{problem}", field(.path))]
 pub struct YamlError {
     /// 1-based line of the node (or of the key, for an unknown field).
     pub line: usize,
@@ -22,12 +22,22 @@ pub struct YamlError {
     pub problem: Problem,
 }
 
+/// `PATH: ` before the problem, nothing for the document itself.
+fn field(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}: ")
+    }
+}
+
 /// What is wrong with a node.
 #[derive(Debug, thiserror::Error)]
 pub enum Problem {
-    /// The text is not YAML.
-    #[error("not valid YAML")]
-    Syntax(#[source] ScanError),
+    /// The text is not YAML (the scanner's reason in the message: a [`YamlError`] shows
+    /// its problem, not a chain below it).
+    #[error("not valid YAML: {0}")]
+    Syntax(ScanError),
     /// Not exactly one document.
     #[error("{0} YAML documents (expected one)")]
     Documents(usize),
@@ -350,6 +360,24 @@ pub(super) fn snake_case(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn document_errors_name_the_line_and_the_scanners_reason() {
+        for (text, line, says) in [
+            ("a:\n  b: [\n", 3, "not valid YAML: "),
+            ("a: 1\na: 2\n", 2, "not valid YAML: duplicated key"),
+            ("a: 1\n---\nb: 2\n", 1, "2 YAML documents"),
+        ] {
+            let err = load(text).expect_err(text);
+            let shown = err.to_string();
+            assert_eq!(err.line, line, "{text:?}: {shown}");
+            // The document has no field path: nothing between the line and the problem.
+            assert!(
+                shown.starts_with(&format!("line {line}: {says}")),
+                "{text:?}: {shown}"
+            );
+        }
+    }
 
     #[test]
     fn paths_lines_and_unknown_fields() {

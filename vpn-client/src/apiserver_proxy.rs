@@ -272,14 +272,17 @@ pub struct ApiserverProxyArgs {
     /// CONNECT request target (`host:port`); default the ingress host with port 443.
     #[arg(long, env = "APISERVER_PROXY_TARGET")]
     pub target: Option<String>,
-    /// Connect timeout in seconds (reaching the ingress and its answer).
-    #[arg(long, env = "APISERVER_PROXY_CONNECT_TIMEOUT", default_value_t = 5)]
+    /// Connect timeout in seconds (reaching the ingress and its answer); at least 1.
+    #[arg(long, env = "APISERVER_PROXY_CONNECT_TIMEOUT", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub connect_timeout_secs: u64,
-    /// Idle timeout of a connection in seconds.
-    #[arg(long, env = "APISERVER_PROXY_IDLE_TIMEOUT", default_value_t = 3600)]
+    /// Idle timeout of a connection in seconds; at least 1.
+    #[arg(long, env = "APISERVER_PROXY_IDLE_TIMEOUT", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
-    /// Concurrent connections.
-    #[arg(long, env = "APISERVER_PROXY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    /// Concurrent connections; at least 1.
+    #[arg(long, env = "APISERVER_PROXY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS,
+          value_parser = at_least_one)]
     pub max_connections: usize,
 }
 
@@ -305,6 +308,15 @@ impl ApiserverProxyArgs {
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
         config.max_connections = self.max_connections;
         Ok(config)
+    }
+}
+
+/// A count that must be at least 1 (clap's ranged parsers take only fixed-width integers).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -63,3 +63,26 @@ fn listen_and_header_value_are_required() {
         "{err}"
     );
 }
+
+#[test]
+fn zero_timeouts_and_limits_are_refused() {
+    for flag in [
+        "--connect-timeout-secs",
+        "--idle-timeout-secs",
+        "--max-connections",
+    ] {
+        let out = run(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--ingress",
+            "127.0.0.1:1",
+            "--header-value",
+            "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local",
+            flag,
+            "0",
+        ]);
+        assert!(!out.status.success(), "{flag} 0 accepted");
+        let err = stderr(&out);
+        assert!(err.contains(flag) && err.contains("'0'"), "{flag}: {err}");
+    }
+}

@@ -375,6 +375,19 @@ impl RawConfig {
                 size: relay_buffer_size,
             });
         }
+        // A zero limit or timeout would refuse or cut every connection: a mistake, refused.
+        for (key, value) in [
+            ("max_connections", self.max_connections.map(|n| n as u64)),
+            ("max_pending", self.max_pending.map(|n| n as u64)),
+            ("proxy_header_ms", self.timeouts.proxy_header_ms),
+            ("header_ms", self.timeouts.header_ms),
+            ("connect_ms", self.timeouts.connect_ms),
+            ("idle_ms", self.timeouts.idle_ms),
+        ] {
+            if value == Some(0) {
+                return Err(ConfigError::Zero { key });
+            }
+        }
         let ms = |v: Option<u64>, d: Duration| v.map_or(d, Duration::from_millis);
         let defaults = Deadlines::default();
         Ok(RouterConfig {
@@ -386,7 +399,7 @@ impl RawConfig {
             connect_timeout: ms(self.timeouts.connect_ms, DEFAULT_CONNECT_TIMEOUT),
             idle_timeout: ms(self.timeouts.idle_ms, DEFAULT_IDLE_TIMEOUT),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
-            max_pending: self.max_pending.unwrap_or(DEFAULT_MAX_PENDING).max(1),
+            max_pending: self.max_pending.unwrap_or(DEFAULT_MAX_PENDING),
             metrics_listen,
             relay_buffer_size,
             poll_interval: ms(self.watch.poll_ms, DEFAULT_POLL_INTERVAL).max(MIN_POLL_INTERVAL),
@@ -550,6 +563,12 @@ pub enum ConfigError {
     /// No `[[listener]]`.
     #[error("no [[listener]]")]
     NoListener,
+    /// A limit or timeout of 0.
+    #[error("{key} must be at least 1")]
+    Zero {
+        /// The key.
+        key: &'static str,
+    },
     /// A listener address is not `ip:port`.
     #[error("listener address {address:?} is not ip:port")]
     Address {
@@ -671,6 +690,7 @@ impl ConfigError {
             ConfigError::ServerName { name, .. } => line_of_value(text, name, false),
             ConfigError::DuplicateServerName { name } => line_of_value_caseless(text, name, true),
             ConfigError::RelayBufferSize { .. } => line_of_key(text, "buffer_size"),
+            ConfigError::Zero { key } => line_of_key(text, key),
             ConfigError::Read { .. } | ConfigError::NoListener => None,
         }
     }
@@ -911,6 +931,10 @@ mod tests {
             (format!("metrics_listen = \"localhost\"\n{connect}"), 1, "is not ip:port"),
             (format!("always_allowed = [\"10.0.0.0/8\",\n  \"10.1.0.0/33\"]\n{connect}"), 2, "is not a CIDR"),
             (format!("{connect}\n[relay]\nbuffer_size = 10\n"), 6, "buffer_size 10"),
+            (format!("max_connections = 0\n{connect}"), 1, "max_connections must be at least 1"),
+            (format!("max_pending = 0\n{connect}"), 1, "max_pending must be at least 1"),
+            (format!("{connect}[timeouts]\nheader_ms = 5\nidle_ms = 0\n"), 6, "idle_ms must be at least 1"),
+            (format!("{connect}[timeouts]\nconnect_ms = 0\n"), 5, "connect_ms must be at least 1"),
             (format!("{connect}{route}upstream = \"nowhere\"\n"), 6, "is not host:port"),
             (
                 format!("{connect}{route}upstream = \"a:1\"\nallow = [\"10.0.0.0/8\"]\n[[route.rule]]\naction = \"allow\"\nfrom = []\n"),

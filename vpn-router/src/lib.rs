@@ -124,7 +124,7 @@
 //! metrics_listen = "127.0.0.1:15001"  # optional; plain-HTTP /metrics (series: src/metrics.rs),
 //!                             # /healthz, /readyz (`netio::admin`)
 //!
-//! [timeouts]                  # optional, milliseconds
+//! [timeouts]                  # optional, milliseconds; every limit and timeout is at least 1
 //! proxy_header_ms = 5000      # PROXY header complete after accept
 //! header_ms = 10000           # CONNECT head complete after accept
 //! connect_ms = 5000           # upstream connect

@@ -30,6 +30,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
+
 use netio::http::route::{RouteError, RouteValue, Service};
 use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
 use netio::relay::DEFAULT_BUFFER_SIZE;
@@ -282,7 +284,7 @@ pub struct ApiserverProxyArgs {
     pub idle_timeout_secs: u64,
     /// Concurrent connections; at least 1.
     #[arg(long, env = "APISERVER_PROXY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS,
-          value_parser = at_least_one)]
+          value_parser = clap::value_parser!(u64).range(1..).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
     pub max_connections: usize,
 }
 
@@ -308,15 +310,6 @@ impl ApiserverProxyArgs {
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
         config.max_connections = self.max_connections;
         Ok(config)
-    }
-}
-
-/// A count that must be at least 1 (clap's ranged parsers take only fixed-width integers).
-fn at_least_one(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
     }
 }
 

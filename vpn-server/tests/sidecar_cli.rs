@@ -75,3 +75,20 @@ fn unknown_client_cert_mode_is_refused() {
     assert!(!ok);
     assert!(err.contains("maybe"), "{err}");
 }
+
+#[test]
+fn zero_timeouts_and_limits_are_refused() {
+    for (flag, var) in [
+        ("--sidecar-connect-timeout", "SIDECAR_CONNECT_TIMEOUT"),
+        ("--sidecar-idle-timeout", "SIDECAR_IDLE_TIMEOUT"),
+        ("--sidecar-max-connections", "SIDECAR_MAX_CONNECTIONS"),
+    ] {
+        let (ok, err) = run(&["sidecar", flag, "0"], &[]);
+        assert!(!ok, "{flag} 0 accepted");
+        assert!(err.contains(flag) && err.contains("'0'"), "{flag}: {err}");
+        // The same from the environment Gardener's pod would set.
+        let (ok, err) = run(&["sidecar"], &[(var, "0")]);
+        assert!(!ok, "{var}=0 accepted");
+        assert!(err.contains(flag) && err.contains("'0'"), "{var}: {err}");
+    }
+}

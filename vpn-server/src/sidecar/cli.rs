@@ -25,6 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use ipnet::IpNet;
 use pki::pem::{CaBundle, Identity, PemError};
 use pki::tls::ClientCertMode;
@@ -91,25 +92,28 @@ pub struct SidecarArgs {
         default_value = "deny"
     )]
     pub external: External,
-    /// Upstream connect timeout in seconds.
+    /// Upstream connect timeout in seconds; at least 1.
     #[arg(
         long = "sidecar-connect-timeout",
         env = "SIDECAR_CONNECT_TIMEOUT",
-        default_value_t = 20
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub connect_timeout_secs: u64,
-    /// Idle timeout of a tunnel in seconds (no bytes either way).
+    /// Idle timeout of a tunnel in seconds (no bytes either way); at least 1.
     #[arg(
         long = "sidecar-idle-timeout",
         env = "SIDECAR_IDLE_TIMEOUT",
-        default_value_t = 300
+        default_value_t = 300,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub idle_timeout_secs: u64,
-    /// Concurrent tunnels; the next CONNECT gets 503.
+    /// Concurrent tunnels, at least 1; the next CONNECT gets 503.
     #[arg(
         long = "sidecar-max-connections",
         env = "SIDECAR_MAX_CONNECTIONS",
-        default_value_t = 8192
+        default_value_t = 8192,
+        value_parser = clap::value_parser!(u64).range(1..).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
     )]
     pub max_connections: usize,
 }

@@ -58,6 +58,16 @@ pub enum Vpn2Error {
     /// `IS_HA=true` without the variable HA mode needs.
     #[error("IS_HA=true needs {0}")]
     HaNeeds(&'static str),
+    /// `VPN_SERVER_INDEX` names a server that does not exist.
+    #[error("VPN_SERVER_INDEX={index}: must be below {servers} ({why})")]
+    HaIndex {
+        /// The index given.
+        index: u32,
+        /// The server count it must stay below.
+        servers: u32,
+        /// Where that count comes from.
+        why: &'static str,
+    },
     /// A value that would break the config line it goes into.
     #[error("{variable}={value:?}: must not contain whitespace, quotes or backslashes")]
     Unquotable {
@@ -265,8 +275,16 @@ fn ha_role(env: &Vpn2ClientEnv) -> Result<Option<HaRole>, Vpn2Error> {
     let server = env
         .vpn_server_index
         .ok_or(Vpn2Error::HaNeeds("VPN_SERVER_INDEX"))?;
-    if server >= HA_MAX_SERVERS {
-        return Err(Vpn2Error::HaNeeds("VPN_SERVER_INDEX below 3"));
+    let (servers, why) = match env.ha_vpn_servers {
+        0 => (HA_MAX_SERVERS, "vpn2's most HA servers"),
+        n => (n.min(HA_MAX_SERVERS), "HA_VPN_SERVERS"),
+    };
+    if server >= servers {
+        return Err(Vpn2Error::HaIndex {
+            index: server,
+            servers,
+            why,
+        });
     }
     if !env.is_shoot_client {
         return Ok(Some(HaRole::Seed { server }));
@@ -637,6 +655,28 @@ mod tests {
             load_env(&e, dir.path()),
             Err(Vpn2Error::HaNeeds("VPN_SERVER_INDEX"))
         ));
+        // An index naming no server: beyond HA_VPN_SERVERS when set, else beyond vpn2's 3.
+        for (servers, index, below) in [(Some("2"), "2", 2), (None, "3", 3), (Some("2"), "7", 2)] {
+            let mut vars = vec![
+                ("ENDPOINT", "x"),
+                ("IS_HA", "true"),
+                ("VPN_SERVER_INDEX", index),
+            ];
+            if let Some(n) = servers {
+                vars.extend([("HA_VPN_CLIENTS", "2"), ("HA_VPN_SERVERS", n)]);
+            }
+            let err = load_env(&env(&vars), dir.path()).expect_err(index);
+            assert!(
+                matches!(err, Vpn2Error::HaIndex { servers, .. } if servers == below),
+                "{err}"
+            );
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "VPN_SERVER_INDEX={index}: must be below {below} ("
+                )),
+                "{err}"
+            );
+        }
         let e = env(&[("ENDPOINT", "x")]);
         let err = load_env(&e, Path::new("/nonexistent-secrets")).expect_err("no secrets");
         assert!(

@@ -102,6 +102,43 @@ fn server_ha() {
             variable: "HA_VPN_CLIENTS"
         })
     );
+    // vpn2: an HA server's pod name without IS_HA is a mismatch, refused; a Deployment's
+    // pod name (random suffix) or one ending in two digits is not an HA name.
+    for name in ["vpn-seed-server-0", "vpn-seed-server-2"] {
+        for is_ha in [None, Some("false")] {
+            let mut vars = vec![STATUS, ("POD_NAME", name)];
+            vars.extend(is_ha.map(|v| ("IS_HA", v)));
+            let err = Vpn2ServerEnv::parse(vars).unwrap_err();
+            assert_eq!(
+                err,
+                EnvError::HaPodName {
+                    value: name.to_owned()
+                }
+            );
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+    for name in [
+        "vpn-seed-server-7d9f8c5b4-x2k9p",
+        "vpn-seed-server-12",
+        "vpn-seed-server-3",
+        "vpn-seed-server",
+    ] {
+        let e = Vpn2ServerEnv::parse([STATUS, ("POD_NAME", name)]).unwrap();
+        assert_eq!(e.server_index, None, "{name}");
+    }
+    let err = Vpn2ServerEnv::parse([
+        STATUS,
+        ("IS_HA", "true"),
+        ("POD_NAME", "vpn-seed-server-01"),
+        ("HA_VPN_CLIENTS", "2"),
+    ]);
+    assert_eq!(
+        err,
+        Err(EnvError::HaNeeds {
+            variable: "POD_NAME"
+        })
+    );
 }
 
 #[test]

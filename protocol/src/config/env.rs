@@ -60,6 +60,12 @@ pub enum EnvError {
         /// Its value.
         value: String,
     },
+    /// `IS_HA` is not true, but `POD_NAME` is an HA server's (vpn2 refuses the mismatch).
+    #[error("IS_HA is not true but POD_NAME={value:?} ends in -0, -1 or -2, as an HA server pod's name does")]
+    HaPodName {
+        /// `POD_NAME`.
+        value: String,
+    },
     /// `IS_HA` is true but a variable HA mode needs is missing or invalid.
     #[error("IS_HA is set to true but {variable} is not set or invalid")]
     HaNeeds {
@@ -109,16 +115,28 @@ impl Vpn2ServerEnv {
         let is_ha = env.bool("IS_HA")?;
         let pod_name = env.string("POD_NAME");
         let ha_vpn_clients = env.u32("HA_VPN_CLIENTS")?.unwrap_or(0);
+        // vpn2 reads HA from the name: one digit 0-2 after the last `-`, as a StatefulSet's
+        // pods are named; a Deployment's pod name never ends so.
+        let name_index = pod_name
+            .as_deref()
+            .and_then(|name| name.rsplit_once('-'))
+            .and_then(|(_, n)| match n.as_bytes() {
+                [d @ b'0'..=b'9'] => Some(d - b'0'),
+                _ => None,
+            })
+            .filter(|n| *n < MAX_HA_SERVERS);
+        if let (false, Some(name), Some(_)) = (is_ha, &pod_name, name_index) {
+            return Err(EnvError::HaPodName {
+                value: name.clone(),
+            });
+        }
         let server_index = if is_ha {
-            let Some(name) = &pod_name else {
+            if pod_name.is_none() {
                 return Err(EnvError::HaNeeds {
                     variable: "POD_NAME",
                 });
-            };
-            let index = name
-                .rsplit_once('-')
-                .and_then(|(_, n)| n.parse::<u8>().ok())
-                .filter(|n| *n < MAX_HA_SERVERS);
+            }
+            let index = name_index;
             if index.is_none() {
                 return Err(EnvError::HaNeeds {
                     variable: "POD_NAME",

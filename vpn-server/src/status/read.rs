@@ -41,6 +41,9 @@ pub const SEED_CLIENT_PREFIX: &str = "vpn-seed-client";
 /// newline in a 64 KiB buffer.
 pub const MAX_LINE_LEN: usize = 64 * 1024 - 1;
 
+/// Characters of an unknown line type quoted in the error (then `…`).
+const UNKNOWN_SHOWN: usize = 40;
+
 /// Fields a `CLIENT_LIST` row needs.
 pub const CLIENT_LIST_FIELDS: usize = 13;
 /// Fields a `ROUTING_TABLE` row needs.
@@ -232,9 +235,12 @@ fn parse_line(raw: &[u8], status: &mut Status) -> Result<(), Fault> {
         }
         "HEADER" => {}
         first => {
-            return Err(Fault::UnknownType {
-                first: first.to_owned(),
-            })
+            // Quoted in the probe's output and the log: a bounded prefix, not a 64 KiB line.
+            let mut shown: String = first.chars().take(UNKNOWN_SHOWN).collect();
+            if shown.len() < first.len() {
+                shown.push('…');
+            }
+            return Err(Fault::UnknownType { first: shown });
         }
     }
     Ok(())

@@ -432,6 +432,14 @@ fn line_rules() {
             first: "TITLE\tx".into()
         }
     );
+    // A long one is quoted by its start only (the probe's output and the log stay short).
+    let long = format!("{}\n", "ü".repeat(MAX_LINE_LEN / 4));
+    assert_eq!(
+        fault(&long),
+        Fault::UnknownType {
+            first: format!("{}…", "ü".repeat(UNKNOWN_SHOWN))
+        }
+    );
     // Counters: unsigned decimal only.
     let row =
         |rx: &str| format!("CLIENT_LIST,c,1.2.3.4:5,,,{rx},0,2026-11-22 04:13:29,0,UNDEF,0,0,x\n");

@@ -66,7 +66,7 @@ pub struct CloudApiArgs {
     /// The directory of connection files (`*.conf`, one per seed endpoint).
     #[arg(long, env = "VPN_CLIENT_CLOUD_API_CONNECTIONS", value_name = "DIR")]
     pub connections: PathBuf,
-    /// How often the directory is read, in milliseconds.
+    /// How often the directory is read, in milliseconds (a smaller value than 10 reads it every 10).
     #[arg(long, env = "VPN_CLIENT_CLOUD_API_POLL_MS", default_value_t = 1000)]
     pub poll_interval_ms: u64,
     /// Admin endpoint (`/metrics`, `/healthz`, `/readyz`) listen addresses, comma-separated;

@@ -14,22 +14,23 @@ fn run(args: &[&str]) -> Output {
     cmd.output().expect("run vpn-client")
 }
 
+/// Valid settings (nothing listens: each test adds the one flag that is refused).
+const VALID: [&str; 6] = [
+    "--listen",
+    "127.0.0.1:0",
+    "--ingress",
+    "127.0.0.1:1",
+    "--header-value",
+    "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local",
+];
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
 fn a_target_without_port_is_named() {
-    let out = run(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--ingress",
-        "127.0.0.1:1",
-        "--header-value",
-        "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local",
-        "--target",
-        "kubernetes",
-    ]);
+    let out = run(&[&VALID[..], &["--target", "kubernetes"]].concat());
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(
@@ -71,16 +72,7 @@ fn zero_timeouts_and_limits_are_refused() {
         "--idle-timeout-secs",
         "--max-connections",
     ] {
-        let out = run(&[
-            "--listen",
-            "127.0.0.1:0",
-            "--ingress",
-            "127.0.0.1:1",
-            "--header-value",
-            "outbound|443||kube-apiserver.shoot--p--a.svc.cluster.local",
-            flag,
-            "0",
-        ]);
+        let out = run(&[&VALID[..], &[flag, "0"]].concat());
         assert!(!out.status.success(), "{flag} 0 accepted");
         let err = stderr(&out);
         assert!(err.contains(flag) && err.contains("'0'"), "{flag}: {err}");

@@ -125,31 +125,24 @@ impl Vpn2ServerEnv {
                 _ => None,
             })
             .filter(|n| *n < MAX_HA_SERVERS);
-        if let (false, Some(name), Some(_)) = (is_ha, &pod_name, name_index) {
-            return Err(EnvError::HaPodName {
-                value: name.clone(),
-            });
-        }
-        let server_index = if is_ha {
-            if pod_name.is_none() {
+        let server_index = match (is_ha, name_index) {
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(EnvError::HaPodName {
+                    value: pod_name.clone().unwrap_or_default(),
+                })
+            }
+            (true, None) => {
                 return Err(EnvError::HaNeeds {
                     variable: "POD_NAME",
-                });
+                })
             }
-            let index = name_index;
-            if index.is_none() {
-                return Err(EnvError::HaNeeds {
-                    variable: "POD_NAME",
-                });
-            }
-            if ha_vpn_clients == 0 {
+            (true, Some(_)) if ha_vpn_clients == 0 => {
                 return Err(EnvError::HaNeeds {
                     variable: "HA_VPN_CLIENTS",
-                });
+                })
             }
-            index
-        } else {
-            None
+            (true, index) => index,
         };
         Ok(Vpn2ServerEnv {
             shoot_service_networks: env

@@ -251,7 +251,6 @@ impl Tunnel {
         };
         self.ha_due = None;
         let dev = tun.name().to_owned();
-        let mut refused = 0;
         // The IPv6 routes' source on an IPv4 pod: its transfer-network address.
         let source_v6 = match (self.ha_source, ha.transfer_v6) {
             (Some(IpAddr::V4(pod)), Some(net)) => {
@@ -289,11 +288,7 @@ impl Tunnel {
                 }
             })
             .collect();
-        for route in wanted {
-            if !self.ha_add_route(route).await {
-                refused += 1;
-            }
-        }
+        let mut refused = self.ha_add_routes(wanted).await;
         if let Some(mark) = ha.return_by_mark {
             refused += self.ha_install_return_path(&dev, mark).await;
         }
@@ -321,29 +316,32 @@ impl Tunnel {
         }
     }
 
-    /// HA: adds `route` unless it is in already; false when the kernel refused it.
-    async fn ha_add_route(&mut self, route: Route) -> bool {
-        if self.ha_routes.contains(&route) {
-            return true;
-        }
-        match self.netlink.add_route(&route).await {
-            Ok(()) => {}
-            Err(e) if e.already_exists() => {}
-            Err(e) => {
-                let table = route.table.map_or("main".to_owned(), |t| t.to_string());
-                tracing::warn!(dst = %route.dst, table, error = %chain(&e), "HA route not added");
-                return false;
+    /// HA: adds those of `routes` not in already; returns how many the kernel refused.
+    async fn ha_add_routes(&mut self, routes: Vec<Route>) -> usize {
+        let mut refused = 0;
+        for route in routes {
+            if self.ha_routes.contains(&route) {
+                continue;
             }
+            match self.netlink.add_route(&route).await {
+                Ok(()) => {}
+                Err(e) if e.already_exists() => {}
+                Err(e) => {
+                    let table = route.table.map_or("main".to_owned(), |t| t.to_string());
+                    tracing::warn!(dst = %route.dst, table, error = %chain(&e), "HA route not added");
+                    refused += 1;
+                    continue;
+                }
+            }
+            self.ha_routes.push(route);
         }
-        self.ha_routes.push(route);
-        true
+        refused
     }
 
     /// HA, shoot side: the return path by connection mark ([`HaRoutes::return_by_mark`]):
     /// `routes` through the device in table `mark`, and the rule sending marked packets there.
     /// Returns how many of them the kernel refused.
     async fn ha_install_return_path(&mut self, dev: &str, mark: u32) -> usize {
-        let mut refused = 0;
         let wanted: Vec<Route> = self
             .settings
             .routes
@@ -353,11 +351,7 @@ impl Tunnel {
                 ..Route::via_dev(IpPrefix::from(net.trunc()), dev.to_owned())
             })
             .collect();
-        for route in wanted {
-            if !self.ha_add_route(route).await {
-                refused += 1;
-            }
-        }
+        let mut refused = self.ha_add_routes(wanted).await;
         for family in [Family::V4, Family::V6] {
             let rule = FwmarkRule {
                 family,

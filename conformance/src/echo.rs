@@ -2,7 +2,7 @@
 //! optional greeting (which upstream it reached), then every byte back until it closes.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 
 /// Serves `listener` on a thread that ends with the test process, one thread per
 /// connection: `on_connect` runs as each is accepted, `greeting` is written first (nothing if
@@ -14,21 +14,26 @@ pub fn serve(listener: TcpListener, greeting: Vec<u8>, on_connect: impl Fn() + S
             on_connect();
             let greeting = greeting.clone();
             std::thread::spawn(move || {
-                if !greeting.is_empty() && conn.write_all(&greeting).is_err() {
-                    return;
-                }
-                let mut buf = [0u8; 16384];
-                loop {
-                    match conn.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if conn.write_all(&buf[..n]).is_err() {
-                                return;
-                            }
-                        }
-                    }
+                if greeting.is_empty() || conn.write_all(&greeting).is_ok() {
+                    echo_until_closed(&mut conn);
                 }
             });
         }
     });
+}
+
+/// Writes back whatever `conn` sends until it closes, a read fails (its timeout, say) or a
+/// write fails.
+pub fn echo_until_closed(conn: &mut TcpStream) {
+    let mut buf = [0u8; 16384];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if conn.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@
 //! serving threads run anywhere (a socket stays in the namespace it was made in). Dropping it
 //! stops accepting and waits for the connection threads, each bounded by [`IDLE`].
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -134,19 +134,8 @@ fn echo(mut stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_read_timeout(Some(IDLE));
     let _ = stream.set_write_timeout(Some(IDLE));
-    if stream.write_all(greeting(peer).as_bytes()).is_err() {
-        return;
-    }
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if stream.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-        }
+    if stream.write_all(greeting(peer).as_bytes()).is_ok() {
+        crate::echo::echo_until_closed(&mut stream);
     }
 }
 

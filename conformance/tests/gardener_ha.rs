@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{
-    self as ha, gateway, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6,
+    self as ha, gateway, routes6_via, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6,
     SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD,
     SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
@@ -599,11 +599,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             "{}",
             client.log()
         );
-        let routes = l.kapi[1]
-            .run(["ip", "-6", "route", "show", "dev", &format!("tun{i}")])
-            .expect("lab step")
-            .stdout;
-        let routes = String::from_utf8_lossy(&routes).into_owned();
+        let routes = routes6_via(&l.kapi[1], &format!("tun{i}"));
         assert!(!routes.contains("fd00:250::/64"), "tun{i}: {routes}");
     }
     l.kapi[1]
@@ -624,17 +620,9 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
             transfer & 0xffff
         );
         // The second replica's go in at the client's next try.
-        let v6_routes = || {
-            String::from_utf8_lossy(
-                &ns.run(["ip", "-6", "route", "show", "dev", "tun0"])
-                    .expect("ip -6 route")
-                    .stdout,
-            )
-            .into_owned()
-        };
-        let routed = |routes: &str| routes.contains("fd00:250::/64") && routes.contains(&src);
         wait_until(&format!("IPv6 routes with {src}"), UP, || {
-            routed(&v6_routes())
+            let routes = routes6_via(ns, "tun0");
+            routes.contains("fd00:250::/64") && routes.contains(&src)
         });
         assert!(
             connects_to(ns, IpAddr::V6(NODE_V6), Duration::from_secs(5)),

@@ -194,8 +194,17 @@ impl HaLandscape {
 
 /// The `ip route` lines of `ns` through `dev` (empty when there is no such device).
 pub fn routes_via(ns: &Netns, dev: &str) -> String {
+    route_lines(ns, "-4", dev)
+}
+
+/// The `ip -6 route` lines of `ns` through `dev` (empty when there is no such device).
+pub fn routes6_via(ns: &Netns, dev: &str) -> String {
+    route_lines(ns, "-6", dev)
+}
+
+fn route_lines(ns: &Netns, family: &str, dev: &str) -> String {
     let out = ns
-        .run(["ip", "route", "show", "dev", dev])
+        .run(["ip", family, "route", "show", "dev", dev])
         .map(|o| o.stdout)
         .unwrap_or_default();
     String::from_utf8_lossy(&out).into_owned()

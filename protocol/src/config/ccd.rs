@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 
+use super::args::{bad, ipv4, ipv4_net, ipv6, ipv6_net, Args};
 use super::lex::lex;
-use super::parse::{bad, ipv4, ipv4_net, ipv6, ipv6_net, Args};
 use super::{ConfigError, ErrorReason};
 
 /// `ifconfig-push LOCAL REMOTE-NETMASK [ALIAS]`: values from the client's point of view.

@@ -20,6 +20,7 @@
 //! default), a `dh` file (we are ECDHE only: `dh none`), real compression (`comp-lzo yes`,
 //! `compress lz4`), `mode p2p`.
 
+mod args;
 mod ccd;
 pub mod env;
 pub mod lex;

@@ -29,9 +29,10 @@
 //! option of 256 bytes or more as a whole ([`DropReason::TooLong`]), after the pull-filters
 //! (which see the same prefix either way).
 
-use super::guard::{self, AdjustedOption, GuardRefusal, Verdict};
-use super::options::{KnownName, OptionClass, OptionError, PushedOption};
-use super::strict::{StrictPolicy, StrictRefusal};
+use super::guard::{self, Verdict};
+use super::options::{KnownName, OptionError, PushedOption};
+use super::outcome::{AdjustedOption, DropReason, DroppedOption, PushOutcome};
+use super::strict::StrictPolicy;
 use super::tokenize::{self, OPTION_PARM_SIZE};
 
 /// What a `pull-filter` does when its text matches.
@@ -89,76 +90,6 @@ pub struct PullPolicy {
     pub route_nopull: bool,
     /// Our strict mode, applied last.
     pub strict: Option<StrictPolicy>,
-}
-
-/// The options of one push (one part, or all parts together), after every check.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PushOutcome {
-    /// Options to apply, in the order they were pushed.
-    pub accepted: Vec<PushedOption>,
-    /// The text of each accepted option (after the leading whitespace), in the same order as
-    /// `accepted`; empty for an outcome assembled without [`PullPolicy::process`].
-    pub accepted_texts: Vec<String>,
-    /// Options not applied, in the order they were pushed, with the reason.
-    pub dropped: Vec<DroppedOption>,
-    /// Accepted options whose value the push guard changed (also in `accepted`, with the value
-    /// in force).
-    pub adjusted: Vec<AdjustedOption>,
-}
-
-impl PushOutcome {
-    /// The options the push guard refused, with their text and reason.
-    pub fn refused_by_guard(&self) -> impl Iterator<Item = (&str, &GuardRefusal)> {
-        self.dropped.iter().filter_map(|d| match &d.reason {
-            DropReason::Guard(refusal) => Some((d.text.as_str(), refusal)),
-            _ => None,
-        })
-    }
-
-    /// Appends `other` (the next part of the same push).
-    pub fn extend(&mut self, other: PushOutcome) {
-        self.accepted.extend(other.accepted);
-        self.accepted_texts.extend(other.accepted_texts);
-        self.dropped.extend(other.dropped);
-        self.adjusted.extend(other.adjusted);
-    }
-}
-
-/// A pushed option that was not applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DroppedOption {
-    /// The option text, after the leading whitespace.
-    pub text: String,
-    /// Why it was dropped.
-    pub reason: DropReason,
-}
-
-/// Why a pushed option was dropped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DropReason {
-    /// An `ignore` pull-filter matched (index into [`PullPolicy::filters`]).
-    IgnoredByFilter {
-        /// Which filter.
-        filter: usize,
-    },
-    /// The option name is not one we know.
-    Unknown,
-    /// A pull client does not accept options of this class (or `route-nopull` removed it).
-    NotPermitted {
-        /// The option's class.
-        class: OptionClass,
-    },
-    /// A known option with bad arguments.
-    Malformed(OptionError),
-    /// The option text is [`OPTION_PARM_SIZE`] bytes or longer.
-    TooLong {
-        /// Its length.
-        len: usize,
-    },
-    /// Refused by the push guard (every mode).
-    Guard(GuardRefusal),
-    /// Refused by strict mode.
-    Strict(StrictRefusal),
 }
 
 /// The push as a whole must be refused; nothing of it may take effect.

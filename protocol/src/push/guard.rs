@@ -39,52 +39,12 @@ use std::net::IpAddr;
 
 use ipnet::{IpNet, Ipv4Net};
 
-use super::filter::{DropReason, DroppedOption, PushOutcome};
 use super::options::{OptionKind, PushedOption, RouteVia, Topology};
+use super::outcome::{AdjustedOption, DropReason, DroppedOption, GuardRefusal, PushOutcome};
 
 /// The least `ping-restart` a push may set, in seconds (twice the shortest `ping`, 1 s); a lower
 /// pushed value is raised to it.
 pub const PING_RESTART_FLOOR: u32 = 2;
-
-/// Why the guard refused a pushed option.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum GuardRefusal {
-    /// A route whose network has bits outside its prefix: installed, it would be the wider,
-    /// masked route.
-    #[error("{network} has bits outside its /{} prefix: the route would be wider than pushed", network.prefix_len())]
-    Misaligned {
-        /// The network as pushed, host bits included.
-        network: IpNet,
-    },
-    /// `ping 0` or `ping-restart 0`.
-    #[error("{option} 0 would switch the client's keepalive off")]
-    KeepaliveOff {
-        /// [`OptionKind::Ping`] or [`OptionKind::PingRestart`].
-        option: OptionKind,
-    },
-    /// A route (or an interface subnet) into the tunnel that contains an address the client
-    /// dials.
-    #[error("{network} contains {path}, on the path to the server: the tunnel would carry itself")]
-    CapturesPath {
-        /// The route's destination, or the interface's subnet.
-        network: IpNet,
-        /// The address of the server or the proxy it contains.
-        path: IpAddr,
-    },
-}
-
-/// A pushed value the guard changed before it took effect.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdjustedOption {
-    /// The option text, after the leading whitespace.
-    pub text: String,
-    /// Which option.
-    pub option: OptionKind,
-    /// The value pushed.
-    pub pushed: u32,
-    /// The value in force instead.
-    pub applied: u32,
-}
 
 /// What [`check`] decided for one option.
 #[derive(Debug, Clone, PartialEq, Eq)]

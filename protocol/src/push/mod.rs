@@ -20,8 +20,8 @@
 //! the server, keepalive never switched off), then optionally our strict mode
 //! ([`StrictPolicy`]); see [`filter`] for the exact order. Nothing
 //! takes effect until the last part arrived: the collector hands out one [`PushOutcome`], the
-//! accepted typed options plus what was dropped and why, or a [`PushError`] when a `reject`
-//! filter matched anywhere.
+//! accepted typed options plus what was dropped and why ([`outcome`], the types every step
+//! writes into), or a [`PushError`] when a `reject` filter matched anywhere.
 //!
 //! Differences to upstream, all deliberate (for `conformance/DEVIATIONS.md`):
 //!
@@ -40,15 +40,14 @@
 pub mod filter;
 pub mod guard;
 pub mod options;
+pub mod outcome;
 pub mod strict;
 pub mod tokenize;
 
-pub use self::filter::{
-    DropReason, DroppedOption, FilterAction, PartOutcome, PullFilter, PullPolicy, PushError,
-    PushOutcome,
-};
-pub use self::guard::{AdjustedOption, GuardRefusal, PathGuard, PING_RESTART_FLOOR};
+pub use self::filter::{FilterAction, PartOutcome, PullFilter, PullPolicy, PushError};
+pub use self::guard::{PathGuard, PING_RESTART_FLOOR};
 pub use self::options::{OptionClass, OptionError, OptionKind, PushedOption};
+pub use self::outcome::{AdjustedOption, DropReason, DroppedOption, GuardRefusal, PushOutcome};
 pub use self::strict::{StrictPolicy, StrictRefusal};
 
 use crate::control_msg::PUSH_REPLY;

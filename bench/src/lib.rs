@@ -14,7 +14,7 @@
 //! memory with the CONNECT sidecar ([`memory`]) and a client's tunnel under a flood of silent
 //! and bogus connections ([`flood`], [`flood_report`]); and the seed ingress at seed scale, our
 //! router against squid ([`ingress`], [`ingress_report`]), and the same for TLS SNI passthrough,
-//! our router against HAProxy ([`sni`]).
+//! our router against HAProxy ([`ingress::sni`]).
 //!
 //! The bench builds on `conformance`: the lab it re-exports (namespaces, the throwaway PKI,
 //! tinyproxy), the demo's routing header and the flood of silent and bogus connections
@@ -29,7 +29,6 @@ pub mod lab;
 pub mod measure;
 pub mod memory;
 pub mod report;
-pub mod sni;
 pub mod stats;
 pub mod tunnels;
 

@@ -29,6 +29,12 @@
 //!
 //! Bounded: at most [`IDLE_TUNNELS`] sockets held, at most `rate × STEP` tunnels per step,
 //! every wait bounded by [`TUNNEL_TIMEOUT`].
+//!
+//! The SNI part is the same measurement for TLS SNI passthrough ([`Proxy::SNI`]): [`sni`]
+//! starts our router's `kind = "sni"` listener and HAProxy, and builds the ClientHello a
+//! tunnel opens with.
+
+pub mod sni;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -407,8 +413,8 @@ fn measure(
     let pid = match proxy {
         Proxy::Router => start_router(&lab.seed, &dir, &opts.ours)?,
         Proxy::Squid => start_squid(&lab.seed, &dir)?,
-        Proxy::RouterSni => crate::sni::start_router(&lab.seed, &dir, &opts.ours)?,
-        Proxy::Haproxy => crate::sni::start_haproxy(&lab.seed, &dir)?,
+        Proxy::RouterSni => sni::start_router(&lab.seed, &dir, &opts.ours)?,
+        Proxy::Haproxy => sni::start_haproxy(&lab.seed, &dir)?,
     };
     let started = Started { ns: &lab.seed, pid };
     // Warm up: a few tunnels through each code path, then the base.
@@ -539,7 +545,7 @@ async fn open_tunnel(proxy: Proxy, i: usize) -> Result<(TcpStream, Duration), St
         let _ = s.set_nodelay(true);
         if proxy.is_sni() {
             // The ClientHello goes through to the upstream, which echoes it.
-            let hello = crate::sni::client_hello(i);
+            let hello = sni::client_hello(i);
             s.write_all(&hello)
                 .await
                 .map_err(|e| format!("ClientHello: {e}"))?;

@@ -22,7 +22,7 @@ use std::path::Path;
 use conformance::netns::Netns;
 use conformance::LabError;
 
-use crate::ingress::{spawn_logged, upstream_port, INGRESS_PORT, SHOOTS};
+use super::{spawn_logged, upstream_port, INGRESS_PORT, SHOOTS};
 use crate::lab::SEED_ADDR;
 use crate::BenchError;
 

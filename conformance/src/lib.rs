@@ -1,5 +1,5 @@
-//! End-to-end tests in network namespaces, interop against upstream OpenVPN 2.6, benchmarks
-//! against upstream and the demo.
+//! End-to-end tests in network namespaces, interop against upstream OpenVPN 2.6, and the demo.
+//! The benchmark against upstream is the `bench` crate, which builds on this one.
 //!
 //! The library part builds on the `lab` crate (namespaces, the throwaway PKI, upstream OpenVPN,
 //! tinyproxy, the sidecar tests' client side), which knows nothing of our programs, and adds
@@ -38,18 +38,19 @@
 //! * [`matrix`] - the conformance matrix: our server and client against upstream OpenVPN 2.6
 //!   and each other over ciphers, control-channel wrapping, key derivation, transports and
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).
-//! * [`bench`] - the benchmark against upstream OpenVPN (`--bin bench`).
+//! * [`flood`] - a flood of silent and bogus connections against a server or its proxy, held
+//!   in a lab namespace (the `preauth_*` tests and the bench's flood part).
 //! * [`wait`] - polling a lab until a check holds, with a limit and a panic naming what never
 //!   happened.
 //!
 //! Network rule: everything here happens inside namespaces the lab created. Nothing adds an
 //! address or a route in the root namespace; veth pairs only join two lab namespaces.
 
-pub mod bench;
 pub mod connect_acceptor;
 pub mod demo;
 pub mod driver;
 pub mod echo;
+pub mod flood;
 pub mod gardener;
 pub mod matrix;
 pub mod our_client;

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use conformance::bench::flood::{BogusFrame, Flood, FloodPath};
+use conformance::flood::{BogusFrame, Flood, FloodPath};
 use conformance::netns::Netns;
 use conformance::our_server::ServerThread;
 use conformance::our_settings::OurSettings;

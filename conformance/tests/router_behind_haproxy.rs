@@ -21,7 +21,6 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use conformance::bench::sni;
 use conformance::netns::Netns;
 use conformance::wait::wait_until;
 use router_common::{connect, status, vpn, Lab, SHOOT_A, SHOOT_B};
@@ -32,6 +31,12 @@ const V1_PORT: u16 = 18132;
 const SNI_PORT: u16 = 19443;
 const BALANCER_V6: Ipv6Addr = Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0, 2);
 const CLIENT_V6: Ipv6Addr = Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0, 3);
+/// The SNI routes' server names: "server name 0" admits the client, "server name 1" only the
+/// balancer.
+const SNI_NAMES: [&str; 2] = [
+    "api.shoot--p--allowed.example.com",
+    "api.shoot--p--balancer-only.example.com",
+];
 
 fn router_config(upstream: SocketAddr) -> String {
     format!(
@@ -75,8 +80,8 @@ allow = ["10.79.0.2/32", "fd79::2/128"]
 "#,
         allowed = vpn("shoot--p--allowed"),
         balancer_only = vpn("shoot--p--balancer-only"),
-        sni_allowed = sni::server_name(0),
-        sni_balancer_only = sni::server_name(1),
+        sni_allowed = SNI_NAMES[0],
+        sni_balancer_only = SNI_NAMES[1],
     )
 }
 

@@ -4,15 +4,15 @@
 //! process's CPU per GB under that load, which come with it.
 //!
 //! Each [`Setup`] runs once per round in one process lifetime (same lab as the matrix, see
-//! [`super::lab`]; AES-256-GCM, the client connected directly):
+//! [`crate::lab`]; AES-256-GCM, the client connected directly):
 //!
 //! 1. the server (with `--sidecar` and its flags for [`Setup::OursSidecar`]), the echo server
-//!    of [`super::tunnels`] in the shoot, the client; the first ping through the tunnel;
+//!    of [`crate::tunnels`] in the shoot, the client; the first ping through the tunnel;
 //! 2. one stream from the seed to the echo (through the sidecar: a CONNECT), 1 KiB echoed,
 //!    closed; once the server's open file descriptors are back to their count before it,
 //!    0.5 s, then **idle** `VmRSS`;
-//! 3. for each number of tunnels K in [`super::Options::tunnels`], in that order: K
-//!    concurrent streams writing for [`super::Options::duration`], `VmRSS` sampled every
+//! 3. for each number of tunnels K in [`crate::Options::tunnels`], in that order: K
+//!    concurrent streams writing for [`crate::Options::duration`], `VmRSS` sampled every
 //!    100 ms until every stream got all its bytes back (**peak**: the highest; **end**: the
 //!    last sample before the writers stop), the server's CPU time over that; then the K
 //!    streams held open and idle for 0.5 s (**held** `VmRSS`: what open tunnels cost at
@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use netio::report::chain;
 
-use crate::LabError;
+use conformance::LabError;
 
-use super::lab::{BenchLab, Side, VpnProcess, CLIENT_TUN_ADDR};
-use super::measure::{self, cpu_seconds, rss_kib};
-use super::tunnels::{Echo, Loader, Moved, Path, DRAIN, OPEN_TIMEOUT};
-use super::{tail, BenchError, Cipher, Impl, Options};
+use crate::lab::{BenchLab, Side, VpnProcess, CLIENT_TUN_ADDR};
+use crate::measure::{self, cpu_seconds, rss_kib};
+use crate::tunnels::{Echo, Loader, Moved, Path, DRAIN, OPEN_TIMEOUT};
+use crate::{tail, BenchError, Cipher, Impl, Options};
 
 /// The echo server's port in the shoot (on every address, so on the tunnel address too).
 pub const ECHO_LOAD_PORT: u16 = 5203;

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::netns::Netns;
-use crate::LabError;
+use conformance::netns::Netns;
+use conformance::LabError;
 
-use super::{BenchError, Load};
+use crate::{BenchError, Load};
 
 /// CPU time (user + system) of a process, from `/proc/PID/stat`, in seconds.
 pub fn cpu_seconds(pid: u32) -> Result<f64, BenchError> {
@@ -366,7 +366,7 @@ pub fn request_response_us(
         s.read_exact(&mut byte).map_err(io)?;
         times.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    Ok(super::stats::median(&mut times))
+    Ok(crate::stats::median(&mut times))
 }
 
 /// The IPv4 addresses configured in `ns` (for checking the client's tunnel address).

@@ -5,9 +5,9 @@
 
 use std::fmt::Write as _;
 
-use super::memory::{self, LoadSample, MemoryResults, MemorySample, Setup};
-use super::stats::Spread;
-use super::{Case, Cipher, Impl, Options, Pair, ProxyKind, Results, Sample, Via, LOADS};
+use crate::memory::{self, LoadSample, MemoryResults, MemorySample, Setup};
+use crate::stats::Spread;
+use crate::{Case, Cipher, Impl, Options, Pair, ProxyKind, Results, Sample, Via, LOADS};
 
 /// Facts about the machine the numbers come from.
 #[derive(Debug, Clone)]
@@ -90,7 +90,7 @@ pub fn markdown(results: &Results, opts: &Options, machine: &Machine, command: &
     let _ = writeln!(md, "{TITLE}\n");
     let _ = writeln!(
         md,
-        "Written by the benchmark (`conformance/src/bench`); do not edit by hand, rerun it.\n"
+        "Written by the benchmark (`bench/`); do not edit by hand, rerun it.\n"
     );
     let _ = writeln!(md, "Command (as root):\n\n```\n{command}\n```\n");
     let _ = writeln!(
@@ -351,7 +351,7 @@ fn ratio_between(
     if ratios.is_empty() {
         return None;
     }
-    Some(super::stats::median(&mut ratios))
+    Some(crate::stats::median(&mut ratios))
 }
 
 /// The router goal of issue 8: ours↔ours through our router against upstream↔upstream
@@ -385,7 +385,7 @@ fn router_vs_squid(md: &mut String, results: &Results) {
                 if v.is_empty() {
                     "–".to_owned()
                 } else {
-                    format!("{:.1}", super::stats::median(&mut v))
+                    format!("{:.1}", crate::stats::median(&mut v))
                 }
             };
             let fmt = |r: Option<f64>| r.map_or_else(|| "–".to_owned(), |r| format!("{r:.2}"));
@@ -487,7 +487,7 @@ pub fn memory_section(
         windows = opts
             .tunnels
             .iter()
-            .map(|&k| format!("{} with K = {k}", size(super::tunnels::window(k))))
+            .map(|&k| format!("{} with K = {k}", size(crate::tunnels::window(k))))
             .collect::<Vec<_>>()
             .join(", "),
     );
@@ -669,7 +669,7 @@ pub fn memory_section(
                 if ratios.is_empty() {
                     return String::new();
                 }
-                format!("{:.2}", super::stats::median(&mut ratios))
+                format!("{:.2}", crate::stats::median(&mut ratios))
             };
             let _ = writeln!(
                 md,

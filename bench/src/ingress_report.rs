@@ -3,13 +3,13 @@
 
 use std::fmt::Write as _;
 
-use super::ingress::{
+use crate::ingress::{
     IngressResults, IngressSample, Proxy, CPU_RATE, FDS_PER_TUNNEL, IDLE_TUNNELS, OPEN_CONCURRENCY,
     P99_GOAL, RATES, SHOOTS, STEP, STORM, TUNNEL_TIMEOUT,
 };
-use super::report::{spread_cell, write_failed_rounds, write_section_head, Machine};
-use super::stats::median;
-use super::Options;
+use crate::report::{spread_cell, write_failed_rounds, write_section_head, Machine};
+use crate::stats::median;
+use crate::Options;
 
 /// The heading of the ingress part's section; `--only ingress` replaces the section under it.
 pub const INGRESS_HEADING: &str =

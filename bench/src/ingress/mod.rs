@@ -29,6 +29,12 @@
 //!
 //! Bounded: at most [`IDLE_TUNNELS`] sockets held, at most `rate × STEP` tunnels per step,
 //! every wait bounded by [`TUNNEL_TIMEOUT`].
+//!
+//! The SNI part is the same measurement for TLS SNI passthrough ([`Proxy::SNI`]): [`sni`]
+//! starts our router's `kind = "sni"` listener and HAProxy, and builds the ClientHello a
+//! tunnel opens with.
+
+pub mod sni;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -41,13 +47,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::runtime::Runtime;
 
-use crate::netns::Netns;
-use crate::LabError;
+use conformance::netns::Netns;
+use conformance::LabError;
 
-use super::lab::{BenchLab, SEED_ADDR, SHOOT_ADDR};
-use super::measure::{cpu_seconds, rss_kib};
-use super::memory::fd_count;
-use super::{BenchError, Options};
+use crate::lab::{BenchLab, SEED_ADDR, SHOOT_ADDR};
+use crate::measure::{cpu_seconds, rss_kib};
+use crate::memory::fd_count;
+use crate::{BenchError, Options};
 
 /// Shoots routed (routes in the router, names in squid's list).
 pub const SHOOTS: usize = 1000;
@@ -96,7 +102,7 @@ pub enum Proxy {
     Router,
     /// Debian's squid.
     Squid,
-    /// Our `vpn-router`, a `kind = "sni"` listener (the SNI part, [`super::sni`]).
+    /// Our `vpn-router`, a `kind = "sni"` listener (the SNI part, [`crate::sni`]).
     RouterSni,
     /// Debian's HAProxy in TCP mode, routing by `req.ssl_sni` (the SNI part).
     Haproxy,
@@ -331,7 +337,7 @@ fn raise_nofile() -> u64 {
         return NOFILE;
     }
     // Not allowed: the soft limit up to the hard one.
-    super::memory::raise_nofile_limit();
+    crate::memory::raise_nofile_limit();
     getrlimit(Resource::Nofile).current.unwrap_or(1024)
 }
 
@@ -407,8 +413,8 @@ fn measure(
     let pid = match proxy {
         Proxy::Router => start_router(&lab.seed, &dir, &opts.ours)?,
         Proxy::Squid => start_squid(&lab.seed, &dir)?,
-        Proxy::RouterSni => super::sni::start_router(&lab.seed, &dir, &opts.ours)?,
-        Proxy::Haproxy => super::sni::start_haproxy(&lab.seed, &dir)?,
+        Proxy::RouterSni => sni::start_router(&lab.seed, &dir, &opts.ours)?,
+        Proxy::Haproxy => sni::start_haproxy(&lab.seed, &dir)?,
     };
     let started = Started { ns: &lab.seed, pid };
     // Warm up: a few tunnels through each code path, then the base.
@@ -465,7 +471,7 @@ fn measure(
     let mut ms: Vec<f64> = storm.iter().map(|t| ms_or_timeout(*t)).collect();
     let storm_ready = storm.iter().filter(|t| t.is_some()).count();
     let storm_all_ms = ms.iter().copied().fold(0.0, f64::max);
-    let storm_p50_ms = super::stats::median(&mut ms);
+    let storm_p50_ms = crate::stats::median(&mut ms);
     progress(&format!(
         "storm of {STORM}: {storm_ready} ready, all after {storm_all_ms:.0} ms (median {storm_p50_ms:.1} ms)"
     ));
@@ -539,7 +545,7 @@ async fn open_tunnel(proxy: Proxy, i: usize) -> Result<(TcpStream, Duration), St
         let _ = s.set_nodelay(true);
         if proxy.is_sni() {
             // The ClientHello goes through to the upstream, which echoes it.
-            let hello = super::sni::client_hello(i);
+            let hello = sni::client_hello(i);
             s.write_all(&hello)
                 .await
                 .map_err(|e| format!("ClientHello: {e}"))?;

@@ -1,7 +1,7 @@
 //! The SNI part (issue 21, TLS SNI passthrough): our `vpn-router`'s `kind = "sni"` listener
 //! against Debian's HAProxy in TCP mode, with equivalent routing for
-//! [`SHOOTS`](super::ingress::SHOOTS) shoots, measured exactly as the ingress part measures
-//! CONNECT ([`super::ingress`]: idle tunnels, the rate of new tunnels, a reconnect storm).
+//! [`SHOOTS`](crate::ingress::SHOOTS) shoots, measured exactly as the ingress part measures
+//! CONNECT ([`crate::ingress`]: idle tunnels, the rate of new tunnels, a reconnect storm).
 //!
 //! ```text
 //!  SHOOT (load generator)                           SEED
@@ -19,12 +19,12 @@
 
 use std::path::Path;
 
-use crate::netns::Netns;
-use crate::LabError;
+use conformance::netns::Netns;
+use conformance::LabError;
 
-use super::ingress::{spawn_logged, upstream_port, INGRESS_PORT, SHOOTS};
-use super::lab::SEED_ADDR;
-use super::BenchError;
+use super::{spawn_logged, upstream_port, INGRESS_PORT, SHOOTS};
+use crate::lab::SEED_ADDR;
+use crate::BenchError;
 
 /// Shoot `i`'s API server name.
 pub fn server_name(i: usize) -> String {

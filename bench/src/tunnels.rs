@@ -32,10 +32,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
-use crate::netns::Netns;
-use crate::LabError;
+use conformance::netns::Netns;
+use conformance::LabError;
 
-use super::BenchError;
+use crate::BenchError;
 
 /// What each stream writes at a time (one TLS record's worth).
 pub const CHUNK: usize = 16 * 1024;

@@ -3,12 +3,12 @@
 
 use std::fmt::Write as _;
 
-use super::flood::{
+use crate::flood::{
     FloodResults, FloodSample, Target, FLOODED_LIMIT, FLOOD_BOGUS, FLOOD_IDLE, FLOOD_RATE,
     TINYPROXY_MAX_CLIENTS,
 };
-use super::report::{spread_cell, write_failed_rounds, write_section_head, Machine};
-use super::Options;
+use crate::report::{spread_cell, write_failed_rounds, write_section_head, Machine};
+use crate::Options;
 
 /// The heading of the flood part's section; `--only flood` replaces the section under it.
 pub const FLOOD_HEADING: &str =

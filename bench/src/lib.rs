@@ -1,4 +1,4 @@
-//! The benchmark against upstream OpenVPN: `cargo run --release -p conformance --bin bench`.
+//! The benchmark against upstream OpenVPN: `cargo run --release -p bench --bin bench`, as root.
 //!
 //! For every [`Case`] (a [`Pair`] of implementations × a [`Cipher`] × direct or through a
 //! [`ProxyKind`]) the benchmark starts the server on the seed and the client in the shoot (see
@@ -13,7 +13,13 @@
 //! Markdown of `docs/performance.md`. Two more parts have sections of their own: the server's
 //! memory with the CONNECT sidecar ([`memory`]) and a client's tunnel under a flood of silent
 //! and bogus connections ([`flood`], [`flood_report`]); and the seed ingress at seed scale, our
-//! router against squid ([`ingress`], [`ingress_report`]).
+//! router against squid ([`ingress`], [`ingress_report`]), and the same for TLS SNI passthrough,
+//! our router against HAProxy ([`ingress::sni`]).
+//!
+//! The bench builds on `conformance`: the lab it re-exports (namespaces, the throwaway PKI,
+//! tinyproxy), the demo's routing header and the flood of silent and bogus connections
+//! (`conformance::flood`, also the load of the `preauth_*` tests). Nothing in `conformance`
+//! depends on the bench.
 
 pub mod flood;
 pub mod flood_report;
@@ -23,7 +29,6 @@ pub mod lab;
 pub mod measure;
 pub mod memory;
 pub mod report;
-pub mod sni;
 pub mod stats;
 pub mod tunnels;
 
@@ -34,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use netio::report::chain;
 
-use crate::LabError;
+use conformance::LabError;
 use lab::{BenchLab, Side, VpnProcess, CLIENT_TUN_ADDR, ECHO_PORT, IPERF_PORT};
 
 /// Which implementation runs a side.

@@ -1,5 +1,5 @@
-//! The benchmark against upstream OpenVPN: `cargo run --release -p conformance --bin bench`,
-//! as root. See [`conformance::bench`]. Builds our `vpn-server` and `vpn-client` in release
+//! The benchmark against upstream OpenVPN: `cargo run --release -p bench --bin bench`, as
+//! root. See the `bench` library. Builds our `vpn-server` and `vpn-client` in release
 //! mode first (through the `cargo` that runs it), prints a line per case as it finishes, and
 //! writes the tables to `docs/performance.md` (or `--out`).
 //!
@@ -26,11 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use bench::flood_report::{self, FLOOD_HEADING};
+use bench::ingress_report::{self, INGRESS_HEADING, SNI_HEADING};
+use bench::report::{self, MEMORY_HEADING};
+use bench::{Case, Cipher, Options, Pair, ProxyKind, Via};
 use clap::Parser;
-use conformance::bench::flood_report::{self, FLOOD_HEADING};
-use conformance::bench::ingress_report::{self, INGRESS_HEADING, SNI_HEADING};
-use conformance::bench::report::{self, MEMORY_HEADING};
-use conformance::bench::{self, Case, Cipher, Options, Pair, ProxyKind, Via};
 
 /// Our VPN against upstream OpenVPN 2.6 in a namespace lab.
 #[derive(Debug, Parser)]
@@ -200,7 +200,7 @@ fn run() -> anyhow::Result<()> {
         stop: stop_on_signals()?,
     };
     let command = format!(
-        "cargo run --release -p conformance --bin bench -- {}",
+        "cargo run --release -p bench --bin bench -- {}",
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")
     );
     let command = command.trim_end();

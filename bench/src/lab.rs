@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::netns::Netns;
-use crate::pki_fixture::TestPki;
-use crate::LabError;
+use conformance::netns::Netns;
+use conformance::pki_fixture::TestPki;
+use conformance::LabError;
 
-use super::{BenchError, Cipher, Impl, ProxyKind};
+use crate::{BenchError, Cipher, Impl, ProxyKind};
 
 /// The seed's address on the veth link (VPN server and proxy listen here).
 pub const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
@@ -47,7 +47,7 @@ pub const ROUTER_PORT: u16 = 8132;
 /// The routing header every client sends through the proxy (`http-proxy-option
 /// CUSTOM-HEADER`), the same the demo uses; the router routes by it, squid and tinyproxy
 /// ignore it.
-pub use crate::demo::REVERSED_VPN_HEADER;
+pub use conformance::demo::REVERSED_VPN_HEADER;
 
 /// How long a VPN server gets to listen.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +105,7 @@ impl BenchLab {
     pub fn start_proxy(&self, kind: ProxyKind, ours: &Path) -> Result<(u16, u32), BenchError> {
         match kind {
             ProxyKind::Tinyproxy => {
-                let pid = crate::tinyproxy::start(
+                let pid = conformance::tinyproxy::start(
                     &self.seed,
                     self.dir.path(),
                     SEED_ADDR,

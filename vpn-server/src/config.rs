@@ -26,14 +26,15 @@ use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net};
 use netio::script::ScriptType;
+use openssl::ssl::SslContext;
 use pki::check::{RemoteCertTls, VerifyX509Name, X509NameType as PkiNameType};
 use pki::pem::PemError;
 use pki::tls::{control_channel_server, PeerPolicy, TlsError};
 use pki::{CaBundle, Identity};
 use protocol::config::env::{EnvError, Vpn2ServerEnv};
 use protocol::config::{
-    CcdOptions, CertUsage, ConfigError, DevType, Family, ServerOptions, Source, TlsVersion,
-    TlsWrapConfig, Warning, X509NameType,
+    CcdOptions, CertUsage, CommonOptions, ConfigError, DevType, Family, ServerOptions, Source,
+    TlsVersion, TlsWrapConfig, Warning, X509NameType,
 };
 use protocol::km2::occ::DevType as OccDevType;
 use protocol::session::{ControlProtection, Keepalive};
@@ -183,13 +184,61 @@ pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
 
 /// Maps a parsed server config (`file` names it in messages) to [`Settings`], reading the
 /// files it names. The parser's own warnings are not included (see [`load_file`]).
+///
+/// One concern after another, each in its own function below, in the order the warnings
+/// come back: TLS and control-channel protection, timers, the device, pools and kernel
+/// routes, clients, the status file, the scripts.
 pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> {
     let c = &o.common;
-    let mut warnings = Vec::new();
-    let mut warn =
-        |directive: &str, why: &str| warnings.push(format!("{file}: '{directive}': {why}"));
+    let mut warnings = Warnings {
+        file,
+        lines: Vec::new(),
+    };
+    let (tls, policy) = control_channel(file, c, &mut warnings)?;
+    let protection = control_protection(file, c)?;
+    let mut s = Settings::new(tls, Arc::new(policy), protection);
+    s.listen = listen_addrs(file, c.family, c.local.as_deref(), c.port)?;
+    s.data_ciphers = c.effective_data_ciphers();
+    s.data_ciphers_fallback = c.data_ciphers_fallback.or(c.cipher);
+    s.auth = c.auth;
+    s.compression = c.compression;
+    apply_timers(&mut s, c, &mut warnings);
+    apply_device(file, &mut s, o, &mut warnings)?;
+    (s.pool_v4, s.pool_v4_range) = pool_v4(file, o)?;
+    s.pool_v6 = o.server_ipv6;
+    apply_routes(&mut s, c, &mut warnings);
+    apply_clients(&mut s, o, &mut warnings)?;
+    s.status = status_file(c, &mut warnings);
+    let (up, down) = scripts(file, c, &mut warnings)?;
+    Ok(Loaded {
+        settings: s,
+        up,
+        down,
+        verb: c.verb,
+        warnings: warnings.lines,
+    })
+}
 
-    // TLS: CA, identity, the peer policy.
+/// The directives [`from_options`] accepts without (full) effect, as `file: 'directive': why`.
+struct Warnings<'a> {
+    file: &'a str,
+    lines: Vec<String>,
+}
+
+impl Warnings<'_> {
+    fn add(&mut self, directive: &str, why: &str) {
+        self.lines
+            .push(format!("{}: '{directive}': {why}", self.file));
+    }
+}
+
+/// The control channel's TLS context from `ca`, `cert` and `key`, and the peer policy
+/// (`remote-cert-tls`, `verify-x509-name`) it enforces.
+fn control_channel(
+    file: &str,
+    c: &CommonOptions,
+    warnings: &mut Warnings<'_>,
+) -> Result<(SslContext, PeerPolicy), LoadError> {
     let ca = read_source(file, "ca", &c.ca)?;
     let cert = read_source(file, "cert", &c.cert)?;
     let key = read_source(file, "key", &c.key)?;
@@ -225,15 +274,18 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
         })?;
     if let Some(v) = c.tls_version_min {
         if v.version > TlsVersion::V1_2 {
-            warn(
+            warnings.add(
                 "tls-version-min",
                 "the control channel always allows TLS 1.2 and 1.3; ignored",
             );
         }
     }
+    Ok((tls, policy))
+}
 
-    // Control-channel protection.
-    let protection = match &c.tls_wrap {
+/// `tls-auth` / `tls-crypt`: the control channel's protection, its key file read.
+fn control_protection(file: &str, c: &CommonOptions) -> Result<ControlProtection, LoadError> {
+    Ok(match &c.tls_wrap {
         None => ControlProtection::None,
         Some(TlsWrapConfig::Auth { key, direction }) => ControlProtection::TlsAuth {
             key: read_static_key(file, "tls-auth", key)?,
@@ -243,22 +295,17 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
         Some(TlsWrapConfig::Crypt { key }) => ControlProtection::TlsCrypt {
             key: read_static_key(file, "tls-crypt", key)?,
         },
-    };
+    })
+}
 
-    let mut s = Settings::new(tls, Arc::new(policy), protection);
-    s.listen = listen_addrs(file, c.family, c.local.as_deref(), c.port)?;
-    s.data_ciphers = c.effective_data_ciphers();
-    s.data_ciphers_fallback = c.data_ciphers_fallback.or(c.cipher);
-    s.auth = c.auth;
-    s.compression = c.compression;
-
-    // Timers.
-    s.keepalive = o.common.keepalive.map(|k| Keepalive {
+/// `keepalive`, renegotiation, `hand-window`, `tls-timeout`, `tran-window`.
+fn apply_timers(s: &mut Settings, c: &CommonOptions, warnings: &mut Warnings<'_>) {
+    s.keepalive = c.keepalive.map(|k| Keepalive {
         ping: k.interval,
         ping_restart: k.timeout,
     });
     if c.keepalive.is_none() && (c.ping.is_some() || c.ping_restart.is_some()) {
-        warn(
+        warnings.add(
             "ping/ping-restart",
             "the server acts on 'keepalive N M' only; ping and ping-restart ignored",
         );
@@ -266,7 +313,7 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     if let Some(r) = c.reneg_sec {
         s.reneg_sec = (r.max > 0).then(|| secs(r.max));
         if r.min.is_some() {
-            warn(
+            warnings.add(
                 "reneg-sec",
                 "the MIN argument is ignored: renegotiation after exactly MAX seconds",
             );
@@ -285,13 +332,22 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
         s.tran_window = secs(t);
     }
     if c.replay_window.is_some() {
-        warn(
+        warnings.add(
             "replay-window",
             "not implemented (TCP delivers in order); ignored",
         );
     }
+}
 
-    // Device.
+/// `dev`, `dev-type`, `max-routes-per-client`, `tun-mtu`, `txqueuelen`, and the socket and
+/// MSS directives that have no effect over TCP here.
+fn apply_device(
+    file: &str,
+    s: &mut Settings,
+    o: &ServerOptions,
+    warnings: &mut Warnings<'_>,
+) -> Result<(), LoadError> {
+    let c = &o.common;
     s.dev = match c.dev.as_str() {
         "tun" | "tap" => format!("{}%d", c.dev),
         dev => dev.to_owned(),
@@ -307,20 +363,19 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     }
     s.txqueuelen = c.txqueuelen;
     if c.mssfix.is_some() {
-        warn("mssfix", "not implemented over TCP; ignored");
+        warnings.add("mssfix", "not implemented over TCP; ignored");
     }
     if c.sndbuf.is_some() || c.rcvbuf.is_some() {
-        warn(
+        warnings.add(
             "sndbuf/rcvbuf",
             "not implemented; the kernel defaults apply",
         );
     }
+    Ok(())
+}
 
-    // Pools.
-    (s.pool_v4, s.pool_v4_range) = pool_v4(file, o)?;
-    s.pool_v6 = o.server_ipv6;
-
-    // Kernel routes into the tun device.
+/// `route` / `route-ipv6`: the kernel routes into the tun device.
+fn apply_routes(s: &mut Settings, c: &CommonOptions, warnings: &mut Warnings<'_>) {
     s.routes = c
         .routes
         .iter()
@@ -334,15 +389,22 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
             .iter()
             .any(|r| r.gateway.is_some() || r.metric.is_some())
     {
-        warn(
+        warnings.add(
             "route",
             "gateway and metric are ignored: a server route always points into the tun device",
         );
     }
+}
 
-    // Clients.
+/// What the clients get and how many may come: `push`, `client-to-client`, `duplicate-cn`,
+/// `max-clients`, and the `client-config-dir` entries (read here).
+fn apply_clients(
+    s: &mut Settings,
+    o: &ServerOptions,
+    warnings: &mut Warnings<'_>,
+) -> Result<(), LoadError> {
     s.push = o.push.clone();
-    if c.tcp_nodelay {
+    if o.common.tcp_nodelay {
         // Our sockets always have TCP_NODELAY; upstream's server also pushes it.
         s.push.push("socket-flags TCP_NODELAY".into());
     }
@@ -351,36 +413,49 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
     s.max_clients = usize::try_from(o.max_clients).unwrap_or(usize::MAX);
     if let Some(dir) = &o.client_config_dir {
         let max_routes = usize::try_from(o.max_routes_per_client).unwrap_or(usize::MAX);
-        let (clients, default) = read_client_config_dir(dir, max_routes, &mut warnings)?;
+        let (clients, default) = read_client_config_dir(dir, max_routes, &mut warnings.lines)?;
         s.clients = clients;
         s.default_client = default;
     }
+    Ok(())
+}
 
-    // Status file.
-    if let Some(st) = &c.status {
-        s.status = Some(StatusFile {
-            path: st.path.clone(),
-            interval: secs(st.interval.max(1)),
-        });
-        if c.status_version != 2 {
-            warnings.push(format!(
-                "{file}: 'status-version': version {} requested; the status file is written \
-                 in version 2",
+/// `status FILE N`; always written in `status-version 2`.
+fn status_file(c: &CommonOptions, warnings: &mut Warnings<'_>) -> Option<StatusFile> {
+    let st = c.status.as_ref()?;
+    if c.status_version != 2 {
+        warnings.add(
+            "status-version",
+            &format!(
+                "version {} requested; the status file is written in version 2",
                 c.status_version
-            ));
-        }
+            ),
+        );
     }
+    Some(StatusFile {
+        path: st.path.clone(),
+        interval: secs(st.interval.max(1)),
+    })
+}
 
-    // Scripts.
+/// `up` and `down`, run only with `script-security 2` (else a warning each).
+fn scripts(
+    file: &str,
+    c: &CommonOptions,
+    warnings: &mut Warnings<'_>,
+) -> Result<(Option<Script>, Option<Script>), LoadError> {
     let mut up = None;
     let mut down = None;
     for (cmd, kind) in [(&c.up, ScriptType::Up), (&c.down, ScriptType::Down)] {
         let Some(line) = cmd else { continue };
         if c.script_security < 2 {
-            warnings.push(format!(
-                "{file}: '{kind}': not run: external programs need 'script-security 2' (it is {})",
-                c.script_security
-            ));
+            warnings.add(
+                &kind.to_string(),
+                &format!(
+                    "not run: external programs need 'script-security 2' (it is {})",
+                    c.script_security
+                ),
+            );
             continue;
         }
         let parsed = Script::parse(kind, line).map_err(|source| LoadError::Script {
@@ -393,14 +468,7 @@ pub fn from_options(file: &str, o: &ServerOptions) -> Result<Loaded, LoadError> 
             down = Some(parsed);
         }
     }
-
-    Ok(Loaded {
-        settings: s,
-        up,
-        down,
-        verb: c.verb,
-        warnings,
-    })
+    Ok((up, down))
 }
 
 /// The server config vpn2 would write for `env` (reference gardener-vpn2.md 1.3), with the

@@ -49,7 +49,7 @@ use tracing::{debug, info, warn, Instrument as _, Span};
 use crate::ha::Dropped as HaDropped;
 use crate::registry::admission::{self, BogusFirstPacket, Deadlines, Expired, PreAuthEvent};
 use crate::registry::{ClientId, ConnHandle, Refused, Slot, Traffic};
-use crate::server::{lock, Shared};
+use crate::shared::{lock, Shared};
 use crate::spoof::{SourceFilter, SpoofVerdict};
 use crate::switch::{Dropped, FromClient};
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ipnet::IpNet;
-use netio::netlink::{IpPrefix, Netlink, Route};
+use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::tun::{PacketLayout, RecvPool, Tun};
 use protocol::data::DATA_TAILROOM;
 use protocol::session::SEND_HEADROOM;
@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::pool::Pool;
-use crate::server::{lock, ServerError, Shared, TunStep};
 use crate::settings::Settings;
+use crate::shared::{lock, Shared};
 use crate::spoof;
 use crate::switch::{FromTap, TAP_FRAME_EXTRA};
 use crate::unreachable;
@@ -32,14 +32,52 @@ pub const TUN_READ_BATCH: usize = 32;
 /// Pause after a failed device read before the next.
 const READ_ERROR_PAUSE: Duration = Duration::from_millis(10);
 
+/// The device's set-up failed: the step, and netlink's answer (the server reports it as
+/// `ServerError::Netlink`).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {step} on the tun device")]
+pub struct SetupError {
+    /// What was being done.
+    pub step: TunStep,
+    /// Why it failed.
+    #[source]
+    pub source: NetlinkError,
+}
+
+/// A step of the tun device's set-up ([`SetupError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TunStep {
+    /// Opening the netlink socket.
+    #[error("open netlink")]
+    Open,
+    /// Setting the MTU.
+    #[error("set MTU {0}")]
+    SetMtu(u16),
+    /// Setting the transmit queue length.
+    #[error("set txqueuelen {0}")]
+    SetTxqueuelen(u32),
+    /// Adding the server's own address.
+    #[error("add address {0}")]
+    AddAddress(IpNet),
+    /// Bringing the link up.
+    #[error("set the link up")]
+    LinkUp,
+    /// Adding a `route` into the tunnel.
+    #[error("add route {0}")]
+    AddRoute(IpNet),
+    /// Reading the default route (`OPENVPN_AUTO_MTU`).
+    #[error("read the default route")]
+    DefaultRoute,
+}
+
 /// Configures the device `dev`: MTU, txqueuelen, the server's own pool addresses, link up,
 /// and the kernel routes of `route` directives into it.
 pub(crate) async fn setup(
     settings: &Settings,
     dev: &str,
     pool: Option<&Pool>,
-) -> Result<(), ServerError> {
-    let fail = |step: TunStep| move |source| ServerError::Netlink { step, source };
+) -> Result<(), SetupError> {
+    let fail = |step: TunStep| move |source| SetupError { step, source };
     let nl = Netlink::open().map_err(fail(TunStep::Open))?;
     nl.set_mtu(dev, u32::from(settings.tun_mtu))
         .await
@@ -72,18 +110,15 @@ pub(crate) async fn setup(
 
 /// vpn2's `OPENVPN_AUTO_MTU`: `tun_mtu` from the default route's link (less 130 bytes, at
 /// least 1280), pushed to the clients as `tun-mtu`; unchanged without a default route.
-pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), ServerError> {
-    let nl = Netlink::open().map_err(|source| ServerError::Netlink {
+pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), SetupError> {
+    let nl = Netlink::open().map_err(|source| SetupError {
         step: TunStep::Open,
         source,
     })?;
-    let link = nl
-        .default_route_mtu()
-        .await
-        .map_err(|source| ServerError::Netlink {
-            step: TunStep::DefaultRoute,
-            source,
-        })?;
+    let link = nl.default_route_mtu().await.map_err(|source| SetupError {
+        step: TunStep::DefaultRoute,
+        source,
+    })?;
     if let Some(link) = link {
         settings.tun_mtu = protocol::config::env::vpn2_auto_mtu(link);
         settings.push.push(format!("tun-mtu {}", settings.tun_mtu));

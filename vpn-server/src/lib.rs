@@ -48,7 +48,8 @@
 //! | [`settings`] | [`Settings`]: typed runtime settings (the config parser maps onto them) |
 //! | [`config`] | config file / vpn2 environment → [`Settings`]; the only place files are read |
 //! | [`launch`] | what the binary runs: server, in-process sidecar, admin endpoint, `up` / `down` |
-//! | [`server`] | the runtime: listeners, one task per connection, the tun reader, status writer, shutdown |
+//! | [`server`] | the composition root: binds (device, listeners) and builds the shared state; one task per connection, the tun reader, status writer, shutdown |
+//! | `shared` | what every task of one server shares (settings, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |
 //! | [`connection`] | one client's session loop inside its span |
 //! | [`registry`] | pool, routing table and clients; `max-clients` and admission (pure) |
 //! | [`device`] | the tun device's set-up and reader |
@@ -83,6 +84,7 @@ pub mod routing;
 pub mod script;
 pub mod server;
 pub mod settings;
+mod shared;
 pub mod sidecar;
 pub mod spoof;
 pub mod status;

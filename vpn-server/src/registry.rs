@@ -189,6 +189,17 @@ pub struct Admitted {
     pub filter: SourceFilter,
 }
 
+/// One client with its tunnel up, as [`Registry::tunnels`] (and the server's `ClientRoutes::tunnels`) lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelAddresses {
+    /// Certificate CN (empty without one).
+    pub common_name: String,
+    /// Assigned IPv4 address.
+    pub v4: Option<std::net::Ipv4Addr>,
+    /// Assigned IPv6 address.
+    pub v6: Option<std::net::Ipv6Addr>,
+}
+
 /// Pool, routing table and clients.
 #[derive(Debug)]
 pub struct Registry {
@@ -500,7 +511,7 @@ impl Registry {
     }
 
     /// The clients whose tunnel is up (a data cipher agreed), oldest tunnel first.
-    pub fn tunnels(&self) -> Vec<crate::server::TunnelAddresses> {
+    pub fn tunnels(&self) -> Vec<TunnelAddresses> {
         let mut up: Vec<(&ClientId, &ClientEntry)> = self
             .clients
             .iter()
@@ -508,7 +519,7 @@ impl Registry {
             .collect();
         up.sort_by_key(|(id, e)| (e.since, **id));
         up.into_iter()
-            .map(|(_, e)| crate::server::TunnelAddresses {
+            .map(|(_, e)| TunnelAddresses {
                 common_name: e.common_name.clone(),
                 v4: e.v4,
                 v6: e.v6,

@@ -1,5 +1,6 @@
-//! The server's runtime: the tun device set up, the listeners, one task per connection, the
-//! tun reader, the status writer, and shutdown.
+//! The server's composition root: [`Server::bind`] sets the tun device up, opens the
+//! listeners and builds the state every task shares (`crate::shared`); [`Server::run`] starts
+//! one task per connection, the tun reader and the status writer, and shuts them down.
 //!
 //! ```text
 //!  listener(s) ──accept──► connection task (connection.rs; one per TCP connection, owns a
@@ -17,28 +18,31 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ipnet::IpNet;
 use netio::admin::AdminState;
 use netio::clock::unix_now;
-use netio::listen::{Admitted, PendingSet};
+use netio::listen::Admitted;
 use netio::netlink::NetlinkError;
 use netio::tun::{Tun, TunError, TunWriter};
-use protocol::session::ServerEndpoint;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::device::SetupError;
 use crate::metrics::{ServerAdmin, ServerMetrics};
 use crate::pool::{Pool, PoolError};
-use crate::registry::admission::{PreAuthEvent, PreAuthLogs};
-use crate::registry::{ClientId, Registry, Slots};
+use crate::registry::admission::PreAuthEvent;
+use crate::registry::Registry;
 use crate::settings::{Settings, StatusFile};
+use crate::shared::{lock, Device, Shared};
 use crate::{connection, device, status};
+
+pub use crate::device::TunStep;
+pub use crate::registry::TunnelAddresses;
 
 /// Decrypted packets from clients queued for the tun writer thread before the connections
 /// wait.
@@ -76,77 +80,10 @@ pub enum ServerError {
     },
 }
 
-/// A step of the tun device's set-up ([`ServerError::Netlink`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum TunStep {
-    /// Opening the netlink socket.
-    #[error("open netlink")]
-    Open,
-    /// Setting the MTU.
-    #[error("set MTU {0}")]
-    SetMtu(u16),
-    /// Setting the transmit queue length.
-    #[error("set txqueuelen {0}")]
-    SetTxqueuelen(u32),
-    /// Adding the server's own address.
-    #[error("add address {0}")]
-    AddAddress(IpNet),
-    /// Bringing the link up.
-    #[error("set the link up")]
-    LinkUp,
-    /// Adding a `route` into the tunnel.
-    #[error("add route {0}")]
-    AddRoute(IpNet),
-    /// Reading the default route (`OPENVPN_AUTO_MTU`).
-    #[error("read the default route")]
-    DefaultRoute,
-}
-
-/// The server's device and the writer thread every connection writes to it through.
-#[derive(Debug)]
-pub(crate) struct Device {
-    pub(crate) tun: Arc<Tun>,
-    pub(crate) writer: TunWriter,
-}
-
-/// What every task of one server shares.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) settings: Settings,
-    pub(crate) endpoint: Mutex<ServerEndpoint>,
-    pub(crate) registry: Arc<Mutex<Registry>>,
-    pub(crate) metrics: Arc<ServerMetrics>,
-    /// The tun (or tap) device and its writer; none in HA mode, which switches in the
-    /// process and never hands a packet to its kernel.
-    pub(crate) device: Option<Device>,
-    /// `max-clients`: one slot per authenticated client.
-    pub(crate) slots: Slots,
-    /// Connections not yet authenticated (`max_pending`, oldest evicted first).
-    pub(crate) pending: PendingSet,
-    /// The rate limits of the pre-authentication log lines.
-    pre_auth_logs: Mutex<PreAuthLogs>,
-    /// Set while the server serves (not before `run`, not while draining): `/readyz`.
-    serving: Arc<AtomicBool>,
-    next_id: AtomicU64,
-}
-
-impl Shared {
-    /// A new connection's id (upstream's "Client ID").
-    pub(crate) fn next_client_id(&self) -> ClientId {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+impl From<SetupError> for ServerError {
+    fn from(SetupError { step, source }: SetupError) -> ServerError {
+        ServerError::Netlink { step, source }
     }
-
-    /// Whether to log a pre-authentication event now: `Some(n)` with the events of its kind
-    /// not logged since the last line.
-    pub(crate) fn log_pre_auth(&self, event: PreAuthEvent) -> Option<u64> {
-        lock(&self.pre_auth_logs).allow(event, std::time::Instant::now())
-    }
-}
-
-/// Locks `m`, taking over a lock a panicking task left poisoned (the data stay consistent:
-/// no code here panics while holding one).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A bound server: tun device configured, listeners open. [`Server::run`] serves.
@@ -194,24 +131,15 @@ impl Server {
             info!(addr = %l.local_addr().unwrap_or(addr), "listening for incoming TCP connections");
             listeners.push(l);
         }
-        let shared = Arc::new(Shared {
-            endpoint: Mutex::new(ServerEndpoint::new(settings.server_config())),
-            registry: Arc::new(Mutex::new(if let Some(ha) = &settings.ha {
-                Registry::ha(ha.shoot_networks.clone())
-            } else if settings.is_tap() {
-                Registry::tap(pool, settings.max_routes_per_client)
-            } else {
-                Registry::new(pool)
-            })),
-            metrics: Arc::new(ServerMetrics::new(tun_stats)),
-            device,
-            slots: Slots::new(settings.max_clients),
-            pending: PendingSet::new(settings.max_pending),
-            pre_auth_logs: Mutex::new(PreAuthLogs::default()),
-            serving: Arc::new(AtomicBool::new(false)),
-            next_id: AtomicU64::new(0),
-            settings,
-        });
+        let registry = if let Some(ha) = &settings.ha {
+            Registry::ha(ha.shoot_networks.clone())
+        } else if settings.is_tap() {
+            Registry::tap(pool, settings.max_routes_per_client)
+        } else {
+            Registry::new(pool)
+        };
+        let metrics = ServerMetrics::new(tun_stats);
+        let shared = Arc::new(Shared::new(settings, registry, metrics, device));
         Ok(Server { shared, listeners })
     }
 
@@ -302,17 +230,6 @@ impl ClientRoutes {
     pub fn tunnels(&self) -> Vec<TunnelAddresses> {
         lock(&self.registry).tunnels()
     }
-}
-
-/// One client with its tunnel up, as [`ClientRoutes::tunnels`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TunnelAddresses {
-    /// Certificate CN (empty without one).
-    pub common_name: String,
-    /// Assigned IPv4 address.
-    pub v4: Option<std::net::Ipv4Addr>,
-    /// Assigned IPv6 address.
-    pub v6: Option<std::net::Ipv6Addr>,
 }
 
 /// Binds with `settings` and serves until `shutdown` is cancelled; see [`Server`].

@@ -1,0 +1,88 @@
+//! What every task of one server shares: the settings, the session endpoint, the registry, the
+//! counters, the device, `max-clients` and the pending connections ([`Shared`]), and the one
+//! way its locks are taken ([`lock`]).
+//!
+//! [`crate::server`] builds it when it binds; the connections ([`crate::connection`]), the
+//! device reader ([`crate::device`]) and the status writer read it. It imports none of them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use netio::listen::PendingSet;
+use netio::tun::{Tun, TunWriter};
+use protocol::session::ServerEndpoint;
+
+use crate::metrics::ServerMetrics;
+use crate::registry::admission::{PreAuthEvent, PreAuthLogs};
+use crate::registry::{ClientId, Registry, Slots};
+use crate::settings::Settings;
+
+/// The server's device and the writer thread every connection writes to it through.
+#[derive(Debug)]
+pub(crate) struct Device {
+    pub(crate) tun: Arc<Tun>,
+    pub(crate) writer: TunWriter,
+}
+
+/// What every task of one server shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) settings: Settings,
+    pub(crate) endpoint: Mutex<ServerEndpoint>,
+    pub(crate) registry: Arc<Mutex<Registry>>,
+    pub(crate) metrics: Arc<ServerMetrics>,
+    /// The tun (or tap) device and its writer; none in HA mode, which switches in the
+    /// process and never hands a packet to its kernel.
+    pub(crate) device: Option<Device>,
+    /// `max-clients`: one slot per authenticated client.
+    pub(crate) slots: Slots,
+    /// Connections not yet authenticated (`max_pending`, oldest evicted first).
+    pub(crate) pending: PendingSet,
+    /// Set while the server serves (not before `run`, not while draining): `/readyz`.
+    pub(crate) serving: Arc<AtomicBool>,
+    /// The rate limits of the pre-authentication log lines.
+    pre_auth_logs: Mutex<PreAuthLogs>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    /// The state of a server serving with `settings` through `registry` and `device`:
+    /// `max-clients` and `max_pending` from the settings, nothing pending, not serving yet.
+    pub(crate) fn new(
+        settings: Settings,
+        registry: Registry,
+        metrics: ServerMetrics,
+        device: Option<Device>,
+    ) -> Shared {
+        Shared {
+            endpoint: Mutex::new(ServerEndpoint::new(settings.server_config())),
+            registry: Arc::new(Mutex::new(registry)),
+            metrics: Arc::new(metrics),
+            device,
+            slots: Slots::new(settings.max_clients),
+            pending: PendingSet::new(settings.max_pending),
+            serving: Arc::new(AtomicBool::new(false)),
+            pre_auth_logs: Mutex::new(PreAuthLogs::default()),
+            next_id: AtomicU64::new(0),
+            settings,
+        }
+    }
+
+    /// A new connection's id (upstream's "Client ID").
+    pub(crate) fn next_client_id(&self) -> ClientId {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Whether to log a pre-authentication event now: `Some(n)` with the events of its kind
+    /// not logged since the last line.
+    pub(crate) fn log_pre_auth(&self, event: PreAuthEvent) -> Option<u64> {
+        lock(&self.pre_auth_logs).allow(event, Instant::now())
+    }
+}
+
+/// Locks `m`, taking over a lock a panicking task left poisoned (the data stay consistent:
+/// no code here panics while holding one).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

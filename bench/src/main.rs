@@ -123,6 +123,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// Which parts run: the one `--only` names, or all.
+#[derive(Debug, Clone, Copy)]
+struct Parts {
+    matrix: bool,
+    memory: bool,
+    flood: bool,
+    ingress: bool,
+    sni: bool,
+}
+
+impl Parts {
+    fn of(only: Option<Part>) -> Parts {
+        let runs = |part: Part| only.is_none_or(|only| only == part);
+        Parts {
+            matrix: runs(Part::Matrix),
+            memory: runs(Part::Memory),
+            flood: runs(Part::Flood),
+            ingress: runs(Part::Ingress),
+            sni: runs(Part::Sni),
+        }
+    }
+}
+
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if std::env::var_os("RUST_LOG").is_some() {
@@ -131,63 +154,11 @@ fn run() -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let mut cases = Vec::new();
-    for cipher in &cli.ciphers {
-        let Some(cipher) = Cipher::parse(cipher) else {
-            bail!("unknown cipher {cipher:?}");
-        };
-        for via in &cli.via {
-            let Some(via) = Via::parse(via) else {
-                bail!("unknown transport {via:?}");
-            };
-            for pair in &cli.pairs {
-                let Some(pair) = Pair::parse(pair) else {
-                    bail!("unknown pair {pair:?}");
-                };
-                cases.push(Case { pair, cipher, via });
-            }
-        }
-    }
-    let runs = |part: Part| cli.only.is_none_or(|only| only == part);
-    let (matrix, memory, flood) = (runs(Part::Matrix), runs(Part::Memory), runs(Part::Flood));
-    let ingress = runs(Part::Ingress);
-    let sni = runs(Part::Sni);
-    // Only the proxies some case goes through are required.
-    let mut tools = vec!["openvpn", "ping"];
-    if flood {
-        tools.extend(["tinyproxy", "ss"]);
-    }
-    if ingress {
-        tools.extend(["squid", "sysctl"]);
-    }
-    if sni {
-        tools.extend(["haproxy", "sysctl"]);
-    }
-    if matrix {
-        tools.extend(["iperf3", "ss"]);
-        for (kind, tool) in [
-            (ProxyKind::Tinyproxy, "tinyproxy"),
-            (ProxyKind::Squid, "squid"),
-        ] {
-            if cases.iter().any(|c| c.via == Via::Proxy(kind)) {
-                tools.push(tool);
-            }
-        }
-    }
-    conformance::check_lab(&tools).context("the bench needs root, /dev/net/tun and its tools")?;
-    let exe = std::env::current_exe().context("own path")?;
-    let ours = exe.parent().context("own directory")?.to_path_buf();
-    if !cli.no_build {
-        build_ours()?;
-    }
-    for bin in ["vpn-server", "vpn-client", "vpn-router"] {
-        if !ours.join(bin).exists() {
-            bail!(
-                "{} missing (build it, or drop --no-build)",
-                ours.join(bin).display()
-            );
-        }
-    }
+    let cases = matrix_cases(&cli)?;
+    let parts = Parts::of(cli.only);
+    conformance::check_lab(&required_tools(parts, &cases))
+        .context("the bench needs root, /dev/net/tun and its tools")?;
+    let ours = our_binaries(cli.no_build)?;
     let opts = Options {
         cases,
         rounds: cli.rounds,
@@ -208,93 +179,41 @@ fn run() -> anyhow::Result<()> {
     let old = std::fs::read_to_string(&cli.out).unwrap_or_default();
     // The document: the matrix's part anew, or the one already there; then each other part's
     // section replaced when it ran, or kept from the old document.
-    let mut md = String::new();
-    if matrix {
-        println!(
-            "bench: {} cases × {} rounds, iperf3 {} s per load",
-            opts.cases.len(),
-            opts.rounds,
-            opts.duration.as_secs()
-        );
-        let results = bench::run(&opts, &mut |line| println!("{line}"))?;
-        md = report::markdown(&results, &opts, &report::Machine::current(), command);
+    let md = if parts.matrix {
+        matrix_document(&opts, command)?
     } else if old.is_empty() {
-        md = format!("{}\n\n", report::TITLE);
+        format!("{}\n\n", report::TITLE)
     } else {
-        md.clone_from(&old);
-    }
-    let mut sections: Vec<(&str, Option<String>)> = Vec::new();
-    if memory {
-        println!(
-            "bench: memory part, {} setups × {} rounds, loads of {:?} tunnels for {} s",
-            bench::memory::Setup::ALL.len(),
-            opts.rounds,
-            opts.tunnels,
-            opts.duration.as_secs()
-        );
-        let results = bench::memory::run(&opts, &mut |line| println!("{line}"))?;
-        let section = report::memory_section(&results, &opts, &report::Machine::current(), command);
-        sections.push((MEMORY_HEADING, Some(section)));
-    } else {
-        sections.push((MEMORY_HEADING, None));
-    }
-    if flood {
-        println!(
-            "bench: flood part, {} setups × {} rounds, {} silent and {} bogus connections",
-            bench::flood::Target::ALL.len(),
-            opts.rounds,
-            bench::flood::FLOOD_IDLE,
-            bench::flood::FLOOD_BOGUS,
-        );
-        let results = bench::flood::run(&opts, &mut |line| println!("{line}"))?;
-        let section =
-            flood_report::flood_section(&results, &opts, &report::Machine::current(), command);
-        sections.push((FLOOD_HEADING, Some(section)));
-    } else {
-        sections.push((FLOOD_HEADING, None));
-    }
-    if ingress {
-        println!(
-            "bench: ingress part, vpn-router and squid × {} rounds, {} shoots, {} idle tunnels",
-            opts.rounds,
-            bench::ingress::SHOOTS,
-            bench::ingress::IDLE_TUNNELS,
-        );
-        let results = bench::ingress::run(&opts, &mut |line| println!("{line}"))?;
-        let section =
-            ingress_report::ingress_section(&results, &opts, &report::Machine::current(), command);
-        sections.push((INGRESS_HEADING, Some(section)));
-    } else {
-        sections.push((INGRESS_HEADING, None));
-    }
-    if sni {
-        println!(
-            "bench: SNI part, vpn-router (sni) and haproxy × {} rounds, {} shoots",
-            opts.rounds,
-            bench::ingress::SHOOTS,
-        );
-        let results =
-            bench::ingress::run_proxies(&opts, &bench::ingress::Proxy::SNI, "sni", &mut |line| {
-                println!("{line}")
-            })?;
-        let section =
-            ingress_report::sni_section(&results, &opts, &report::Machine::current(), command);
-        sections.push((SNI_HEADING, Some(section)));
-    } else {
-        sections.push((SNI_HEADING, None));
-    }
-    for (heading, section) in sections {
-        match section {
-            Some(section) => md = report::replace_section(&md, heading, &section),
-            // The matrix wrote a new document: keep this part's section from the old one.
-            None if matrix => {
-                if let Some(kept) = report::find_section(&old, heading) {
-                    md = report::replace_section(&md, heading, kept);
-                }
-            }
-            None => {}
-        }
-    }
+        old.clone()
+    };
+    let sections = vec![
+        (
+            MEMORY_HEADING,
+            parts
+                .memory
+                .then(|| memory_part(&opts, command))
+                .transpose()?,
+        ),
+        (
+            FLOOD_HEADING,
+            parts
+                .flood
+                .then(|| flood_part(&opts, command))
+                .transpose()?,
+        ),
+        (
+            INGRESS_HEADING,
+            parts
+                .ingress
+                .then(|| ingress_part(&opts, command))
+                .transpose()?,
+        ),
+        (
+            SNI_HEADING,
+            parts.sni.then(|| sni_part(&opts, command)).transpose()?,
+        ),
+    ];
+    let md = merge_sections(md, &old, sections, parts.matrix);
     if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -303,6 +222,186 @@ fn run() -> anyhow::Result<()> {
     println!("{md}");
     println!("written to {}", cli.out.display());
     Ok(())
+}
+
+/// The matrix's cases from `--ciphers`, `--via` and `--pairs`, in the order they run within a
+/// round.
+fn matrix_cases(cli: &Cli) -> anyhow::Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for cipher in &cli.ciphers {
+        let Some(cipher) = Cipher::parse(cipher) else {
+            bail!("unknown cipher {cipher:?}");
+        };
+        for via in &cli.via {
+            let Some(via) = Via::parse(via) else {
+                bail!("unknown transport {via:?}");
+            };
+            for pair in &cli.pairs {
+                let Some(pair) = Pair::parse(pair) else {
+                    bail!("unknown pair {pair:?}");
+                };
+                cases.push(Case { pair, cipher, via });
+            }
+        }
+    }
+    Ok(cases)
+}
+
+/// The programs the parts that run need; of the proxies, only those some case goes through.
+fn required_tools(parts: Parts, cases: &[Case]) -> Vec<&'static str> {
+    let mut tools = vec!["openvpn", "ping"];
+    if parts.flood {
+        tools.extend(["tinyproxy", "ss"]);
+    }
+    if parts.ingress {
+        tools.extend(["squid", "sysctl"]);
+    }
+    if parts.sni {
+        tools.extend(["haproxy", "sysctl"]);
+    }
+    if parts.matrix {
+        tools.extend(["iperf3", "ss"]);
+        for (kind, tool) in [
+            (ProxyKind::Tinyproxy, "tinyproxy"),
+            (ProxyKind::Squid, "squid"),
+        ] {
+            if cases.iter().any(|c| c.via == Via::Proxy(kind)) {
+                tools.push(tool);
+            }
+        }
+    }
+    tools
+}
+
+/// The directory of our `vpn-server`, `vpn-client` and `vpn-router` (beside this program),
+/// built first unless `no_build`.
+fn our_binaries(no_build: bool) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("own path")?;
+    let ours = exe.parent().context("own directory")?.to_path_buf();
+    if !no_build {
+        build_ours()?;
+    }
+    for bin in ["vpn-server", "vpn-client", "vpn-router"] {
+        if !ours.join(bin).exists() {
+            bail!(
+                "{} missing (build it, or drop --no-build)",
+                ours.join(bin).display()
+            );
+        }
+    }
+    Ok(ours)
+}
+
+/// Runs the matrix; the new document with its tables.
+fn matrix_document(opts: &Options, command: &str) -> anyhow::Result<String> {
+    println!(
+        "bench: {} cases × {} rounds, iperf3 {} s per load",
+        opts.cases.len(),
+        opts.rounds,
+        opts.duration.as_secs()
+    );
+    let results = bench::run(opts, &mut |line| println!("{line}"))?;
+    Ok(report::markdown(
+        &results,
+        opts,
+        &report::Machine::current(),
+        command,
+    ))
+}
+
+/// Runs the memory part; its section.
+fn memory_part(opts: &Options, command: &str) -> anyhow::Result<String> {
+    println!(
+        "bench: memory part, {} setups × {} rounds, loads of {:?} tunnels for {} s",
+        bench::memory::Setup::ALL.len(),
+        opts.rounds,
+        opts.tunnels,
+        opts.duration.as_secs()
+    );
+    let results = bench::memory::run(opts, &mut |line| println!("{line}"))?;
+    Ok(report::memory_section(
+        &results,
+        opts,
+        &report::Machine::current(),
+        command,
+    ))
+}
+
+/// Runs the flood part; its section.
+fn flood_part(opts: &Options, command: &str) -> anyhow::Result<String> {
+    println!(
+        "bench: flood part, {} setups × {} rounds, {} silent and {} bogus connections",
+        bench::flood::Target::ALL.len(),
+        opts.rounds,
+        bench::flood::FLOOD_IDLE,
+        bench::flood::FLOOD_BOGUS,
+    );
+    let results = bench::flood::run(opts, &mut |line| println!("{line}"))?;
+    Ok(flood_report::flood_section(
+        &results,
+        opts,
+        &report::Machine::current(),
+        command,
+    ))
+}
+
+/// Runs the ingress part; its section.
+fn ingress_part(opts: &Options, command: &str) -> anyhow::Result<String> {
+    println!(
+        "bench: ingress part, vpn-router and squid × {} rounds, {} shoots, {} idle tunnels",
+        opts.rounds,
+        bench::ingress::SHOOTS,
+        bench::ingress::IDLE_TUNNELS,
+    );
+    let results = bench::ingress::run(opts, &mut |line| println!("{line}"))?;
+    Ok(ingress_report::ingress_section(
+        &results,
+        opts,
+        &report::Machine::current(),
+        command,
+    ))
+}
+
+/// Runs the SNI part; its section.
+fn sni_part(opts: &Options, command: &str) -> anyhow::Result<String> {
+    println!(
+        "bench: SNI part, vpn-router (sni) and haproxy × {} rounds, {} shoots",
+        opts.rounds,
+        bench::ingress::SHOOTS,
+    );
+    let results =
+        bench::ingress::run_proxies(opts, &bench::ingress::Proxy::SNI, "sni", &mut |line| {
+            println!("{line}")
+        })?;
+    Ok(ingress_report::sni_section(
+        &results,
+        opts,
+        &report::Machine::current(),
+        command,
+    ))
+}
+
+/// `md` with the section of each part that ran replaced by its new one; when the matrix
+/// wrote a new document, each other part keeps its section from `old`.
+fn merge_sections(
+    mut md: String,
+    old: &str,
+    sections: Vec<(&str, Option<String>)>,
+    matrix: bool,
+) -> String {
+    for (heading, section) in sections {
+        match section {
+            Some(section) => md = report::replace_section(&md, heading, &section),
+            // The matrix wrote a new document: keep this part's section from the old one.
+            None if matrix => {
+                if let Some(kept) = report::find_section(old, heading) {
+                    md = report::replace_section(&md, heading, kept);
+                }
+            }
+            None => {}
+        }
+    }
+    md
 }
 
 /// A flag set on the first SIGINT or SIGTERM, so the bench ends after the current case and

@@ -455,6 +455,22 @@ pub fn memory_section(
 ) -> String {
     let mut md = String::new();
     write_section_head(&mut md, MEMORY_HEADING, "memory", machine, command);
+    write_memory_method(&mut md, opts);
+    write_memory_rss_table(&mut md, results, opts);
+    write_memory_per_tunnel(&mut md, results, opts);
+    write_memory_throughput_table(&mut md, results, opts);
+    write_failed_rounds(
+        &mut md,
+        results
+            .samples
+            .iter()
+            .map(|(s, rounds)| (s.name(), rounds.as_slice())),
+    );
+    md
+}
+
+/// What the memory part ran and when it sampled `VmRSS`.
+fn write_memory_method(md: &mut String, opts: &Options) {
     let ks = opts
         .tunnels
         .iter()
@@ -501,7 +517,11 @@ pub fn memory_section(
          the server closed its sockets (its open descriptors back to the idle count). MiB = \
          1024 KiB of `/proc`.\n"
     );
+}
 
+/// The `VmRSS` of each setup at idle and at each phase of each load, the sidecar's share,
+/// and Gardener's memory requests for scale.
+fn write_memory_rss_table(md: &mut String, results: &MemoryResults, opts: &Options) {
     let _ = writeln!(
         md,
         "### Resident memory of the server process (VmRSS, MiB)\n"
@@ -525,17 +545,7 @@ pub fn memory_section(
         let _ = write!(md, "---:|---:|---:|---:|");
     }
     let _ = writeln!(md);
-    let phases = |s: &MemorySample| -> Vec<Option<f64>> {
-        let mut v = vec![Some(s.idle_kib as f64)];
-        for i in 0..opts.tunnels.len() {
-            let l = s.loads.get(i);
-            v.push(l.map(|l| l.peak_kib as f64));
-            v.push(l.map(|l| l.end_kib as f64));
-            v.push(l.map(|l| l.held_kib as f64).filter(|k| *k > 0.0));
-            v.push(l.map(|l| l.after_kib as f64));
-        }
-        v.into_iter().map(|x| x.map(|k| k / 1024.0)).collect()
-    };
+    let phases = |s: &MemorySample| rss_phases_mib(s, opts.tunnels.len());
     let columns = 1 + 4 * opts.tunnels.len();
     for setup in Setup::ALL {
         let Some(rounds) = results.of(setup) else {
@@ -584,7 +594,11 @@ pub fn memory_section(
          not a measurement | {:.1} |{empty}\n",
         OPENVPN_REQUEST_BYTES / 1024.0 / 1024.0
     );
+}
 
+/// The cost of one more tunnel, held idle and at the peak, between the smallest and the
+/// largest load (nothing with one load size).
+fn write_memory_per_tunnel(md: &mut String, results: &MemoryResults, opts: &Options) {
     let smallest = (0..opts.tunnels.len()).min_by_key(|&i| opts.tunnels[i]);
     let largest = (0..opts.tunnels.len()).max_by_key(|&i| (opts.tunnels[i], usize::MAX - i));
     if let (Some(i), Some(j)) = (smallest, largest) {
@@ -620,7 +634,10 @@ pub fn memory_section(
             );
         }
     }
+}
 
+/// MB/s and the server's CPU seconds per GB under each load, each against our server alone.
+fn write_memory_throughput_table(md: &mut String, results: &MemoryResults, opts: &Options) {
     let _ = writeln!(md, "### Under load: throughput and CPU\n");
     let _ = writeln!(
         md,
@@ -683,15 +700,20 @@ pub fn memory_section(
         }
     }
     let _ = writeln!(md);
+}
 
-    write_failed_rounds(
-        &mut md,
-        results
-            .samples
-            .iter()
-            .map(|(s, rounds)| (s.name(), rounds.as_slice())),
-    );
-    md
+/// The memory table's columns of `sample` in MiB: idle, then peak, end, held (none when not
+/// sampled) and after for each of `loads` loads.
+fn rss_phases_mib(sample: &MemorySample, loads: usize) -> Vec<Option<f64>> {
+    let mut v = vec![Some(sample.idle_kib as f64)];
+    for i in 0..loads {
+        let l = sample.loads.get(i);
+        v.push(l.map(|l| l.peak_kib as f64));
+        v.push(l.map(|l| l.end_kib as f64));
+        v.push(l.map(|l| l.held_kib as f64).filter(|k| *k > 0.0));
+        v.push(l.map(|l| l.after_kib as f64));
+    }
+    v.into_iter().map(|x| x.map(|k| k / 1024.0)).collect()
 }
 
 fn setup_label(setup: Setup) -> &'static str {

@@ -24,6 +24,9 @@
 //! * through the router, a proxy sending the other header name with the socket-shaped value
 //!   gets through too (both names and both of Gardener's value shapes).
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -23,6 +23,9 @@
 //! The tests run one at a time (a lock): each builds the whole landscape and runs several
 //! programs on a small machine.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::error::Error;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -17,6 +17,9 @@
 //! replica 20 times (alternating its pod IP), and checks readiness on both sides and that the
 //! shoot can open nothing into the seed. The figures it prints go into `docs/ha.md`.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;

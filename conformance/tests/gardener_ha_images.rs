@@ -23,6 +23,9 @@
 //! Not modelled by the lab (and not needed by these containers): the pod-level `fsGroup`
 //! (every container reading the secrets runs as root), seccomp, resource requests.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};

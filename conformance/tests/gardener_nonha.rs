@@ -21,6 +21,9 @@
 //! silence toward the seed); the metric names Gardener's scrape jobs keep; the rules in both
 //! pods after start, a second start, `kill -9` and restart, and a clean exit.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,6 +4,9 @@
 //! into the tun reaches the sending socket. A tap device hands over the kernel's ARP request
 //! as an Ethernet frame and takes the reply, which the kernel's neighbour table then shows.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::Duration;

@@ -12,6 +12,9 @@
 //! reached through its client; a spoofed source from a client never reaching SEED while the
 //! server's counter records the drop; the status file; graceful shutdown with RESTART.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -19,6 +19,9 @@
 //! * with `optional` client certificates (Envoy's mode) no certificate is accepted, but a
 //!   foreign one still fails.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use conformance::netns::Netns;

@@ -24,6 +24,9 @@
 //!   as if alone (no view of the server) because the server answers the SYN with ICMP
 //!   "host unreachable".
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
+
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::{mpsc, Arc};

@@ -102,7 +102,7 @@ pub enum Proxy {
     Router,
     /// Debian's squid.
     Squid,
-    /// Our `vpn-router`, a `kind = "sni"` listener (the SNI part, [`crate::sni`]).
+    /// Our `vpn-router`, a `kind = "sni"` listener (the SNI part, [`sni`]).
     RouterSni,
     /// Debian's HAProxy in TCP mode, routing by `req.ssl_sni` (the SNI part).
     Haproxy,

@@ -1,7 +1,7 @@
 //! The SNI part (issue 21, TLS SNI passthrough): our `vpn-router`'s `kind = "sni"` listener
-//! against Debian's HAProxy in TCP mode, with equivalent routing for
-//! [`SHOOTS`](crate::ingress::SHOOTS) shoots, measured exactly as the ingress part measures
-//! CONNECT ([`crate::ingress`]: idle tunnels, the rate of new tunnels, a reconnect storm).
+//! against Debian's HAProxy in TCP mode, with equivalent routing for [`SHOOTS`] shoots,
+//! measured exactly as the ingress part measures CONNECT ([`super`]: idle tunnels, the rate
+//! of new tunnels, a reconnect storm).
 //!
 //! ```text
 //!  SHOOT (load generator)                           SEED

@@ -220,6 +220,8 @@ struct Run<'l> {
 }
 
 impl<'l> Run<'l> {
+    /// Starts the client, waits for the session and checks what both sides negotiated, then
+    /// drives the case's scenario; the one-line summary of what held.
     fn drive(
         &mut self,
         case: &Case,
@@ -228,6 +230,69 @@ impl<'l> Run<'l> {
         client_conf: &str,
         routes: &mut Vec<String>,
     ) -> Result<String, String> {
+        let (s_imp, c_imp) = self.start_client(case, env, dir, client_conf)?;
+        if case.scenario == Scenario::NoCommonCipher {
+            return self.no_common_cipher();
+        }
+        let mut summary = self.check_negotiated(case, s_imp, c_imp)?;
+        if case.scenario == Scenario::PushOverPath {
+            return self.push_over_path(c_imp, routes, summary);
+        }
+        let client_tun = self.ping_both()?;
+        self.check_proxy_saw_header(&mut summary)?;
+        match case.scenario {
+            Scenario::Traffic { .. } => {
+                transfer(
+                    &self.lab.seed,
+                    &self.lab.shoot,
+                    client_tun,
+                    TRANSFER_LEN,
+                    64 * 1024,
+                    Duration::ZERO,
+                )?;
+                summary.push_str(", ping + 1 MiB sha256 ok");
+            }
+            Scenario::Renegotiate { initiator } => {
+                self.renegotiate_under_traffic(
+                    initiator,
+                    client_tun,
+                    (s_imp, c_imp),
+                    &mut summary,
+                )?;
+            }
+            Scenario::KeepaliveExpiry => {
+                self.lab.blackhole(true).map_err(|e| e.to_string())?;
+                let cut = self.keepalive_expiry(c_imp, s_imp);
+                self.lab.blackhole(false).map_err(|e| e.to_string())?;
+                cut?;
+                self.reconnected_with_traffic()?;
+                summary
+                    .push_str(", both sides expired the silent session, reconnected, traffic ok");
+            }
+            Scenario::ServerRestart => {
+                self.server.stop();
+                self.server.restart().map_err(|e| e.to_string())?;
+                self.reconnected_with_traffic()?;
+                summary.push_str(", server restarted, client reconnected, traffic ok");
+            }
+            Scenario::Push { redirect } => {
+                *routes = self.routes()?;
+                check_pushed_routes(routes, redirect, c_imp, &mut summary)?;
+            }
+            Scenario::NoCommonCipher | Scenario::PushOverPath => {}
+        }
+        Ok(summary)
+    }
+
+    /// Waits until the server listens and starts the client; the implementations of both
+    /// sides.
+    fn start_client(
+        &mut self,
+        case: &Case,
+        env: &Env<'_>,
+        dir: &std::path::Path,
+        client_conf: &str,
+    ) -> Result<(Impl, Impl), String> {
         let s_imp = self.server.imp();
         self.server.wait_log("listening", LISTEN_TIMEOUT, |l| {
             l.contains(logs::up_marker(s_imp, Side::Server))
@@ -242,11 +307,13 @@ impl<'l> Run<'l> {
         )
         .map_err(|e| format!("start client: {e}"))?;
         let client = self.client.insert(client);
-        let c_imp = client.imp();
+        Ok((s_imp, client.imp()))
+    }
 
-        if case.scenario == Scenario::NoCommonCipher {
-            return self.no_common_cipher();
-        }
+    /// Waits for the first session and checks that both sides logged the same cipher (the
+    /// case's, for [`Scenario::Traffic`]) and the key derivation the pair must agree on; the
+    /// summary's start.
+    fn check_negotiated(&self, case: &Case, s_imp: Impl, c_imp: Impl) -> Result<String, String> {
         let client = self.client.as_ref().ok_or("no client")?;
         self.wait_sessions(1)?;
         let s_log = self.server.log();
@@ -255,7 +322,7 @@ impl<'l> Run<'l> {
         let c_cipher = logs::cipher(c_imp, &c_log).unwrap_or_else(|| "?".into());
         let s_kdf = logs::key_derivation(s_imp, Side::Server, &s_log).unwrap_or("?");
         let c_kdf = logs::key_derivation(c_imp, Side::Client, &c_log).unwrap_or("?");
-        let mut summary = format!("cipher {s_cipher}/{c_cipher}, keys {s_kdf}/{c_kdf}");
+        let summary = format!("cipher {s_cipher}/{c_cipher}, keys {s_kdf}/{c_kdf}");
         if s_cipher != c_cipher {
             return Err(format!("ciphers differ: {summary}"));
         }
@@ -276,149 +343,95 @@ impl<'l> Run<'l> {
         if s_kdf != want_kdf {
             return Err(format!("expected key derivation {want_kdf}: {summary}"));
         }
-        if case.scenario == Scenario::PushOverPath {
-            return self.push_over_path(c_imp, routes, summary);
-        }
-        let client_tun = self.ping_both()?;
-        if let Some(proxy) = &self.proxy {
-            let want = format!("Reversed-VPN: {}", config::REVERSED_VPN_HEADER);
-            let heads = proxy.heads();
-            if !heads.iter().any(|h| h.lines().any(|l| l == want)) {
-                return Err(format!("proxy never saw `{want}`: {heads:?}"));
-            }
-            let request = heads
-                .iter()
-                .find_map(|h| h.lines().next())
-                .unwrap_or_default();
-            summary.push_str(&format!(", proxy got `{request}` + header"));
-        }
-        match case.scenario {
-            Scenario::Traffic { .. } => {
-                transfer(
-                    &self.lab.seed,
-                    &self.lab.shoot,
-                    client_tun,
-                    TRANSFER_LEN,
-                    64 * 1024,
-                    Duration::ZERO,
-                )?;
-                summary.push_str(", ping + 1 MiB sha256 ok");
-            }
-            Scenario::Renegotiate { initiator } => {
-                let len = SLOW_CHUNK * (RENEG_RUN.as_millis() / SLOW_PAUSE.as_millis()) as usize;
-                transfer(
-                    &self.lab.seed,
-                    &self.lab.shoot,
-                    client_tun,
-                    len,
-                    SLOW_CHUNK,
-                    SLOW_PAUSE,
-                )?;
-                let s_n = logs::renegotiations(s_imp, Side::Server, &self.server.log());
-                let c_n = logs::renegotiations(c_imp, Side::Client, &self.client_log());
-                summary.push_str(&format!(
-                    ", {} KiB over 60 s sha256 ok, renegotiations {s_n}/{c_n}",
-                    len / 1024
-                ));
-                if s_n < RENEG_MIN || c_n < RENEG_MIN {
-                    return Err(format!("too few renegotiations (< {RENEG_MIN}): {summary}"));
-                }
-                // Upstream logs `TLS: soft reset` only for the renegotiations it starts: an
-                // upstream side proves who initiated.
-                for (imp, side, log) in [
-                    (s_imp, Side::Server, self.server.log()),
-                    (c_imp, Side::Client, self.client_log()),
-                ] {
-                    if imp != Impl::Upstream {
-                        continue;
-                    }
-                    let started = log.matches("TLS: soft reset").count();
-                    let ok = if side == initiator {
-                        started >= RENEG_MIN
-                    } else {
-                        started == 0
-                    };
-                    if !ok {
-                        return Err(format!(
-                            "upstream {} started {started} renegotiations: {summary}",
-                            side.name()
-                        ));
-                    }
-                }
-                self.ping_both()?;
-            }
-            Scenario::KeepaliveExpiry => {
-                self.lab.blackhole(true).map_err(|e| e.to_string())?;
-                let cut = self.keepalive_expiry(c_imp, s_imp);
-                self.lab.blackhole(false).map_err(|e| e.to_string())?;
-                cut?;
-                self.wait_sessions(2)?;
-                let tun = self.ping_both()?;
-                transfer(
-                    &self.lab.seed,
-                    &self.lab.shoot,
-                    tun,
-                    256 * 1024,
-                    64 * 1024,
-                    Duration::ZERO,
-                )?;
-                summary
-                    .push_str(", both sides expired the silent session, reconnected, traffic ok");
-            }
-            Scenario::ServerRestart => {
-                self.server.stop();
-                self.server.restart().map_err(|e| e.to_string())?;
-                self.wait_sessions(2)?;
-                let tun = self.ping_both()?;
-                transfer(
-                    &self.lab.seed,
-                    &self.lab.shoot,
-                    tun,
-                    256 * 1024,
-                    64 * 1024,
-                    Duration::ZERO,
-                )?;
-                summary.push_str(", server restarted, client reconnected, traffic ok");
-            }
-            Scenario::Push { redirect } => {
-                *routes = self.routes()?;
-                for want in PUSH_WANTED {
-                    if !routes.iter().any(|r| r.starts_with(&format!("{want} "))) {
-                        return Err(format!("route {want} missing: {routes:?}"));
-                    }
-                }
-                for unwanted in PUSH_UNWANTED {
-                    if routes
-                        .iter()
-                        .any(|r| r.starts_with(&format!("{unwanted} ")))
-                    {
-                        return Err(format!("route {unwanted} installed: {routes:?}"));
-                    }
-                }
-                // Upstream applies an accepted redirect-gateway and a route via net_gateway;
-                // ours never does (P7).
-                let redirected = redirect && c_imp == Impl::Upstream;
-                for r in REDIRECT_ROUTES {
-                    let there = routes.iter().any(|x| x.starts_with(&format!("{r} ")));
-                    if there != redirected {
-                        return Err(format!(
-                            "route {r} {}: {routes:?}",
-                            if there { "installed" } else { "missing" }
-                        ));
-                    }
-                }
-                summary.push_str(", routes as filtered");
-                if redirect {
-                    summary.push_str(if redirected {
-                        ", redirect-gateway and net_gateway route applied"
-                    } else {
-                        ", redirect-gateway and net_gateway route not applied (P7)"
-                    });
-                }
-            }
-            Scenario::NoCommonCipher | Scenario::PushOverPath => {}
-        }
         Ok(summary)
+    }
+
+    /// Through a proxy: checks that the proxy saw the routing header and adds its request
+    /// line to the summary.
+    fn check_proxy_saw_header(&self, summary: &mut String) -> Result<(), String> {
+        let Some(proxy) = &self.proxy else {
+            return Ok(());
+        };
+        let want = format!("Reversed-VPN: {}", config::REVERSED_VPN_HEADER);
+        let heads = proxy.heads();
+        if !heads.iter().any(|h| h.lines().any(|l| l == want)) {
+            return Err(format!("proxy never saw `{want}`: {heads:?}"));
+        }
+        let request = heads
+            .iter()
+            .find_map(|h| h.lines().next())
+            .unwrap_or_default();
+        summary.push_str(&format!(", proxy got `{request}` + header"));
+        Ok(())
+    }
+
+    /// [`Scenario::Renegotiate`]: a slow transfer across [`RENEG_RUN`], enough renegotiations
+    /// on both sides, started by `initiator` as far as an upstream side shows, and the tunnel
+    /// still carrying pings.
+    fn renegotiate_under_traffic(
+        &self,
+        initiator: Side,
+        client_tun: IpAddr,
+        (s_imp, c_imp): (Impl, Impl),
+        summary: &mut String,
+    ) -> Result<(), String> {
+        let len = SLOW_CHUNK * (RENEG_RUN.as_millis() / SLOW_PAUSE.as_millis()) as usize;
+        transfer(
+            &self.lab.seed,
+            &self.lab.shoot,
+            client_tun,
+            len,
+            SLOW_CHUNK,
+            SLOW_PAUSE,
+        )?;
+        let s_n = logs::renegotiations(s_imp, Side::Server, &self.server.log());
+        let c_n = logs::renegotiations(c_imp, Side::Client, &self.client_log());
+        summary.push_str(&format!(
+            ", {} KiB over 60 s sha256 ok, renegotiations {s_n}/{c_n}",
+            len / 1024
+        ));
+        if s_n < RENEG_MIN || c_n < RENEG_MIN {
+            return Err(format!("too few renegotiations (< {RENEG_MIN}): {summary}"));
+        }
+        // Upstream logs `TLS: soft reset` only for the renegotiations it starts: an
+        // upstream side proves who initiated.
+        for (imp, side, log) in [
+            (s_imp, Side::Server, self.server.log()),
+            (c_imp, Side::Client, self.client_log()),
+        ] {
+            if imp != Impl::Upstream {
+                continue;
+            }
+            let started = log.matches("TLS: soft reset").count();
+            let ok = if side == initiator {
+                started >= RENEG_MIN
+            } else {
+                started == 0
+            };
+            if !ok {
+                return Err(format!(
+                    "upstream {} started {started} renegotiations: {summary}",
+                    side.name()
+                ));
+            }
+        }
+        self.ping_both()?;
+        Ok(())
+    }
+
+    /// After a cut session: waits for the second session, pings both ways and moves 256 KiB.
+    fn reconnected_with_traffic(&self) -> Result<(), String> {
+        self.wait_sessions(2)?;
+        let tun = self.ping_both()?;
+        transfer(
+            &self.lab.seed,
+            &self.lab.shoot,
+            tun,
+            256 * 1024,
+            64 * 1024,
+            Duration::ZERO,
+        )?;
+        Ok(())
     }
 
     /// [`Scenario::PushOverPath`] once the client reported its tunnel up (after its routes).
@@ -590,6 +603,50 @@ impl<'l> Run<'l> {
         routes.sort();
         Ok(routes)
     }
+}
+
+/// [`Scenario::Push`]: the client installed the routes [`PULL_FILTERS`] let through and none
+/// of the others; the redirect routes only where an upstream client applied `redirect`.
+fn check_pushed_routes(
+    routes: &[String],
+    redirect: bool,
+    c_imp: Impl,
+    summary: &mut String,
+) -> Result<(), String> {
+    for want in PUSH_WANTED {
+        if !routes.iter().any(|r| r.starts_with(&format!("{want} "))) {
+            return Err(format!("route {want} missing: {routes:?}"));
+        }
+    }
+    for unwanted in PUSH_UNWANTED {
+        if routes
+            .iter()
+            .any(|r| r.starts_with(&format!("{unwanted} ")))
+        {
+            return Err(format!("route {unwanted} installed: {routes:?}"));
+        }
+    }
+    // Upstream applies an accepted redirect-gateway and a route via net_gateway;
+    // ours never does (P7).
+    let redirected = redirect && c_imp == Impl::Upstream;
+    for r in REDIRECT_ROUTES {
+        let there = routes.iter().any(|x| x.starts_with(&format!("{r} ")));
+        if there != redirected {
+            return Err(format!(
+                "route {r} {}: {routes:?}",
+                if there { "installed" } else { "missing" }
+            ));
+        }
+    }
+    summary.push_str(", routes as filtered");
+    if redirect {
+        summary.push_str(if redirected {
+            ", redirect-gateway and net_gateway route applied"
+        } else {
+            ", redirect-gateway and net_gateway route not applied (P7)"
+        });
+    }
+    Ok(())
 }
 
 /// `10.250.0.0/16 via 192.168.123.1 dev tun0 proto static metric 5` → `10.250.0.0/16 via 192.168.123.1 dev tun0`.

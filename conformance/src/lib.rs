@@ -61,5 +61,6 @@ pub mod sidecar_lab;
 pub mod wait;
 
 pub use lab::{
-    check_lab, icmp, netns, pki_fixture, require_lab, tinyproxy, transfer, upstream, LabError,
+    check_lab, icmp, netns, pki_fixture, require_lab, tinyproxy, tls_hello, transfer, upstream,
+    LabError,
 };

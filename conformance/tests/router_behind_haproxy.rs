@@ -22,6 +22,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use conformance::netns::Netns;
+use conformance::tls_hello::client_hello;
 use conformance::wait::wait_until;
 use router_common::{connect, status, vpn, Lab, SHOOT_A, SHOOT_B};
 
@@ -196,4 +197,35 @@ fn the_router_judges_the_client_address_haproxy_sends() {
     assert!(closed, "{}", String::from_utf8_lossy(&out));
     assert_ne!(status(&out), Some(200));
     assert_eq!(up.connects(), tunnels);
+
+    // TLS passthrough (v2) to the SNI listener: the client's ClientHello reaches the upstream
+    // for the name that admits the client (echoed back after its greeting); the name that
+    // admits only the balancer is closed unanswered, with nothing sent upstream.
+    let sni = SocketAddr::new(SHOOT_A.into(), SNI_PORT);
+    let hello = client_hello(SNI_NAMES[0]);
+    let mut c = lab.connect_from(client_v4, sni);
+    c.send(&hello);
+    let (out, _) = c.read_all_until(&hello);
+    assert!(
+        out.starts_with(b"U1\n") && out.ends_with(&hello),
+        "the ClientHello for {} came back from U1 after its greeting: {out:?}",
+        SNI_NAMES[0]
+    );
+    assert_eq!(
+        up.connects(),
+        tunnels + 1,
+        "the allowed server name reached U1"
+    );
+    let mut c = lab.connect_from(client_v4, sni);
+    c.send(&client_hello(SNI_NAMES[1]));
+    let (out, closed) = c.read_all();
+    assert!(
+        closed && out.is_empty(),
+        "balancer-only name answered {out:?}"
+    );
+    assert_eq!(
+        up.connects(),
+        tunnels + 1,
+        "the balancer-only name reached no upstream"
+    );
 }

@@ -23,6 +23,7 @@
 //!   of their root filesystem per container.
 //! * [`container::Pod`] - containers started as Kubernetes starts them, from an image's root
 //!   filesystem inside a lab namespace: volumes, user, capabilities, exec probes, logs.
+//! * [`tls_hello`] - a ClientHello record naming a server, for SNI routers and balancers.
 //! * [`require_lab`] - fails a test loudly when it cannot run (not root, tool missing): a lab
 //!   test never passes by skipping.
 //!
@@ -37,6 +38,7 @@ pub mod netns;
 pub mod pki_fixture;
 pub mod sidecar_client;
 pub mod tinyproxy;
+pub mod tls_hello;
 pub mod transfer;
 pub mod upstream;
 

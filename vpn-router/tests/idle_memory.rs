@@ -21,6 +21,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use lab::tls_hello::client_hello;
 use tokio_util::sync::CancellationToken;
 use vpn_router::Router;
 
@@ -102,33 +103,6 @@ fn upstream() -> SocketAddr {
         }
     });
     addr
-}
-
-/// A TLS 1.3-shaped ClientHello carrying `name` (what the SNI listener reads; nothing more).
-fn client_hello(name: &str) -> Vec<u8> {
-    let mut sni = Vec::new();
-    let host = name.as_bytes();
-    sni.extend_from_slice(&((host.len() + 3) as u16).to_be_bytes());
-    sni.push(0);
-    sni.extend_from_slice(&(host.len() as u16).to_be_bytes());
-    sni.extend_from_slice(host);
-    let mut ext = Vec::new();
-    ext.extend_from_slice(&0u16.to_be_bytes());
-    ext.extend_from_slice(&(sni.len() as u16).to_be_bytes());
-    ext.extend_from_slice(&sni);
-    let mut body = vec![0x03, 0x03];
-    body.extend_from_slice(&[7u8; 32]);
-    body.push(0);
-    body.extend_from_slice(&[0, 2, 0x13, 0x01, 1, 0]);
-    body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-    body.extend_from_slice(&ext);
-    let mut hs = vec![1];
-    hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-    hs.extend_from_slice(&body);
-    let mut rec = vec![0x16, 0x03, 0x01];
-    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
-    rec.extend_from_slice(&hs);
-    rec
 }
 
 const N: i64 = 1000;

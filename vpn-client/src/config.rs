@@ -30,8 +30,8 @@ use pki::check::{RemoteCertTls, VerifyX509Name, X509NameType};
 use pki::tls::PeerPolicy;
 use pki::{CaBundle, Identity};
 use protocol::config::{
-    lex, CertUsage, ClientOptions, ConfigError, DevType, ProxyAuthMethod, ProxyCredentials, Source,
-    TlsVersion, TlsWrapConfig, Warning,
+    lex, CertUsage, ClientOptions, CommonOptions, ConfigError, DevType, ProxyAuthMethod,
+    ProxyCredentials, Source, TlsVersion, TlsWrapConfig, Warning,
 };
 use protocol::session::ControlProtection;
 use protocol::static_key;
@@ -172,6 +172,8 @@ impl Lines<'_> {
     }
 }
 
+/// The [`Settings`] of a parsed config, each concern in its own step, in the order their
+/// errors take precedence; the warnings are the parser's, then the mapping's.
 fn settings_from_options(
     o: &ClientOptions,
     parser_warnings: &[Warning],
@@ -180,7 +182,37 @@ fn settings_from_options(
     let c = &o.common;
     let mut warnings: Vec<String> = parser_warnings.iter().map(ToString::to_string).collect();
 
-    // TLS material, checked here so that errors name the file.
+    let tls = tls_material(c)?;
+    let protection = control_protection(c)?;
+    let remotes = o
+        .remotes
+        .iter()
+        .map(|r| Remote::new(r.host.clone(), r.port))
+        .collect();
+    let mut s = Settings::new(remotes, tls, protection);
+    s.family = c.family;
+    s.data_ciphers = c.effective_data_ciphers();
+    s.data_ciphers_fallback = c.data_ciphers_fallback;
+    s.auth = c.auth;
+    s.compression = c.compression;
+    apply_timers(&mut s, c, lines, &mut warnings);
+    s.pull = o.pull_policy();
+    s.tun = tun_settings(c, s.tun.mtu, lines)?;
+    s.connect_retry = secs(o.connect_retry.initial);
+    s.connect_retry_max = secs(o.connect_retry.max);
+    s.connect_retry_attempts = o.connect_retry_max;
+    s.http_proxy = http_proxy(o, lines)?;
+    s.scripts = scripts(o, lines)?;
+    warn_not_acted_on(c, lines, &mut warnings);
+    Ok(Loaded {
+        settings: s,
+        warnings,
+    })
+}
+
+/// The CA, certificate and key, checked here so that errors name the file, and the checks
+/// on the server's certificate.
+fn tls_material(c: &CommonOptions) -> Result<TlsMaterial, LoadError> {
     let ca = read_source(&c.ca)?;
     let cert = read_source(&c.cert)?;
     let key = read_source(&c.key)?;
@@ -208,8 +240,17 @@ fn settings_from_options(
             },
         }),
     };
+    Ok(TlsMaterial::Pem {
+        ca,
+        cert,
+        key,
+        peer,
+    })
+}
 
-    let protection = match &c.tls_wrap {
+/// `tls-auth` or `tls-crypt`, with the key file read.
+fn control_protection(c: &CommonOptions) -> Result<ControlProtection, LoadError> {
+    Ok(match &c.tls_wrap {
         None => ControlProtection::None,
         Some(TlsWrapConfig::Auth { key, direction }) => ControlProtection::TlsAuth {
             key: read_static_key(key, "tls-auth")?,
@@ -219,33 +260,21 @@ fn settings_from_options(
         Some(TlsWrapConfig::Crypt { key }) => ControlProtection::TlsCrypt {
             key: read_static_key(key, "tls-crypt")?,
         },
-    };
+    })
+}
 
-    let remotes = o
-        .remotes
-        .iter()
-        .map(|r| Remote::new(r.host.clone(), r.port))
-        .collect();
-    let mut s = Settings::new(
-        remotes,
-        TlsMaterial::Pem {
-            ca,
-            cert,
-            key,
-            peer,
-        },
-        protection,
-    );
-    s.family = c.family;
-    s.data_ciphers = c.effective_data_ciphers();
-    s.data_ciphers_fallback = c.data_ciphers_fallback;
-    s.auth = c.auth;
-    s.compression = c.compression;
+/// Renegotiation, the handshake windows and the keepalive.
+fn apply_timers(
+    s: &mut Settings,
+    c: &CommonOptions,
+    lines: &Lines<'_>,
+    warnings: &mut Vec<String>,
+) {
     if let Some(r) = c.reneg_sec {
         s.reneg_sec = (r.max > 0).then(|| secs(r.max));
         if r.min.is_some() {
             lines.warn(
-                &mut warnings,
+                warnings,
                 "reneg-sec",
                 "the MIN bound is ignored; renegotiation runs at MAX",
             );
@@ -258,7 +287,6 @@ fn settings_from_options(
     }
     s.tls_timeout = c.tls_timeout.map(secs);
     s.tran_window = c.tran_window.map(secs);
-    s.pull = o.pull_policy();
     // On a client `keepalive N M` is `ping N` + `ping-restart M`.
     match c.keepalive {
         Some(k) => {
@@ -270,7 +298,15 @@ fn settings_from_options(
             s.ping_restart = c.ping_restart.filter(|p| *p > 0).map(secs);
         }
     }
-    s.tun = TunSettings {
+}
+
+/// The tun (or tap) device; `default_mtu` when the config sets none.
+fn tun_settings(
+    c: &CommonOptions,
+    default_mtu: u16,
+    lines: &Lines<'_>,
+) -> Result<TunSettings, LoadError> {
+    Ok(TunSettings {
         // `dev tun` / `dev tap` mean "the next free device" (the kernel names it tun0,
         // tun1, ...), as upstream and our server read it; any other name is taken literally.
         name: match c.dev.as_str() {
@@ -281,19 +317,16 @@ fn settings_from_options(
         mtu: match c.tun_mtu {
             Some(m) => u16::try_from(m)
                 .map_err(|_| lines.unsupported("tun-mtu", "the MTU must be at most 65535"))?,
-            None => s.tun.mtu,
+            None => default_mtu,
         },
         txqueuelen: c.txqueuelen,
         ..TunSettings::default()
-    };
-    s.connect_retry = secs(o.connect_retry.initial);
-    s.connect_retry_max = secs(o.connect_retry.max);
-    s.connect_retry_attempts = o.connect_retry_max;
-    s.http_proxy = http_proxy(o, lines)?;
-    s.scripts = scripts(o, lines)?;
+    })
+}
 
-    // Accepted, not acted on: say so.
-    let mut warn = |directive: &str, why: &str| lines.warn(&mut warnings, directive, why);
+/// Directives accepted but not acted on by the client: say so.
+fn warn_not_acted_on(c: &CommonOptions, lines: &Lines<'_>, warnings: &mut Vec<String>) {
+    let mut warn = |directive: &str, why: &str| lines.warn(warnings, directive, why);
     if c.local.is_some() {
         warn("local", "the client does not bind its socket; ignored");
     }
@@ -347,10 +380,6 @@ fn settings_from_options(
             "the log level comes from --log / VPN_CLIENT_LOG; ignored",
         );
     }
-    Ok(Loaded {
-        settings: s,
-        warnings,
-    })
 }
 
 fn http_proxy(o: &ClientOptions, lines: &Lines<'_>) -> Result<Option<HttpProxy>, LoadError> {

@@ -20,7 +20,7 @@
 //!
 //! | file | what it holds |
 //! | --- | --- |
-//! | `mod.rs` | the rule model ([`Table`], [`Chain`], [`Rule`]) and [`Firewall`]: apply, remove |
+//! | `mod.rs` | the rule model ([`Table`], [`Chain`], [`Rule`]) and [`Firewall`]: apply, remove; [`Installed`], a program's table held while it serves |
 //! | `encode.rs` | the nf_tables netlink messages: a table's replacement or removal as one batch, each rule's expressions |
 //! | `socket.rs` | the netfilter netlink socket: one batch sent, every acknowledgement awaited |
 //!
@@ -34,6 +34,7 @@ use std::io;
 use ipnet::IpNet;
 
 use crate::netlink::Malformed;
+use crate::report::chain;
 
 mod encode;
 mod socket;
@@ -394,6 +395,38 @@ impl Firewall {
                 self.socket.send(removal(name, NFT_TABLE_F_OWNER))
             }
             other => other,
+        }
+    }
+}
+
+/// A program's table, applied owned and held while it serves: what `vpn-server` and
+/// `vpn-client` install before their sessions and remove after them.
+#[derive(Debug)]
+pub struct Installed {
+    firewall: Firewall,
+    name: String,
+}
+
+impl Installed {
+    /// Opens a socket and applies `table` owned by it (blocking, in the calling thread's
+    /// network namespace), so the kernel deletes the table if the process ends without
+    /// [`Installed::remove`], also by `kill -9`.
+    pub fn apply(table: &Table) -> Result<Installed, FirewallError> {
+        let mut firewall = Firewall::open()?;
+        firewall.apply(table, true)?;
+        tracing::info!(table = table.name(), "firewall rules installed");
+        Ok(Installed {
+            firewall,
+            name: table.name.clone(),
+        })
+    }
+
+    /// Deletes the table. A failure is logged, not returned: the process is stopping, and the
+    /// kernel deletes the owned table anyway once the socket closes (here).
+    pub fn remove(mut self) {
+        match self.firewall.remove(&self.name) {
+            Ok(()) => tracing::info!(table = %self.name, "firewall rules removed"),
+            Err(e) => tracing::warn!(error = %chain(&e), "cannot remove the firewall rules"),
         }
     }
 }

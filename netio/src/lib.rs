@@ -46,6 +46,9 @@
 //! * [`report`] - an error and its causes on one line.
 //! * [`sysctl`] - kernel parameters by name (the init containers' settings).
 //! * [`logging`] - the log subscriber of the binaries.
+//! * [`volume`] - a directory's files read as one version (a Kubernetes ConfigMap or Secret
+//!   volume and its `..data` swaps, or a plain directory): the router's `--config-dir`, the
+//!   cloud-api client's connection files.
 //! * [`libm_pow`] - `pow(3)` defined in a binary, so it does not load `libm.so.6`.
 
 pub use protocol::http;
@@ -69,3 +72,4 @@ pub mod sysctl;
 pub mod tcp;
 pub mod tun;
 pub mod tunnel_proxy;
+pub mod volume;

@@ -50,7 +50,7 @@
 use std::io;
 use std::time::Duration;
 
-use netio::firewall::{Firewall, FirewallError};
+use netio::firewall::{FirewallError, Installed};
 use netio::report::chain;
 use protocol::session::{ClientConfig, ClientSession};
 pub use tokio_util::sync::CancellationToken;
@@ -125,15 +125,11 @@ pub async fn run(mut settings: Settings, shutdown: CancellationToken) -> Result<
         settings.tun.mtu = tunnel::auto_mtu(settings.tun.mtu).await?;
     }
     let config = settings.client_config()?;
-    let rules = match &settings.firewall {
-        Some(table) => {
-            let mut fw = Firewall::open()?;
-            fw.apply(table, true)?;
-            tracing::info!(table = table.name(), "firewall rules installed");
-            Some(fw)
-        }
-        None => None,
-    };
+    let rules = settings
+        .firewall
+        .as_ref()
+        .map(Installed::apply)
+        .transpose()?;
     let mut tunnel = Tunnel::new(settings.tun.clone())?;
     let mut client = Client {
         settings: &settings,
@@ -143,11 +139,8 @@ pub async fn run(mut settings: Settings, shutdown: CancellationToken) -> Result<
     };
     let result = client.reconnect_loop(&mut tunnel).await;
     tunnel.teardown().await;
-    if let (Some(mut fw), Some(table)) = (rules, &settings.firewall) {
-        match fw.remove(table.name()) {
-            Ok(()) => tracing::info!(table = table.name(), "firewall rules removed"),
-            Err(e) => tracing::warn!(error = %chain(&e), "cannot remove the firewall rules"),
-        }
+    if let Some(rules) = rules {
+        rules.remove();
     }
     if let (Some(info), Some(down)) = (&client.up_ran, &settings.scripts.down) {
         if let Err(e) = run_script(ScriptType::Down, down, info).await {

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use netio::ingress::{Deadlines, ProxyMode};
-use protocol::http::route::{RouteError, RouteValue};
+use protocol::http::route::{check_namespace, RouteError, RouteValue};
 use serde::Deserialize;
 
 use crate::access::{Action, AlwaysAllowed, Rule, Source};
+use crate::client_hello::ServerName;
 use crate::policy::{Policy, Target, ROUTING_HEADERS};
 
 /// Default bound on connecting upstream (GEP-30's apiserver-proxy uses 5 s).
@@ -208,7 +209,7 @@ struct RawConfig {
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
     #[serde(default, rename = "sni_route")]
-    sni_routes: Vec<crate::sni::RawSniRoute>,
+    sni_routes: Vec<RawSniRoute>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -239,14 +240,14 @@ struct RawRoutes {
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
     #[serde(default, rename = "sni_route")]
-    sni_routes: Vec<crate::sni::RawSniRoute>,
+    sni_routes: Vec<RawSniRoute>,
 }
 
 /// One shoot file's routes (`--config-dir`): CONNECT routes by value, SNI routes by name.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ShootRoutes {
     pub(crate) routes: HashMap<RouteValue, Target>,
-    pub(crate) sni_routes: HashMap<crate::client_hello::ServerName, Target>,
+    pub(crate) sni_routes: HashMap<ServerName, Target>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -357,7 +358,7 @@ impl RawConfig {
             .map(RawListener::check)
             .collect::<Result<Vec<_>, _>>()?;
         let routes = check_routes(self.routes)?;
-        let sni_routes = crate::sni::check_routes(self.sni_routes)?;
+        let sni_routes = check_sni_routes(self.sni_routes)?;
         let metrics_listen = match self.metrics_listen {
             None => None,
             Some(address) => Some(
@@ -493,6 +494,59 @@ impl RawListener {
     }
 }
 
+/// One `[[sni_route]]` table as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSniRoute {
+    server_names: Vec<String>,
+    upstream: String,
+    allow: Option<Vec<String>>,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RawRule>,
+    /// The shoot whose series count the route (a namespace such as `shoot--p--a`); in a
+    /// shoot's file of `--config-dir`, that file's shoot whether given or not.
+    shoot: Option<String>,
+}
+
+/// Checks the `[[sni_route]]` tables (for `kind = "sni"` listeners, `crate::sni`): every name a DNS host name, no name twice, the
+/// upstream `host:port`, the rules as for CONNECT routes, the shoot a namespace.
+fn check_sni_routes(raw: Vec<RawSniRoute>) -> Result<HashMap<ServerName, Target>, ConfigError> {
+    let mut routes = HashMap::new();
+    for route in raw {
+        let Some(first) = route.server_names.first() else {
+            return Err(ConfigError::NoServerNames {
+                upstream: route.upstream,
+            });
+        };
+        check_upstream(&route.upstream)?;
+        if let Some(shoot) = &route.shoot {
+            check_namespace(shoot).map_err(|source| ConfigError::SniShoot {
+                shoot: shoot.clone(),
+                source,
+            })?;
+        }
+        let target = Target {
+            rules: rules(route.allow.as_deref(), &route.rules, first)?,
+            upstream: route.upstream,
+            shoot: route.shoot,
+        };
+        for name in &route.server_names {
+            let key =
+                ServerName::parse(name.as_bytes()).map_err(|source| ConfigError::ServerName {
+                    name: name.clone(),
+                    source,
+                })?;
+            if routes.contains_key(&key) {
+                return Err(ConfigError::DuplicateServerName {
+                    name: key.to_string(),
+                });
+            }
+            routes.insert(key, target.clone());
+        }
+    }
+    Ok(routes)
+}
+
 /// Parses and checks the `[[route]]` and `[[sni_route]]` tables of a shoot file
 /// (`--config-dir`); anything else in it is an error. The caller names the file.
 pub(crate) fn parse_routes(text: &str) -> Result<ShootRoutes, ConfigError> {
@@ -503,7 +557,7 @@ pub(crate) fn parse_routes(text: &str) -> Result<ShootRoutes, ConfigError> {
     })?;
     Ok(ShootRoutes {
         routes: check_routes(raw.routes)?,
-        sni_routes: crate::sni::check_routes(raw.sni_routes)?,
+        sni_routes: check_sni_routes(raw.sni_routes)?,
     })
 }
 
@@ -1013,5 +1067,73 @@ mod tests {
         ] {
             assert!(RouterConfig::parse(&bad).is_err(), "{bad}");
         }
+    }
+
+    /// A config with one SNI listener and `routes`.
+    fn sni_config(routes: &str) -> Result<RouterConfig, ConfigError> {
+        RouterConfig::parse(&format!(
+            "always_allowed = [\"10.250.0.0/16\"]\n\
+             [[listener]]\naddress = \"127.0.0.1:1\"\nkind = \"sni\"\n{routes}"
+        ))
+    }
+
+    #[test]
+    fn bad_sni_configs_are_refused() {
+        for (routes, what) in [
+            ("[[sni_route]]\nserver_names = []\nupstream = \"x:1\"\n", "no names"),
+            ("[[sni_route]]\nserver_names = [\"a.example.\"]\nupstream = \"x:1\"\n", "dot"),
+            ("[[sni_route]]\nserver_names = [\"*.example\"]\nupstream = \"x:1\"\n", "wildcard"),
+            ("[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x\"\n", "upstream"),
+            (
+                "[[sni_route]]\nserver_names = [\"a.example\", \"A.example\"]\nupstream = \"x:1\"\n",
+                "twice",
+            ),
+            (
+                "[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x:1\"\n\
+                 [[sni_route]]\nserver_names = [\"a.EXAMPLE\"]\nupstream = \"y:1\"\n",
+                "two routes",
+            ),
+            (
+                "[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x:1\"\nallow = []\n\
+                 [[sni_route.rule]]\naction = \"allow\"\nfrom = []\n",
+                "allow and rules",
+            ),
+            ("[[sni_route]]\nserver_name = \"a.example\"\nupstream = \"x:1\"\n", "key"),
+        ] {
+            assert!(sni_config(routes).is_err(), "{what}");
+        }
+        // `shoot` is a namespace, exactly: no upper case, no dots, no empty value.
+        for shoot in [
+            "Shoot--p--a",
+            "shoot--p--a.svc",
+            "",
+            "-shoot",
+            "shoot--p--a-",
+        ] {
+            let routes = format!(
+                "[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x:1\"\nshoot = {shoot:?}\n"
+            );
+            assert!(
+                matches!(sni_config(&routes), Err(ConfigError::SniShoot { .. })),
+                "{shoot:?}"
+            );
+        }
+        let routes = "[[sni_route]]\nserver_names = [\"a.example\"]\nupstream = \"x:1\"\n\
+                      shoot = \"shoot--p--a\"\n";
+        let parsed = sni_config(routes).unwrap();
+        let target = parsed.policy.sni_routes.values().next().unwrap();
+        assert_eq!(target.shoot.as_deref(), Some("shoot--p--a"));
+        // An SNI listener takes no headers; a CONNECT listener needs them.
+        let with_headers = "[[listener]]\naddress = \"127.0.0.1:1\"\nkind = \"sni\"\n\
+                            headers = [\"Reversed-VPN\"]\n";
+        assert!(matches!(
+            RouterConfig::parse(with_headers),
+            Err(ConfigError::SniHeaders { .. })
+        ));
+        assert!(RouterConfig::parse("[[listener]]\naddress = \"127.0.0.1:1\"\n").is_err());
+        assert!(
+            RouterConfig::parse("[[listener]]\naddress = \"127.0.0.1:1\"\nkind = \"tls\"\n")
+                .is_err()
+        );
     }
 }

@@ -17,9 +17,10 @@
 //! **Kubernetes volumes.** A ConfigMap or Secret volume holds the files in a directory
 //! `..<timestamp>/`, a link `..data` to it, and a link `<name> -> ..data/<name>` per file; a new
 //! version is a new directory and one atomic rename of `..data`. When `DIR/..data` exists,
-//! the files are read from the directory it names (resolved once per read), so one read sees
-//! one version, never a mix, and neither links not yet made nor links left dangling.
-//! Without `..data`, the files of `DIR` are read, through their links.
+//! the files are read from the directory it names (resolved once per read, and read again if
+//! `..data` moved meanwhile: `netio::volume`), so one read sees one version, never a mix, and
+//! neither links not yet made nor links left dangling. Without `..data`, the files of `DIR`
+//! are read, through their links.
 //!
 //! **Reload.** The directory is read every `[watch] poll_ms` (default 1 s) and on SIGHUP (a
 //! Kubernetes volume only when `..data` names another version than the one read last, or on
@@ -50,6 +51,7 @@ use std::sync::{Mutex, PoisonError};
 
 use netio::admin::{Exposition, Kind};
 use netio::report::chain;
+use netio::volume::{self, Listing, Snapshot};
 use tracing::{info, warn};
 
 use crate::config::ShootRoutes;
@@ -60,13 +62,10 @@ pub const SEED_FILE: &str = "seed.toml";
 /// Configuration files end in this.
 pub const EXTENSION: &str = "toml";
 /// Kubernetes' link to the version of an atomically written volume in force.
-pub const DATA_LINK: &str = "..data";
+pub const DATA_LINK: &str = netio::volume::DATA_LINK;
 
 /// Configuration files by name, with their bytes.
 pub type Files = BTreeMap<String, Vec<u8>>;
-
-/// Reads of the directory that race with a version's removal are tried this often.
-const SCAN_TRIES: usize = 3;
 
 /// The configuration files of `dir` and their bytes, by name (see the module docs for which
 /// names count and how a Kubernetes volume is read).
@@ -74,58 +73,11 @@ pub fn scan(dir: &Path) -> io::Result<Files> {
     scan_version(dir).map(|(files, _)| files)
 }
 
-/// [`scan`], and the target of `..data` the files were read through (`None`: no `..data`).
+/// [`scan`], and the target of `..data` the files were read through (`None`: no `..data`):
+/// the names of the version in force (`netio::volume`, [`Listing::Version`]).
 fn scan_version(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match scan_once(dir) {
-            // The version `..data` named was removed while we read it: read the new one.
-            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < SCAN_TRIES => continue,
-            other => return other,
-        }
-    }
-}
-
-fn scan_once(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
-    let link = std::fs::read_link(dir.join(DATA_LINK)).ok();
-    let (root, versioned) = match &link {
-        Some(target) => (dir.join(target), true),
-        None => (dir.to_owned(), false),
-    };
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(&root)? {
-        let entry = entry?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let wanted = !name.starts_with('.')
-            && Path::new(&name).extension().and_then(|e| e.to_str()) == Some(EXTENSION);
-        if !wanted {
-            continue;
-        }
-        let path = root.join(&name);
-        match std::fs::metadata(&path) {
-            Ok(meta) if meta.is_file() => {}
-            // A directory, a dangling link outside a versioned volume: not a file.
-            Ok(_) => continue,
-            Err(e) if !versioned && e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        }
-        match std::fs::read(&path) {
-            Ok(content) => {
-                files.insert(name, content);
-            }
-            Err(e) if !versioned && e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    // The version read must still be the one in force: the kubelet removes a version only
-    // after `..data` left it, and a directory removed while it is listed may list short.
-    if versioned && std::fs::read_link(dir.join(DATA_LINK)).ok() != link {
-        return Err(io::ErrorKind::NotFound.into());
-    }
-    Ok((files, link))
+    let Snapshot { files, version } = volume::read(dir, EXTENSION, Listing::Version)?;
+    Ok((files, version))
 }
 
 /// The directory's state: what was read last, the last good seed settings, each shoot
@@ -192,11 +144,8 @@ impl DirLoader {
     /// a new one and renames `..data`. So the regular poll of a large volume costs one
     /// `readlink(2)`.
     pub fn poll(&mut self, files: &ConfigFiles, force: bool) -> Result<Option<Change>, DirError> {
-        if !force && self.version.is_some() {
-            let now = std::fs::read_link(self.dir.join(DATA_LINK)).ok();
-            if now == self.version {
-                return Ok(None);
-            }
+        if !force && self.version.is_some() && volume::version(&self.dir) == self.version {
+            return Ok(None);
         }
         let (found, version) = scan_version(&self.dir).map_err(|source| DirError::Scan {
             dir: self.dir.clone(),

@@ -76,6 +76,22 @@
 //! `apiserver-proxy`, `kube-apiserver-socket`, `legacy`): tunnels opened and open, bytes each
 //! way, refusals by reason ([`shoots`]; catalogue in `docs/metrics.md`).
 //!
+//! # Modules
+//!
+//! In layers, each using only those above it:
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`access`], [`client_hello`] | the rule model (who may use a route); the ClientHello parser (its server name) |
+//! | `policy` | the routes and the decisions: [`Policy::decide`] (CONNECT), [`Policy::decide_sni`], their refusals |
+//! | `config` | the TOML file parsed and checked into a [`RouterConfig`] and its [`Policy`] (`[[route]]` and `[[sni_route]]` tables alike) |
+//! | [`config_dir`] | `--config-dir`: the directory read one version at a time, each file's last good version, the `vpn_router_config_*` series |
+//! | [`shoots`] | the per-shoot series |
+//! | `metrics` | the router's [`Counters`] (with the shoots', the files' and the SNI listeners') and `/metrics` |
+//! | `conn` | what every connection shares: the router's state, the open tunnel and its [`relay`], the upstream connect, a refused head counted and logged |
+//! | `connect`, [`sni`] | a CONNECT listener's connection up to its open tunnel; an SNI listener's |
+//! | `serve` | [`Router`]: listeners, admission, one task per connection, reloads ([`Reloader`]) |
+//!
 //! # Where it differs from Gardener's Istio gateway, and why
 //!
 //! Each difference is listed with its test in `conformance/DEVIATIONS.md` (R1 onwards).
@@ -192,6 +208,8 @@ pub mod access;
 pub mod client_hello;
 mod config;
 pub mod config_dir;
+mod conn;
+mod connect;
 mod metrics;
 mod policy;
 mod serve;
@@ -202,6 +220,7 @@ pub use config::{
     ConfigError, ListenerConfig, ListenerKind, RouterConfig, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
+pub use conn::relay;
 pub use metrics::{ActiveTunnel, Counters, PendingHead, ProxyRefusal};
 pub use policy::{Decision, Policy, Refusal, Target, ROUTING_HEADERS};
-pub use serve::{relay, Reloader, Router, RouterError};
+pub use serve::{Reloader, Router, RouterError};

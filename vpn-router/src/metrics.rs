@@ -22,6 +22,7 @@ use netio::admin::{AdminState, Exposition, Kind};
 use protocol::http::connect::Status;
 
 use crate::config_dir::ConfigFiles;
+use crate::policy::SniRefusal;
 use crate::shoots::Shoots;
 
 /// The status codes the router answers with, in the order of [`Counters::by_code`].
@@ -55,7 +56,7 @@ pub struct Counters {
     /// The configuration files' state and reloads (`vpn_router_config_*`).
     pub files: ConfigFiles,
     /// The SNI listeners' refusals and tunnels.
-    pub sni: crate::sni::SniCounters,
+    pub sni: SniCounters,
     /// The router serves (`/readyz`): set when it starts, cleared when shutdown begins.
     serving: AtomicBool,
 }
@@ -225,6 +226,57 @@ impl ProxyRefusal {
     }
 }
 
+/// The SNI listeners' counters (part of [`Counters`]).
+#[derive(Debug, Default)]
+pub struct SniCounters {
+    refused: [AtomicU64; SniRefusal::LABELS.len()],
+    tunnels: AtomicU64,
+}
+
+impl SniCounters {
+    /// Connections refused so far with the reason labelled `label`.
+    pub fn refused_total(&self, label: &str) -> u64 {
+        SniRefusal::LABELS
+            .iter()
+            .position(|l| *l == label)
+            .map_or(0, |i| self.refused[i].load(Ordering::Relaxed))
+    }
+
+    /// Passthrough tunnels opened so far.
+    pub fn tunnels_total(&self) -> u64 {
+        self.tunnels.load(Ordering::Relaxed)
+    }
+
+    /// A connection was refused for `why`; returns the total of its reason so far.
+    pub(crate) fn refused(&self, why: SniRefusal) -> u64 {
+        self.refused[why.index()].fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A passthrough tunnel opened.
+    pub(crate) fn tunnel_opened(&self) {
+        self.tunnels.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Appends `vpn_router_sni_refused_total` and `vpn_router_sni_tunnels_total`.
+    pub(crate) fn metrics(&self, out: &mut Exposition) {
+        let name = "vpn_router_sni_refused_total";
+        out.family(
+            name,
+            Kind::Counter,
+            "SNI connections closed before an upstream, by reason.",
+        );
+        for (label, n) in SniRefusal::LABELS.iter().zip(&self.refused) {
+            out.sample(name, &[("reason", label)], n.load(Ordering::Relaxed));
+        }
+        out.single(
+            "vpn_router_sni_tunnels_total",
+            Kind::Counter,
+            "SNI passthrough tunnels opened.",
+            self.tunnels_total(),
+        );
+    }
+}
+
 /// Keeps a tunnel in `vpn_router_tunnels_active` while it lives (also when the relay is
 /// dropped at shutdown).
 #[derive(Debug)]
@@ -249,6 +301,7 @@ impl Drop for PendingHead<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::Denial;
 
     #[test]
     fn render_counts_by_code_and_direction() {
@@ -292,5 +345,22 @@ mod tests {
             assert!(text.contains(&line), "{line}: {text}");
         }
         assert_eq!(c.refused.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn every_refusal_has_its_label() {
+        let c = SniCounters::default();
+        c.refused(SniRefusal::Denied(Denial::NoMatch));
+        c.refused(SniRefusal::NotTls);
+        c.refused(SniRefusal::NotTls);
+        let mut out = Exposition::new();
+        c.metrics(&mut out);
+        let text = out.into_string();
+        for (label, n) in [("not_tls", 2), ("denied", 1), ("no_sni", 0), ("unknown", 0)] {
+            let line = format!("vpn_router_sni_refused_total{{reason=\"{label}\"}} {n}\n");
+            assert!(text.contains(&line), "{line}: {text}");
+        }
+        assert_eq!(c.refused_total("not_tls"), 2);
+        assert!(text.contains("vpn_router_sni_tunnels_total 0\n"));
     }
 }

@@ -1,6 +1,7 @@
-//! The routing decision: which header, which route, whether the client may use it. Pure:
-//! the caller supplies the parsed head, the listener's header names, the connection's
-//! addresses and one [`Policy`] snapshot, so every request is decided by exactly one policy.
+//! The routing decision: which header (or TLS server name), which route, whether the client
+//! may use it. Pure: the caller supplies the parsed head (or the ClientHello's name), the
+//! listener's header names, the connection's addresses and one [`Policy`] snapshot, so every
+//! request is decided by exactly one policy.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -9,7 +10,7 @@ use protocol::http::connect::{ConnectHead, Status};
 use protocol::http::route::{RouteError, RouteValue};
 
 use crate::access::{admits, AlwaysAllowed, Client, Denial, Rule};
-use crate::client_hello::ServerName;
+use crate::client_hello::{HelloError, ServerName};
 
 /// The routing header names the router knows (canonical spelling; matching ignores case).
 pub const ROUTING_HEADERS: [&str; 3] = [
@@ -102,6 +103,16 @@ impl Policy {
         })?;
         Ok(Decision { route, target })
     }
+
+    /// Decides a ClientHello's `name` from `who`: an exact `[[sni_route]]` name (stored and
+    /// compared in lower case), then its rules ([`admits`]).
+    pub fn decide_sni(&self, name: &ServerName, who: Client) -> Result<&Target, SniRefusal> {
+        let Some(target) = self.sni_routes.get(name) else {
+            return Err(SniRefusal::Unknown);
+        };
+        admits(&target.rules, &self.always_allowed, who).map_err(SniRefusal::Denied)?;
+        Ok(target)
+    }
 }
 
 /// Why a parsed request is not routed.
@@ -159,6 +170,83 @@ impl Refusal {
         match self {
             Refusal::Denied { .. } => Status::FORBIDDEN,
             _ => Status::BAD_REQUEST,
+        }
+    }
+}
+
+/// Why an SNI connection was closed before its upstream: the `reason` of
+/// `vpn_router_sni_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SniRefusal {
+    /// The first bytes (after any PROXY header) are not a TLS handshake record.
+    #[error("not TLS")]
+    NotTls,
+    /// A malformed ClientHello, or a server name that is no DNS host name.
+    #[error("malformed ClientHello")]
+    Malformed,
+    /// A ClientHello over the size or record bound.
+    #[error("ClientHello too large")]
+    TooLarge,
+    /// A ClientHello without a server name.
+    #[error("no server name")]
+    NoSni,
+    /// A server name no `[[sni_route]]` lists.
+    #[error("no route for the server name")]
+    Unknown,
+    /// The route's rules do not admit the connection.
+    #[error("denied: {0}")]
+    Denied(Denial),
+    /// The ClientHello was not complete within the header deadline.
+    #[error("no complete ClientHello in time")]
+    Timeout,
+    /// Connecting upstream failed or timed out.
+    #[error("upstream connect failed")]
+    Upstream,
+    /// `max_connections` were open already (closed at accept, unread).
+    #[error("connection limit reached")]
+    OverLimit,
+}
+
+impl SniRefusal {
+    /// Every `reason` label, in counter order.
+    pub const LABELS: [&'static str; 9] = [
+        "not_tls",
+        "malformed",
+        "too_large",
+        "no_sni",
+        "unknown",
+        "denied",
+        "timeout",
+        "upstream",
+        "over_limit",
+    ];
+
+    pub(crate) fn index(self) -> usize {
+        match self {
+            SniRefusal::NotTls => 0,
+            SniRefusal::Malformed => 1,
+            SniRefusal::TooLarge => 2,
+            SniRefusal::NoSni => 3,
+            SniRefusal::Unknown => 4,
+            SniRefusal::Denied(_) => 5,
+            SniRefusal::Timeout => 6,
+            SniRefusal::Upstream => 7,
+            SniRefusal::OverLimit => 8,
+        }
+    }
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        Self::LABELS[self.index()]
+    }
+
+    /// The refusal of a ClientHello the parser refused.
+    pub(crate) fn of(e: &HelloError) -> Self {
+        match e {
+            HelloError::NotTls => SniRefusal::NotTls,
+            HelloError::Malformed { .. } | HelloError::Name(_) => SniRefusal::Malformed,
+            HelloError::TooLarge { .. } => SniRefusal::TooLarge,
+            HelloError::NoServerName => SniRefusal::NoSni,
         }
     }
 }
@@ -327,5 +415,66 @@ mod tests {
             p.decide(&head(&format!("Reversed-VPN: {v}.\r\n")), H, c),
             Err(Refusal::Malformed { .. })
         ));
+    }
+
+    /// A config with one SNI listener and `routes`.
+    fn sni_config(routes: &str) -> Result<crate::RouterConfig, crate::ConfigError> {
+        crate::RouterConfig::parse(&format!(
+            "always_allowed = [\"10.250.0.0/16\"]\n\
+             [[listener]]\naddress = \"127.0.0.1:1\"\nkind = \"sni\"\n{routes}"
+        ))
+    }
+
+    fn name(s: &str) -> ServerName {
+        ServerName::parse(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn routes_by_exact_name_in_any_case_then_by_rules() {
+        let c = sni_config(
+            "[[sni_route]]\nserver_names = [\"API.a.example\", \"api.a.internal\"]\n\
+             upstream = \"10.0.0.1:443\"\n\
+             [[sni_route.rule]]\naction = \"deny\"\nfrom = [\"192.0.2.9\"]\n\
+             [[sni_route.rule]]\naction = \"allow\"\nfrom = [\"192.0.2.0/24\"]\n\
+             [[sni_route]]\nserver_names = [\"api.ab.example\"]\nupstream = \"x:443\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.listeners[0].kind, crate::ListenerKind::Sni);
+        assert!(c.listeners[0].headers.is_empty());
+        let p = &c.policy;
+        let at = |s: &str| Client::direct(s.parse().unwrap());
+        let ok = |n: &str, who| p.decide_sni(&name(n), who).map(|t| t.upstream.clone());
+        assert_eq!(
+            ok("api.a.example", at("192.0.2.1")),
+            Ok("10.0.0.1:443".into())
+        );
+        assert_eq!(
+            ok("Api.A.Internal", at("192.0.2.1")),
+            Ok("10.0.0.1:443".into())
+        );
+        assert_eq!(
+            ok("api.a.example", at("192.0.2.9")),
+            Err(SniRefusal::Denied(Denial::Rule(0)))
+        );
+        assert_eq!(
+            ok("api.a.example", at("198.51.100.1")),
+            Err(SniRefusal::Denied(Denial::NoMatch))
+        );
+        // Always-allowed first.
+        assert!(ok("api.a.example", at("10.250.1.1")).is_ok());
+        // No rules: anyone; no prefix or suffix matching.
+        assert!(ok("api.ab.example", at("198.51.100.1")).is_ok());
+        for unknown in [
+            "a.example",
+            "pi.a.example",
+            "x.api.a.example",
+            "api.a.exampl",
+        ] {
+            assert_eq!(
+                ok(unknown, at("192.0.2.1")),
+                Err(SniRefusal::Unknown),
+                "{unknown}"
+            );
+        }
     }
 }

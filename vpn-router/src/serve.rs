@@ -1,51 +1,30 @@
-//! The router's runtime: listeners, one task per connection, the policy swap on SIGHUP.
+//! The router's runtime: listeners, admission, one task per connection (its listener's
+//! handler, `crate::connect` or `crate::sni`, then the relay), the policy swap on SIGHUP and
+//! the poll of a config directory.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use netio::admin::{AdminBindError, AdminServer, AdminState};
-use netio::ingress::{accept_connect, refuse, Accepted, Deadlines, IngressError};
-use netio::listen::{Admitted, LogLimiter, PendingGuard, PendingSet, LOG_EVERY};
-use netio::relay::{RelayConfig, RelayError, RelayStats};
+use netio::listen::{Admitted, PendingGuard};
 use netio::report::chain;
-use netio::tcp::connect_first;
 use protocol::http::connect::Status;
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::field::{display, Empty};
-use tracing::{debug, info, info_span, warn, Instrument as _, Span};
+use tracing::field::Empty;
+use tracing::{info, info_span, warn, Instrument as _};
 
-use crate::access::Client;
 use crate::config::{ConfigError, ListenerConfig, ListenerKind, RouterConfig};
 use crate::config_dir::{DirError, DirLoader};
-use crate::metrics::{ActiveTunnel, Counters, ProxyRefusal};
-use crate::policy::{Policy, Refusal};
-use crate::shoots::{Flow, ShootRefusal, ShootTunnel};
-
-/// Relays an open tunnel until both directions have ended (a half-close passed on each way)
-/// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
-/// only call into the byte relay; the half-closed bound and `TCP_USER_TIMEOUT` are
-/// `netio::relay`'s defaults (60 s each).
-pub async fn relay(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
-    config: &RouterConfig,
-) -> Result<RelayStats, RelayError> {
-    let relay = RelayConfig {
-        idle_timeout: config.idle_timeout,
-        buffer_size: config.relay_buffer_size,
-        ..RelayConfig::default()
-    };
-    netio::relay::relay_tcp(client, upstream, relay).await
-}
+use crate::conn::{carry, Open, Shared};
+use crate::metrics::Counters;
 
 /// A bound router: its listeners and the current policy.
 #[derive(Debug)]
@@ -53,45 +32,6 @@ pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
     admin: Option<AdminServer>,
     shared: Arc<Shared>,
-}
-
-#[derive(Debug)]
-pub(crate) struct Shared {
-    path: Option<PathBuf>,
-    /// `--config-dir`: the directory's loader (its last good files), instead of `path`.
-    dir: Option<Mutex<DirLoader>>,
-    pub(crate) config: RouterConfig,
-    policy: RwLock<Arc<Policy>>,
-    pub(crate) counters: Arc<Counters>,
-    /// Connections before their head is routed (`max_pending`, oldest evicted first).
-    pending: PendingSet,
-    /// One line a second at most for each event a flood repeats.
-    logs: Mutex<FloodLogs>,
-}
-
-/// The events before routing that a flood repeats, each logged at most once per
-/// [`LOG_EVERY`] (all are counted).
-#[derive(Debug)]
-pub(crate) struct FloodLogs {
-    /// A pending connection evicted.
-    evicted: LogLimiter,
-    /// A PROXY header or head deadline passed.
-    timeout: LogLimiter,
-    /// A head refused (400, 405, 414, 431, a bad PROXY header, an untrusted peer).
-    refused: LogLimiter,
-    /// A connection refused on an SNI listener (`crate::sni`).
-    pub(crate) sni: LogLimiter,
-}
-
-impl Default for FloodLogs {
-    fn default() -> Self {
-        FloodLogs {
-            evicted: LogLimiter::new(LOG_EVERY),
-            timeout: LogLimiter::new(LOG_EVERY),
-            refused: LogLimiter::new(LOG_EVERY),
-            sni: LogLimiter::new(LOG_EVERY),
-        }
-    }
 }
 
 impl Router {
@@ -150,20 +90,10 @@ impl Router {
             None => None,
             Some(address) => Some(AdminServer::bind(&[address])?),
         };
-        let policy = RwLock::new(Arc::new(config.policy.clone()));
-        counters.shoots.configure(&config.policy);
         Ok(Self {
             listeners,
             admin,
-            shared: Arc::new(Shared {
-                path,
-                dir: dir.map(Mutex::new),
-                pending: PendingSet::new(config.max_pending),
-                config,
-                policy,
-                counters,
-                logs: Mutex::default(),
-            }),
+            shared: Arc::new(Shared::new(config, path, dir, counters)),
         })
     }
 
@@ -259,7 +189,7 @@ impl Router {
                         }
                         shared.counters.responded(Status::SERVICE_UNAVAILABLE);
                         span.in_scope(|| warn!("connection limit reached, answering 503"));
-                        conns.spawn(over_limit(stream).instrument(span));
+                        conns.spawn(crate::connect::over_limit(stream).instrument(span));
                         continue;
                     };
                     let Admitted { guard, evicted } = shared.pending.admit();
@@ -296,14 +226,6 @@ impl Router {
         tracker.close();
         tracker.wait().await;
     }
-}
-
-/// Answers a connection over the limit with 503 and closes it, without reading it.
-async fn over_limit(mut stream: TcpStream) {
-    let mut out = Vec::new();
-    Status::SERVICE_UNAVAILABLE.encode(&mut out);
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&out)).await;
-    let _ = stream.shutdown().await;
 }
 
 /// Reloads a router's policy from its config file.
@@ -404,81 +326,9 @@ impl Reloader {
     }
 }
 
-impl Shared {
-    /// Whether to log a flood event now: `Some(n)` with the events of its kind not logged
-    /// since the last line.
-    pub(crate) fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
-        let mut logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
-        kind(&mut logs).allow(Instant::now())
-    }
-
-    /// Swaps `policy` in, in one step; the per-shoot series follow its shoots.
-    fn install(&self, policy: Policy) {
-        let routes = policy.routes.len();
-        let sni_routes = policy.sni_routes.len();
-        let fresh = Arc::new(policy);
-        self.counters.shoots.configure(&fresh);
-        match self.policy.write() {
-            Ok(mut guard) => *guard = fresh,
-            Err(poisoned) => *poisoned.into_inner() = fresh,
-        }
-        info!(
-            routes,
-            sni_routes,
-            shoots = self.counters.shoots.configured(),
-            "router policy reloaded"
-        );
-    }
-
-    pub(crate) fn snapshot(&self) -> Arc<Policy> {
-        match self.policy.read() {
-            Ok(guard) => Arc::clone(&guard),
-            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
-    }
-}
-
-/// A tunnel whose upstream answered: what a connection keeps once its head (or ClientHello)
-/// was accepted, for the relay phase ([`carry`]).
-pub(crate) struct Open<'s> {
-    pub(crate) client: TcpStream,
-    pub(crate) upstream: TcpStream,
-    /// Bytes sent upstream before the relay (what followed the head, or the ClientHello).
-    pub(crate) early: u64,
-    /// Its place in `vpn_router_tunnels_active`.
-    pub(crate) active: ActiveTunnel<'s>,
-    /// Its place in its shoot's series, when its route belongs to a shoot.
-    pub(crate) shoot: Option<ShootTunnel>,
-}
-
-/// Relays an open tunnel to its end and counts its bytes (router-wide and for its shoot).
-pub(crate) async fn carry(open: Open<'_>, shared: &Shared) {
-    let Open {
-        mut client,
-        mut upstream,
-        early,
-        active,
-        shoot,
-    } = open;
-    let result = relay(&mut client, &mut upstream, &shared.config).await;
-    let (to_upstream, to_client) = match &result {
-        Ok(stats) => (stats.a_to_b + early, stats.b_to_a),
-        Err(e) => (e.a_to_b + early, e.b_to_a),
-    };
-    shared.counters.relayed(to_upstream, to_client);
-    if let Some(tunnel) = &shoot {
-        tunnel.relayed(to_upstream, to_client);
-    }
-    match result {
-        Ok(stats) => debug!(to_upstream, to_client, end = ?stats.end, "tunnel closed"),
-        Err(e) => debug!(to_upstream, to_client, "tunnel ended: {}", chain(&e)),
-    }
-    drop(active);
-}
-
-/// Serves one connection to the end: its listener's kind opens the tunnel (CONNECT: [`open`];
-/// SNI: [`crate::sni::open`]), then [`carry`] relays it. Refusals log one line each (at most
-/// one a second for a head refused before routing). Runs inside the connection's
+/// Serves one connection to the end: its listener's kind opens the tunnel (CONNECT:
+/// [`crate::connect::open`]; SNI: [`crate::sni::open`]), then [`carry`] relays it. Refusals
+/// log one line each (at most one a second for a head refused before routing). Runs inside the connection's
 /// `router_conn` span, which the opening records `client` and `route` in. `pending` is the
 /// connection's place until its head is read; it is closed unanswered if evicted from there.
 async fn handle(
@@ -492,163 +342,14 @@ async fn handle(
     // head's read buffers, the name lookup, the refusals): the task of an open tunnel keeps
     // only what the relay needs (tests/idle_memory.rs).
     let opening: Pin<Box<dyn Future<Output = Option<Open<'_>>> + Send + '_>> = match listener.kind {
-        ListenerKind::Connect => Box::pin(open(stream, peer, listener, shared, pending)),
+        ListenerKind::Connect => Box::pin(crate::connect::open(
+            stream, peer, listener, shared, pending,
+        )),
         ListenerKind::Sni => Box::pin(crate::sni::open(stream, peer, listener, shared, pending)),
     };
     if let Some(open) = opening.await {
         carry(open, shared).await;
     }
-}
-
-/// A CONNECT listener's head, route and upstream connect: the open tunnel, or `None`
-/// once the connection was refused (answered, counted and logged) or ended.
-async fn open<'s>(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    listener: &ListenerConfig,
-    shared: &'s Shared,
-    pending: PendingGuard,
-) -> Option<Open<'s>> {
-    let _ = stream.set_nodelay(true);
-    let deadlines: Deadlines = shared.config.deadlines;
-    let gauge = shared.counters.pending_opened();
-    let read = tokio::select! {
-        r = accept_connect(&mut stream, peer, &listener.proxy, deadlines) => r,
-        () = pending.evicted() => {
-            debug!("evicted before a request, for a newer connection; closed");
-            let _ = stream.shutdown().await;
-            return None;
-        }
-    };
-    drop(pending);
-    drop(gauge);
-    let accepted = match read {
-        Ok(a) => a,
-        Err(e) => {
-            refused_head(shared, &e);
-            let status = e.status();
-            if let Some(status) = status {
-                shared.counters.responded(status);
-            }
-            refuse(&mut stream, status).await;
-            return None;
-        }
-    };
-    let Accepted {
-        head,
-        client,
-        early,
-        ..
-    } = accepted;
-    Span::current().record("client", display(client));
-    // One snapshot decides this request, whatever a reload does meanwhile.
-    let policy = shared.snapshot();
-    let who = Client::new(client, peer.ip());
-    let decision = match policy.decide(&head, &listener.headers, who) {
-        Ok(d) => d,
-        Err(refusal) => {
-            let status = refusal.status();
-            info!(status = status.code, "refused: {}", chain(&refusal));
-            shared.counters.responded(status);
-            let shoot = match &refusal {
-                Refusal::Denied { route, .. } => Some((route, ShootRefusal::Denied)),
-                Refusal::Unknown { route } => Some((route, ShootRefusal::NoRoute)),
-                _ => None,
-            };
-            if let Some((route, why)) = shoot {
-                if let Some(counters) = shared.counters.shoots.get(route.namespace()) {
-                    counters.refused(Flow::of(route, &head), why);
-                }
-            }
-            refuse(&mut stream, Some(status)).await;
-            return None;
-        }
-    };
-    Span::current().record("route", display(decision.route));
-    let upstream_name = decision.target.upstream.clone();
-    let flow = Flow::of(decision.route, &head);
-    let shoot = shared.counters.shoots.get(decision.route.namespace());
-    drop(policy);
-    let connect =
-        tokio::time::timeout(shared.config.connect_timeout, connect(&upstream_name)).await;
-    let mut upstream = match connect {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            info!(upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
-            shared.counters.responded(Status::SERVICE_UNAVAILABLE);
-            if let Some(shoot) = &shoot {
-                shoot.refused(flow, ShootRefusal::ConnectFailed);
-            }
-            refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
-            return None;
-        }
-        Err(_) => {
-            info!(upstream = %upstream_name, status = 504, "upstream connect timed out");
-            shared.counters.responded(Status::GATEWAY_TIMEOUT);
-            if let Some(shoot) = &shoot {
-                shoot.refused(flow, ShootRefusal::ConnectTimeout);
-            }
-            refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
-            return None;
-        }
-    };
-    let mut ok = Vec::new();
-    Status::ESTABLISHED.encode(&mut ok);
-    if stream.write_all(&ok).await.is_err() || upstream.write_all(&early).await.is_err() {
-        return None;
-    }
-    shared.counters.responded(Status::ESTABLISHED);
-    debug!(upstream = %upstream_name, "tunnel open");
-    Some(Open {
-        client: stream,
-        upstream,
-        early: early.len() as u64,
-        active: shared.counters.tunnel_opened(),
-        shoot: shoot.map(|s| s.tunnel_opened(flow)),
-    })
-}
-
-/// Counts and logs a connection that gave no usable head: a client that left is debug; a
-/// timeout or a refusal is logged at most once a second (a flood repeats them).
-pub(crate) fn refused_head(shared: &Shared, e: &IngressError) {
-    let status = e.status().map(|s| s.code);
-    match e {
-        IngressError::Closed { .. } | IngressError::Io { .. } => {
-            debug!("connection ended before a request: {}", chain(e));
-        }
-        IngressError::ProxyTimeout { .. } | IngressError::HeaderTimeout { .. } => {
-            let total = shared.counters.pending_timed_out();
-            match shared.log(|l| &mut l.timeout) {
-                Some(unlogged) => info!(
-                    status,
-                    timeouts_total = total,
-                    unlogged,
-                    "refused: {}",
-                    chain(e)
-                ),
-                None => debug!(status, "refused: {}", chain(e)),
-            }
-        }
-        _ => {
-            let proxy = match e {
-                IngressError::Untrusted { .. } => Some(ProxyRefusal::Untrusted),
-                IngressError::ProxyForbidden { .. } => Some(ProxyRefusal::Forbidden),
-                IngressError::Proxy(_) => Some(ProxyRefusal::Malformed),
-                _ => None,
-            };
-            if let Some(why) = proxy {
-                shared.counters.proxy_refused(why);
-            }
-            match shared.log(|l| &mut l.refused) {
-                Some(unlogged) => info!(status, unlogged, "refused: {}", chain(e)),
-                None => debug!(status, "refused: {}", chain(e)),
-            }
-        }
-    }
-}
-
-pub(crate) async fn connect(upstream: &str) -> io::Result<TcpStream> {
-    connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 
 /// Why the router cannot start or reload.

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use netio::admin::{AdminBindError, AdminServer};
-use netio::firewall::{Firewall, FirewallError, Table};
+use netio::firewall::{FirewallError, Installed, Table};
 use netio::report::chain;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -84,15 +84,7 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         Some(_) => Some(crate::cloud_api::endpoint_table(firewall, &dev)),
         None => firewall,
     };
-    let rules = match &firewall {
-        Some(table) => {
-            let mut fw = Firewall::open()?;
-            fw.apply(table, true)?;
-            info!(table = table.name(), "firewall rules installed");
-            Some(fw)
-        }
-        None => None,
-    };
+    let rules = firewall.as_ref().map(Installed::apply).transpose()?;
     let admin = AdminServer::bind(&admin_listen)?;
     let server_part = server.admin_state();
     let sidecar = match sidecar {
@@ -129,11 +121,8 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         let _ = task.await;
     }
     let _ = admin.await;
-    if let (Some(mut fw), Some(table)) = (rules, &firewall) {
-        match fw.remove(table.name()) {
-            Ok(()) => info!(table = table.name(), "firewall rules removed"),
-            Err(e) => warn!("{}", chain(&e)),
-        }
+    if let Some(rules) = rules {
+        rules.remove();
     }
     if let Some(down) = down {
         if let Err(e) = down.run(&script_settings, &dev, verb).await {

@@ -15,7 +15,8 @@
 //! * **Files** ([`file`]): one connection per `*.conf` file (hidden names skipped, so
 //!   Kubernetes' `..data` directories are not read twice). The directory is read every
 //!   `--poll-interval`; each file is read through its symlinks, so a ConfigMap or Secret
-//!   volume whose `..data` link is swapped is seen as a changed file. A new file starts its
+//!   volume whose `..data` link is swapped is seen as a changed file, and all files of one
+//!   read come from one version ([`scan`]). A new file starts its
 //!   connection; a changed one restarts it; a removed one stops it (the tunnel device goes,
 //!   the endpoint no longer reaches this VM through it). A file that does not parse, or
 //!   wants a device another connection holds, is reported once (file and line) and changes
@@ -49,6 +50,7 @@ use std::time::Duration;
 use netio::admin::{AdminBindError, AdminServer, AdminState};
 use netio::firewall::{priority, Chain, Firewall, Hook, Rule, Table};
 use netio::report::chain;
+use netio::volume::{self, Listing};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn, Instrument as _};
@@ -305,24 +307,11 @@ pub fn vm_table(tunnels: &[(String, u16)]) -> Table {
 }
 
 /// The `*.conf` files of `dir` (not hidden) and their contents, read through symlinks.
-/// Entries that cannot be read (a directory, a dangling link) are skipped.
+/// Entries that cannot be read (a directory, a dangling link) are skipped. A Kubernetes
+/// volume's files are read as one version: a read during which `..data` moved is done again
+/// (`netio::volume`, [`Listing::Links`]).
 pub fn scan(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let wanted = !name.starts_with('.')
-            && Path::new(&name).extension().and_then(|e| e.to_str()) == Some(file::EXTENSION);
-        if !wanted {
-            continue;
-        }
-        if let Ok(content) = std::fs::read(entry.path()) {
-            files.insert(name, content);
-        }
-    }
-    Ok(files)
+    volume::read(dir, file::EXTENSION, Listing::Links).map(|snapshot| snapshot.files)
 }
 
 /// A running connection: its thread, and the token that stops it.

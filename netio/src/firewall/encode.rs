@@ -1,69 +1,13 @@
-//! Firewall and NAT rules in the kernel's nf_tables, over netlink: the rules vpn2 installs
-//! with iptables (reference `gardener-pods.md` §2.1, §2.4, §3.3), in one table of our own.
-//!
-//! A [`Table`] is the whole rule set of one program: its chains (each hooked into the
-//! kernel's netfilter at a priority) and their rules. [`Firewall::apply`] replaces the table
-//! in one transaction (create, delete, create again with everything in it), so applying twice
-//! is applying once and another program's rules (kube-proxy's, iptables') are never touched;
-//! [`Firewall::remove`] deletes it. An *owned* table (`NFT_TABLE_F_OWNER`) is bound to the
-//! netlink socket that made it: the kernel deletes it when the process ends, also by `kill
-//! -9`, so a restart never finds stale rules.
-//!
-//! Only the rule shapes vpn2 needs exist ([`Rule`]): interface, conntrack state, socket group
-//! and address prefix matches; accept, drop, prefix NAT in both directions (`NETMAP`),
-//! masquerade and TCP MSS clamping to the path MTU. Each is encoded as `nft` would encode it, so
-//! `nft list table` prints our rules in its own syntax (what the tests compare).
-//!
-//! No Rust crate covers these expressions with a permissive licence (`rt` and `exthdr`, needed
-//! for the MSS clamp, and NAT's netmap flag are missing from the maintained ones; `rustables`
-//! is GPL-3), so the messages are built here on [`crate::netlink`]'s attribute encoder.
-//!
-//! ```text
-//!  batch: BATCH_BEGIN | NEWTABLE t | DELTABLE t | NEWTABLE t [owner] | NEWCHAIN … | NEWRULE … | BATCH_END
-//!  rule:  NFTA_RULE_EXPRESSIONS = [ {name "meta", data {dreg, key}}, {name "cmp", …}, … ]
-//! ```
+//! The nf_tables netlink messages (linux/netfilter/nf_tables.h, nfnetlink.h): a table's
+//! replacement or removal as one [`Batch`] ([`replace`], [`removal`]), each rule's
+//! expressions encoded as `nft` encodes them, on [`crate::netlink`]'s attribute encoder.
 
-use std::io;
 use std::net::IpAddr;
-use std::os::fd::OwnedFd;
-use std::time::Duration;
 
 use ipnet::IpNet;
-use rustix::net::netlink::SocketAddrNetlink;
-use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use crate::netlink::wire::{self, Request};
-use crate::netlink::Malformed;
-
-/// The group id vpn2's NAT rules single out (Gardener runs the Envoy sidecar with it).
-pub const VPN2_PROXY_GID: u32 = 31415;
-
-/// Netfilter hook priorities as `nft` names them.
-pub mod priority {
-    /// `dstnat`.
-    pub const DSTNAT: i32 = -100;
-    /// `mangle`.
-    pub const MANGLE: i32 = -150;
-    /// `filter`.
-    pub const FILTER: i32 = 0;
-    /// `srcnat`.
-    pub const SRCNAT: i32 = 100;
-}
-
-/// Where in the kernel's packet path a chain runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hook {
-    /// Before routing (`NF_INET_PRE_ROUTING`).
-    Prerouting,
-    /// Packets for this host (`NF_INET_LOCAL_IN`).
-    Input,
-    /// Packets routed through (`NF_INET_FORWARD`).
-    Forward,
-    /// Packets this host sends (`NF_INET_LOCAL_OUT`).
-    Output,
-    /// After routing (`NF_INET_POST_ROUTING`).
-    Postrouting,
-}
+use super::{Action, Chain, ChainType, FirewallError, Hook, Match, Rule, Table};
+use crate::netlink::wire::Request;
 
 impl Hook {
     fn number(self) -> u32 {
@@ -74,399 +18,6 @@ impl Hook {
             Hook::Output => 3,
             Hook::Postrouting => 4,
         }
-    }
-}
-
-/// A base chain's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChainType {
-    /// `filter`: accept, drop, mangle.
-    Filter,
-    /// `nat`: address translation (only the first packet of a connection passes it).
-    Nat,
-}
-
-/// One program's rules: an `inet` table (IPv4 and IPv6) of base chains.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Table {
-    name: String,
-    chains: Vec<Chain>,
-}
-
-/// A base chain: hook, priority, policy accept, rules in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chain {
-    name: String,
-    kind: ChainType,
-    hook: Hook,
-    priority: i32,
-    rules: Vec<Rule>,
-}
-
-/// One rule: matches (all must hold), then what to do.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Rule {
-    matches: Vec<Match>,
-    action: Option<Action>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Match {
-    InIface(String),
-    OutIface(String),
-    EstablishedOrRelated,
-    New,
-    SocketGid(u32),
-    Source(IpNet),
-    Destination(IpNet),
-    Tcp,
-    TcpSyn,
-    TcpDport(u16),
-    CtMark(u32),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Accept,
-    Drop,
-    RejectTcpReset,
-    Dnat(IpNet),
-    Snat(IpNet),
-    Masquerade,
-    ClampMssToPmtu,
-    SetCtMark(u32),
-    SetMark(u32),
-}
-
-impl Table {
-    /// An empty table named `name` (at most 255 bytes, no NUL).
-    pub fn new(name: impl Into<String>) -> Table {
-        Table {
-            name: name.into(),
-            chains: Vec::new(),
-        }
-    }
-
-    /// Adds `chain`.
-    pub fn chain(mut self, chain: Chain) -> Table {
-        self.chains.push(chain);
-        self
-    }
-
-    /// The table's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-impl Chain {
-    /// A filter chain at `hook` with `priority`.
-    pub fn filter(name: impl Into<String>, hook: Hook, priority: i32) -> Chain {
-        Chain::new(name.into(), ChainType::Filter, hook, priority)
-    }
-
-    /// A NAT chain at `hook` with `priority`.
-    pub fn nat(name: impl Into<String>, hook: Hook, priority: i32) -> Chain {
-        Chain::new(name.into(), ChainType::Nat, hook, priority)
-    }
-
-    fn new(name: String, kind: ChainType, hook: Hook, priority: i32) -> Chain {
-        Chain {
-            name,
-            kind,
-            hook,
-            priority,
-            rules: Vec::new(),
-        }
-    }
-
-    /// Appends `rule`.
-    pub fn rule(mut self, rule: Rule) -> Chain {
-        self.rules.push(rule);
-        self
-    }
-
-    /// Appends every rule of `rules`.
-    pub fn rules(mut self, rules: impl IntoIterator<Item = Rule>) -> Chain {
-        self.rules.extend(rules);
-        self
-    }
-
-    /// Appends the pair that lets in from `device` only what belongs to connections opened
-    /// from this side: established or related packets accepted, every other one dropped
-    /// (vpn2's INPUT and FORWARD pair on its tunnel device).
-    pub fn replies_only_from(self, device: &str) -> Chain {
-        self.rule(
-            Rule::new()
-                .iifname(device)
-                .established_or_related()
-                .accept(),
-        )
-        .rule(Rule::new().iifname(device).drop())
-    }
-}
-
-impl Rule {
-    /// A rule that matches every packet (until matches are added).
-    pub fn new() -> Rule {
-        Rule::default()
-    }
-
-    /// `iifname NAME`.
-    pub fn iifname(self, name: &str) -> Rule {
-        self.with(Match::InIface(name.to_owned()))
-    }
-
-    /// `oifname NAME`.
-    pub fn oifname(self, name: &str) -> Rule {
-        self.with(Match::OutIface(name.to_owned()))
-    }
-
-    /// `ct state established,related`.
-    pub fn established_or_related(self) -> Rule {
-        self.with(Match::EstablishedOrRelated)
-    }
-
-    /// `ct state new`: the first packet of a connection (not a reply on an accepted one).
-    pub fn new_connection(self) -> Rule {
-        self.with(Match::New)
-    }
-
-    /// `meta skgid GID`: packets of sockets owned by this group.
-    pub fn skgid(self, gid: u32) -> Rule {
-        self.with(Match::SocketGid(gid))
-    }
-
-    /// `ip saddr NET` / `ip6 saddr NET` (the packet's family follows the network's).
-    pub fn saddr(self, net: IpNet) -> Rule {
-        self.with(Match::Source(net.trunc()))
-    }
-
-    /// `ip daddr NET` / `ip6 daddr NET`.
-    pub fn daddr(self, net: IpNet) -> Rule {
-        self.with(Match::Destination(net.trunc()))
-    }
-
-    /// `meta l4proto tcp`.
-    pub fn tcp(self) -> Rule {
-        self.with(Match::Tcp)
-    }
-
-    /// `tcp flags & (syn|rst) == syn`: the first packet of each direction of a handshake.
-    pub fn tcp_syn(self) -> Rule {
-        self.with(Match::TcpSyn)
-    }
-
-    /// `tcp dport PORT`.
-    pub fn tcp_dport(self, port: u16) -> Rule {
-        self.with(Match::TcpDport(port))
-    }
-
-    /// `ct mark MARK`: the connection's mark is `mark`.
-    pub fn ct_mark(self, mark: u32) -> Rule {
-        self.with(Match::CtMark(mark))
-    }
-
-    /// `ct mark set MARK`: marks the packet's connection (no verdict: the chain goes on).
-    pub fn set_ct_mark(self, mark: u32) -> Rule {
-        self.then(Action::SetCtMark(mark))
-    }
-
-    /// `meta mark set MARK`: marks the packet (routing rules can select on it, `ip rule
-    /// fwmark`); no verdict.
-    pub fn set_mark(self, mark: u32) -> Rule {
-        self.then(Action::SetMark(mark))
-    }
-
-    /// `accept`.
-    pub fn accept(self) -> Rule {
-        self.then(Action::Accept)
-    }
-
-    /// `drop`.
-    pub fn drop(self) -> Rule {
-        self.then(Action::Drop)
-    }
-
-    /// `reject with tcp reset` (with [`Rule::tcp`]): the sender's connect fails at once, where
-    /// a dropped SYN of a local socket would be retried for minutes.
-    pub fn reject_with_tcp_reset(self) -> Rule {
-        self.then(Action::RejectTcpReset)
-    }
-
-    /// `dnat ip prefix to NET`: the destination's network bits become `NET`'s, its host bits
-    /// stay (iptables' `NETMAP` in PREROUTING / OUTPUT).
-    pub fn dnat_prefix(self, net: IpNet) -> Rule {
-        self.then(Action::Dnat(net.trunc()))
-    }
-
-    /// `snat ip prefix to NET`: the same for the source (`NETMAP` in POSTROUTING).
-    pub fn snat_prefix(self, net: IpNet) -> Rule {
-        self.then(Action::Snat(net.trunc()))
-    }
-
-    /// `masquerade`: the source becomes the outgoing interface's address.
-    pub fn masquerade(self) -> Rule {
-        self.then(Action::Masquerade)
-    }
-
-    /// `tcp option maxseg size set rt mtu` (with [`Rule::tcp_syn`]: iptables' `TCPMSS
-    /// --clamp-mss-to-pmtu`).
-    pub fn clamp_mss_to_pmtu(self) -> Rule {
-        self.then(Action::ClampMssToPmtu)
-    }
-
-    fn with(mut self, m: Match) -> Rule {
-        self.matches.push(m);
-        self
-    }
-
-    fn then(mut self, a: Action) -> Rule {
-        self.action = Some(a);
-        self
-    }
-}
-
-/// Why the rules could not be applied.
-#[derive(Debug, thiserror::Error)]
-pub enum FirewallError {
-    /// The netfilter netlink socket could not be opened.
-    #[error("cannot open a netfilter netlink socket")]
-    Open(#[source] io::Error),
-    /// The kernel refused the transaction (`what` is the message it refused).
-    #[error("the kernel refused {what}")]
-    Refused {
-        /// The message: e.g. `rule 2 of chain input`.
-        what: String,
-        /// The kernel's errno.
-        #[source]
-        source: io::Error,
-    },
-    /// Sending or receiving failed.
-    #[error("netfilter netlink I/O failed")]
-    Io(#[source] io::Error),
-    /// The kernel's answer did not parse.
-    #[error("malformed answer from the kernel")]
-    Malformed(#[from] Malformed),
-    /// A rule mixes address families (an IPv4 match with an IPv6 NAT target, ...).
-    #[error("rule {index} of chain {chain} mixes IPv4 and IPv6")]
-    MixedFamilies {
-        /// The chain.
-        chain: String,
-        /// The rule's position (from 0).
-        index: usize,
-    },
-}
-
-/// A netfilter netlink socket in the calling thread's network namespace.
-#[derive(Debug)]
-pub struct Firewall {
-    socket: OwnedFd,
-    seq: u32,
-}
-
-/// How long a transaction may take to be answered.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
-
-impl Firewall {
-    /// Opens the socket (blocking, in the calling thread's network namespace). Keep it for as
-    /// long as an owned table must live.
-    pub fn open() -> Result<Firewall, FirewallError> {
-        let open = || -> io::Result<OwnedFd> {
-            let fd = rustix::net::socket_with(
-                AddressFamily::NETLINK,
-                SocketType::RAW,
-                SocketFlags::CLOEXEC,
-                Some(rustix::net::netlink::NETFILTER),
-            )?;
-            rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
-            rustix::net::sockopt::set_socket_timeout(
-                &fd,
-                rustix::net::sockopt::Timeout::Recv,
-                Some(ANSWER_TIMEOUT),
-            )?;
-            Ok(fd)
-        };
-        Ok(Firewall {
-            socket: open().map_err(FirewallError::Open)?,
-            seq: 0,
-        })
-    }
-
-    /// Replaces our table `table.name()` by `table`, in one transaction. With `owned`, the
-    /// kernel deletes the table when this socket closes (the process ends).
-    pub fn apply(&mut self, table: &Table, owned: bool) -> Result<(), FirewallError> {
-        let flags = if owned { NFT_TABLE_F_OWNER } else { 0 };
-        match self.send(replace(table, flags)?) {
-            // The table exists with the other ownership, which a table cannot change: remove
-            // it first (a table owned by another live process stays refused: EPERM).
-            Err(FirewallError::Refused { what, ref source })
-                if what == EXISTING && source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
-            {
-                self.send(removal(&table.name, flags ^ NFT_TABLE_F_OWNER))?;
-                self.send(replace(table, flags)?)
-            }
-            other => other,
-        }
-    }
-
-    /// Deletes our table `name` (and everything in it); nothing to delete is no error.
-    pub fn remove(&mut self, name: &str) -> Result<(), FirewallError> {
-        match self.send(removal(name, 0)) {
-            Err(FirewallError::Refused { what, ref source })
-                if what == EXISTING && source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
-            {
-                self.send(removal(name, NFT_TABLE_F_OWNER))
-            }
-            other => other,
-        }
-    }
-
-    /// Sends `batch` as one transaction and waits for every acknowledgement.
-    fn send(&mut self, batch: Batch) -> Result<(), FirewallError> {
-        let first = self.seq.wrapping_add(1);
-        let mut bytes = begin_end(NFNL_MSG_BATCH_BEGIN).finish(first);
-        let mut seq = first;
-        let mut pending = Vec::new();
-        for (what, req) in batch.messages {
-            seq = seq.wrapping_add(1);
-            bytes.extend_from_slice(&req.finish(seq));
-            pending.push((seq, what));
-        }
-        seq = seq.wrapping_add(1);
-        bytes.extend_from_slice(&begin_end(NFNL_MSG_BATCH_END).finish(seq));
-        self.seq = seq;
-        rustix::net::sendto(
-            &self.socket,
-            &bytes,
-            SendFlags::empty(),
-            &SocketAddrNetlink::new(0, 0),
-        )
-        .map_err(|e| FirewallError::Io(e.into()))?;
-        let mut buf = vec![0u8; 64 * 1024];
-        while !pending.is_empty() {
-            let (n, _) = rustix::net::recv(&self.socket, &mut buf[..], RecvFlags::empty())
-                .map_err(|e| FirewallError::Io(e.into()))?;
-            for msg in wire::messages(&buf[..n])? {
-                if i32::from(msg.kind) != libc::NLMSG_ERROR {
-                    continue;
-                }
-                let Some(at) = pending.iter().position(|(s, _)| *s == msg.seq) else {
-                    continue;
-                };
-                let (_, what) = pending.remove(at);
-                match wire::error_code(msg.payload)? {
-                    0 => {}
-                    code => {
-                        return Err(FirewallError::Refused {
-                            what,
-                            source: io::Error::from_raw_os_error(-code),
-                        })
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -482,7 +33,7 @@ const NFT_MSG_NEWRULE: u16 = 6;
 const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
-const NFT_TABLE_F_OWNER: u32 = 2;
+pub(super) const NFT_TABLE_F_OWNER: u32 = 2;
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_TABLE_FLAGS: u16 = 2;
 const NFTA_CHAIN_TABLE: u16 = 1;
@@ -589,7 +140,7 @@ const APPEND: u16 = libc::NLM_F_APPEND as u16;
 
 /// The transaction that replaces our table by `table`: create it as it may already be (with
 /// `flags`), delete it with everything in it, create it anew, then its chains and rules.
-fn replace(table: &Table, flags: u32) -> Result<Batch, FirewallError> {
+pub(super) fn replace(table: &Table, flags: u32) -> Result<Batch, FirewallError> {
     let mut batch = removal(&table.name, flags);
     batch.push("the table", new_table(&table.name, flags));
     for chain in &table.chains {
@@ -612,11 +163,11 @@ fn replace(table: &Table, flags: u32) -> Result<Batch, FirewallError> {
 }
 
 /// What the first message of a replacement or removal is called in a refusal.
-const EXISTING: &str = "the existing table";
+pub(super) const EXISTING: &str = "the existing table";
 
 /// Deletes table `name`, whether it exists or not: create it (no-op if it exists with these
 /// `flags`), then delete it.
-fn removal(name: &str, flags: u32) -> Batch {
+pub(super) fn removal(name: &str, flags: u32) -> Batch {
     let mut batch = Batch::default();
     batch.push(EXISTING, new_table(name, flags));
     batch.push("the existing table's removal", del_table(name));
@@ -625,13 +176,43 @@ fn removal(name: &str, flags: u32) -> Batch {
 
 /// The messages of one transaction, each with what it is for error messages.
 #[derive(Default)]
-struct Batch {
+pub(super) struct Batch {
     messages: Vec<(String, Request)>,
+}
+
+/// A batch as the datagram to send: `BATCH_BEGIN`, its messages, `BATCH_END`, numbered in
+/// order.
+pub(super) struct Framed {
+    /// The datagram.
+    pub(super) bytes: Vec<u8>,
+    /// Each message's sequence number, with what it is (for a refusal).
+    pub(super) pending: Vec<(u32, String)>,
+    /// The sequence number of `BATCH_END`, the last one used.
+    pub(super) last: u32,
 }
 
 impl Batch {
     fn push(&mut self, what: impl Into<String>, req: Request) {
         self.messages.push((what.into(), req));
+    }
+
+    /// The batch framed for sending, its first message (`BATCH_BEGIN`) numbered `first`.
+    pub(super) fn frame(self, first: u32) -> Framed {
+        let mut bytes = begin_end(NFNL_MSG_BATCH_BEGIN).finish(first);
+        let mut seq = first;
+        let mut pending = Vec::new();
+        for (what, req) in self.messages {
+            seq = seq.wrapping_add(1);
+            bytes.extend_from_slice(&req.finish(seq));
+            pending.push((seq, what));
+        }
+        seq = seq.wrapping_add(1);
+        bytes.extend_from_slice(&begin_end(NFNL_MSG_BATCH_END).finish(seq));
+        Framed {
+            bytes,
+            pending,
+            last: seq,
+        }
     }
 }
 
@@ -1057,6 +638,7 @@ fn address(out: &mut Vec<Expr>, net: IpNet, source: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firewall::VPN2_PROXY_GID;
 
     fn net(s: &str) -> IpNet {
         s.parse().unwrap()

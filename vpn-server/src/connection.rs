@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use netio::clock::unix_now;
 use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
-use netio::listen::{LogLimiter, PendingGuard, LOG_EVERY};
+use netio::listen::PendingGuard;
+use netio::log_limit::{LogLimiter, LOG_EVERY};
 use netio::report::chain;
 use protocol::control_msg::ServerSignal;
 use protocol::session::{CloseReason, Event, ServerSession, SEND_HEADROOM};
@@ -175,6 +176,7 @@ async fn run(
         reader,
         writer,
         dropped_log: LogLimiter::new(LOG_EVERY),
+        packet_log: LogLimiter::new(LOG_EVERY),
     };
     // The session's part on the heap: a task that waits for its first frame stays small
     // (a thousand of them are what a flood holds).
@@ -295,6 +297,9 @@ struct Connection {
     writer: FrameWriter,
     /// Control messages from the client that were dropped: a line a second at most.
     dropped_log: LogLimiter,
+    /// Packets from the client that were dropped (spoofed, on the wrong side): a line a
+    /// second at most.
+    packet_log: LogLimiter,
 }
 
 impl Connection {
@@ -530,14 +535,19 @@ impl Connection {
 
     /// A decrypted packet from the client, once admitted: where the packet mode sends it
     /// (the tun device through `to_tun`, or other clients' queues).
-    fn forward_from_client(&self, payload: BytesMut, to_tun: &mut Vec<BytesMut>) {
+    fn forward_from_client(&mut self, payload: BytesMut, to_tun: &mut Vec<BytesMut>) {
         let Some(filter) = &self.filter else {
             self.shared.metrics.packet_malformed();
             return;
         };
-        self.shared
-            .mode
-            .forward_from_client(&self.shared, self.id, filter, payload, to_tun);
+        self.shared.mode.forward_from_client(
+            &self.shared,
+            self.id,
+            filter,
+            &mut self.packet_log,
+            payload,
+            to_tun,
+        );
     }
 
     /// Encrypts `first` and what else is queued for this client (at most [`SEND_BATCH`]) in

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
+use netio::log_limit::LogLimiter;
 use netio::tun::{Tun, TunError};
 use protocol::data::DATA_TAILROOM;
 use protocol::session::SEND_HEADROOM;
@@ -109,23 +110,32 @@ impl PacketMode {
 
     /// A decrypted payload from the admitted client `from` (allowed to send from `filter`'s
     /// sources): to the device (`to_tun`, written by the caller), to other clients' queues,
-    /// or dropped and counted.
+    /// or dropped and counted (and logged as `drops` allows).
     pub(crate) fn forward_from_client(
         self,
         shared: &Shared,
         from: ClientId,
         filter: &SourceFilter,
+        drops: &mut LogLimiter,
         payload: BytesMut,
         to_tun: &mut Vec<BytesMut>,
     ) {
         match self {
             PacketMode::Routed { client_to_client } => {
-                route_from_client(shared, from, filter, client_to_client, payload, to_tun);
+                route_from_client(
+                    shared,
+                    from,
+                    filter,
+                    client_to_client,
+                    drops,
+                    payload,
+                    to_tun,
+                );
             }
             PacketMode::Switched { client_to_client } => {
-                switch_from_client(shared, from, client_to_client, payload, to_tun);
+                switch_from_client(shared, from, client_to_client, drops, payload, to_tun);
             }
-            PacketMode::Ha => switch_ha(shared, from, &payload),
+            PacketMode::Ha => switch_ha(shared, from, drops, &payload),
         }
     }
 
@@ -154,6 +164,7 @@ fn route_from_client(
     from: ClientId,
     filter: &SourceFilter,
     client_to_client: bool,
+    drops: &mut LogLimiter,
     payload: BytesMut,
     to_tun: &mut Vec<BytesMut>,
 ) {
@@ -179,8 +190,8 @@ fn route_from_client(
         }
         SpoofVerdict::Spoofed { src, dst } => {
             let total = metrics.packet_spoofed();
-            if thinned_log(total) {
-                warn!(%src, %dst, dropped_total = total, "packet with a source address not assigned to the client dropped");
+            if let Some(suppressed) = drops.allow(Instant::now()) {
+                warn!(%src, %dst, dropped_total = total, suppressed, "packet with a source address not assigned to the client dropped");
             }
         }
         SpoofVerdict::Ignored => metrics.packet_ignored(),
@@ -199,6 +210,7 @@ fn switch_from_client(
     shared: &Shared,
     from: ClientId,
     client_to_client: bool,
+    drops: &mut LogLimiter,
     frame: BytesMut,
     to_tun: &mut Vec<BytesMut>,
 ) {
@@ -224,8 +236,8 @@ fn switch_from_client(
         Some(FromClient::Drop(Dropped::Short)) => metrics.packet_malformed(),
         Some(FromClient::Drop(why)) => {
             let total = metrics.packet_spoofed();
-            if thinned_log(total) {
-                warn!(reason = %why, dropped_total = total, "frame from the client dropped");
+            if let Some(suppressed) = drops.allow(Instant::now()) {
+                warn!(reason = %why, dropped_total = total, suppressed, "frame from the client dropped");
             }
         }
     }
@@ -233,7 +245,7 @@ fn switch_from_client(
 
 /// HA: a decrypted packet goes to the connection the switch picks ([`crate::ha`]), never to
 /// a device; anything else is dropped and counted by reason.
-fn switch_ha(shared: &Shared, from: ClientId, packet: &[u8]) {
+fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[u8]) {
     let metrics = &shared.metrics;
     // The registry is held for the decision only, not for the copy and the send.
     let verdict = lock(&shared.registry)
@@ -262,13 +274,14 @@ fn switch_ha(shared: &Shared, from: ClientId, packet: &[u8]) {
         HaDropped::Spoofed => metrics.packet_spoofed(),
         HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
     };
-    if thinned_log(total) {
+    if let Some(suppressed) = drops.allow(Instant::now()) {
         let addresses = spoof::addresses(packet).ok();
         warn!(
             reason = ?why,
             src = ?addresses.map(|a| a.0),
             dst = ?addresses.map(|a| a.1),
             dropped_total = total,
+            suppressed,
             "packet from the client dropped by the HA switch"
         );
     }
@@ -341,10 +354,4 @@ fn laid_out_for_send(payload: &[u8]) -> BytesMut {
     packet.resize(SEND_HEADROOM, 0);
     packet.extend_from_slice(payload);
     packet
-}
-
-/// Whether the `total`-th dropped packet of a kind is logged: the first ten, then the 2^k+1-th
-/// (a flood leaves a few lines, its counter says the rest).
-fn thinned_log(total: u64) -> bool {
-    total <= 10 || (total - 1).is_power_of_two()
 }

@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
-use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
+use netio::framed::{
+    FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK, RECV_BATCH,
+};
 use netio::listen::PendingGuard;
 use netio::log_limit::{LogLimiter, LOG_EVERY};
 use netio::report::chain;
@@ -54,10 +56,6 @@ use crate::spoof::SourceFilter;
 /// Packets queued from the tun device (or other clients) towards one connection before new
 /// ones are dropped.
 pub const TUN_QUEUE: usize = 1024;
-
-/// Most packets already received that are decrypted per wakeup before the other sources get a
-/// turn (a flood must not starve the timers).
-pub const RECV_BATCH: usize = 64;
 
 /// Most queued tun packets encrypted (and written together) per wakeup.
 pub const SEND_BATCH: usize = 64;
@@ -513,41 +511,32 @@ impl Connection {
         to_tun: &mut Vec<BytesMut>,
     ) -> Result<(), FrameReadError> {
         let now = Instant::now();
-        let mut next = Some(first);
         let mut handled = 0;
-        while let Some(packet) = next.take() {
-            match self.session.handle_packet(now, packet) {
-                Ok(Some(payload)) => self.forward_from_client(payload, to_tun),
+        let Connection {
+            shared,
+            id,
+            session,
+            filter,
+            reader,
+            packet_log,
+            ..
+        } = self;
+        reader.receive_batch(first, false, |packet| {
+            match session.handle_packet(now, packet) {
+                Ok(Some(payload)) => {
+                    forward_from_client(shared, *id, filter.as_ref(), packet_log, payload, to_tun);
+                }
                 Ok(None) => {}
                 Err(e) => debug!(error = %e, "packet dropped"),
             }
             handled += 1;
-            if handled < RECV_BATCH {
-                next = self.reader.buffered()?;
-            }
-        }
+            handled < RECV_BATCH
+        })?;
         self.handle
             .traffic
             .received
             .store(self.reader.received(), Ordering::Relaxed);
         Ok(())
-    }
-
-    /// A decrypted packet from the client, once admitted: where the packet mode sends it
-    /// (the tun device through `to_tun`, or other clients' queues).
-    fn forward_from_client(&mut self, payload: BytesMut, to_tun: &mut Vec<BytesMut>) {
-        let Some(filter) = &self.filter else {
-            self.shared.metrics.packet_malformed();
-            return;
-        };
-        self.shared.mode.forward_from_client(
-            &self.shared,
-            self.id,
-            filter,
-            &mut self.packet_log,
-            payload,
-            to_tun,
-        );
     }
 
     /// Encrypts `first` and what else is queued for this client (at most [`SEND_BATCH`]) in
@@ -570,4 +559,23 @@ impl Connection {
             }
         }
     }
+}
+
+/// A decrypted packet from client `id`, once admitted (`filter` set): where the packet mode
+/// sends it (the tun device through `to_tun`, or other clients' queues).
+fn forward_from_client(
+    shared: &Shared,
+    id: ClientId,
+    filter: Option<&SourceFilter>,
+    drops: &mut LogLimiter,
+    payload: BytesMut,
+    to_tun: &mut Vec<BytesMut>,
+) {
+    let Some(filter) = filter else {
+        shared.metrics.packet_malformed();
+        return;
+    };
+    shared
+        .mode
+        .forward_from_client(shared, id, filter, drops, payload, to_tun);
 }

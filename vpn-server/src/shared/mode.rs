@@ -17,7 +17,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use netio::clock::unix_now;
 use netio::log_limit::LogLimiter;
-use netio::tun::{Tun, TunError};
+use netio::tun::{Tun, TunError, TAP_FRAME_EXTRA};
 use protocol::data::DATA_TAILROOM;
 use protocol::session::SEND_HEADROOM;
 use tracing::{debug, info, warn};
@@ -28,7 +28,7 @@ use crate::pool::{Pool, PoolError};
 use crate::registry::{ClientId, Registry};
 use crate::settings::Settings;
 use crate::spoof::{self, SourceFilter, SpoofVerdict};
-use crate::switch::{Dropped, FromClient, FromTap, TAP_FRAME_EXTRA};
+use crate::switch::{Dropped, FromClient, FromTap};
 
 /// How the server carries packets; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,6 +20,11 @@ use protocol::framing::{stream_max_len, FrameDecoder, FrameError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+/// Most packets already received that a driver hands its session per wakeup
+/// ([`FrameReader::receive_batch`]) before its other sources get a turn: a flood on the socket
+/// must not starve the timers.
+pub const RECV_BATCH: usize = 64;
+
 /// Bytes reserved in the receive buffer before each read that waits.
 pub const READ_CHUNK: usize = 64 * 1024;
 
@@ -102,6 +107,28 @@ impl FrameReader {
             }
             self.read_done(n);
         }
+    }
+
+    /// A batch of received packets: `first`, then each packet already buffered behind it
+    /// ([`FrameReader::buffered`]; with `arrived`, also what the socket has received by now:
+    /// [`FrameReader::buffered_or_arrived`]), each given to `handle` while it answers `true`
+    /// (the driver stops at its share of [`RECV_BATCH`], or when its session closed).
+    pub fn receive_batch(
+        &mut self,
+        first: BytesMut,
+        arrived: bool,
+        mut handle: impl FnMut(BytesMut) -> bool,
+    ) -> Result<(), FrameReadError> {
+        let mut next = Some(first);
+        while let Some(packet) = next.take() {
+            if handle(packet) {
+                next = match arrived {
+                    true => self.buffered_or_arrived()?,
+                    false => self.buffered()?,
+                };
+            }
+        }
+        Ok(())
     }
 
     /// The next packet already in the buffer, without reading.

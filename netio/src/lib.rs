@@ -40,6 +40,8 @@
 //!   Prometheus text every binary's metrics module writes.
 //! * [`listen`] - listening sockets (`[::]` beside `0.0.0.0`) and the accept step of every
 //!   server loop.
+//! * [`log_limit`] - one log line per interval for events a flood repeats, with the count
+//!   left out.
 //! * [`signals`] - SIGTERM / SIGINT as a cancelled token.
 //! * [`clock`] - the wall-clock seconds the sessions take as an argument.
 //! * [`rng`] - a session's CSPRNG, seeded from the OS once.
@@ -60,6 +62,7 @@ pub mod http_connect;
 pub mod ingress;
 pub mod libm_pow;
 pub mod listen;
+pub mod log_limit;
 pub mod logging;
 pub mod netlink;
 mod reactor;

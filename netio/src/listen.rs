@@ -1,7 +1,8 @@
 //! Listening sockets and the accept step every server loop of ours shares (the OpenVPN server,
 //! the CONNECT sidecar, the ingress router, the apiserver-proxy, the admin endpoint); the
-//! bound on connections that have not yet proven anything ([`PendingSet`]) and the log
-//! limiter for the events a flood brings ([`LogLimiter`]).
+//! bound on connections that have not yet proven anything ([`PendingSet`]). The log limiter
+//! for the events a flood brings is [`crate::log_limit`]'s, re-exported here for the accept
+//! paths that name it as `listen::LogLimiter`.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
+
+pub use crate::log_limit::{LogLimiter, LOG_EVERY};
 
 /// The listen backlog (the kernel caps it at `net.core.somaxconn`).
 pub const BACKLOG: u32 = 4096;
@@ -257,44 +260,6 @@ fn lock(m: &Mutex<PendingInner>) -> MutexGuard<'_, PendingInner> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// At most one log line per interval for an event a flood can repeat thousands of times a
-/// second (a bogus first packet, an eviction), with the number of events left unlogged
-/// since the previous line. The events are counted in the metrics either way.
-#[derive(Debug, Clone)]
-pub struct LogLimiter {
-    every: Duration,
-    last: Option<Instant>,
-    suppressed: u64,
-}
-
-/// The interval of the limiters of our accept paths.
-pub const LOG_EVERY: Duration = Duration::from_secs(1);
-
-impl LogLimiter {
-    /// At most one line per `every`.
-    pub const fn new(every: Duration) -> LogLimiter {
-        LogLimiter {
-            every,
-            last: None,
-            suppressed: 0,
-        }
-    }
-
-    /// An event at `now`: `Some(n)` to write its line, saying `n` events since the last line
-    /// were not logged; `None` to stay silent (this one is then counted in the next `n`).
-    pub fn allow(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|last| now.saturating_duration_since(last) < self.every)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,22 +382,6 @@ mod tests {
         });
         let _second = set.admit();
         assert!(waiter.await.unwrap());
-    }
-
-    #[test]
-    fn the_log_limiter_writes_one_line_per_interval_with_the_count_left_out() {
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let mut l = LogLimiter::new(Duration::from_secs(1));
-        assert_eq!(l.allow(at(0)), Some(0));
-        assert_eq!(l.allow(at(10)), None);
-        assert_eq!(l.allow(at(999)), None);
-        assert_eq!(l.allow(at(1000)), Some(2));
-        assert_eq!(l.allow(at(1500)), None);
-        assert_eq!(l.allow(at(5000)), Some(1));
-        assert_eq!(l.allow(at(5001)), None);
-        // Time never goes backwards here, but a stale `now` only stays silent.
-        assert_eq!(l.allow(at(4000)), None);
     }
 
     #[tokio::test]

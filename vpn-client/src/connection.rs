@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
-use netio::framed::{FrameReadError, FrameReader, FrameWriter};
+use netio::framed::{FrameReadError, FrameReader, FrameWriter, RECV_BATCH};
 use netio::listen::{LogLimiter, LOG_EVERY};
 use netio::report::chain;
-use netio::tun::{PacketLayout, RecvPool, Tun};
+use netio::tun::{PacketLayout, RecvPool, Tun, TAP_FRAME_EXTRA};
 use protocol::data::DATA_TAILROOM;
 use protocol::opcode::{P_ACK_V1, P_OPCODE_SHIFT};
 use protocol::push::{DropReason, PathGuard, PushOutcome};
@@ -37,10 +37,6 @@ use crate::RunError;
 
 /// Most tun packets read (and encrypted, and written to the socket as one write) per wakeup.
 pub const TUN_BATCH: usize = 32;
-
-/// Most packets already received that are decrypted per wakeup before the other sources get
-/// a turn.
-pub const RECV_BATCH: usize = 64;
 
 /// Longest a lone P_ACK_V1 waits for company during the handshake through a proxy (see
 /// [`Connection::transmit`]): well above the gaps seen between a peer's control packets
@@ -288,21 +284,20 @@ impl Connection {
         payloads: &mut Vec<BytesMut>,
     ) -> Result<(), FrameReadError> {
         let now = Instant::now();
-        let mut next = Some(first);
-        while let Some(packet) = next.take() {
-            match self.session.handle_packet(now, packet) {
+        let Connection {
+            session,
+            reader,
+            up,
+            ..
+        } = self;
+        reader.receive_batch(first, !*up, |packet| {
+            match session.handle_packet(now, packet) {
                 Ok(Some(payload)) => payloads.push(payload),
                 Ok(None) | Err(SessionError::Fatal) => {}
                 Err(e) => tracing::debug!(error = %chain(&e), "received packet dropped"),
             }
-            if payloads.len() < RECV_BATCH && !self.session.is_closed() {
-                next = match self.up {
-                    true => self.reader.buffered()?,
-                    false => self.reader.buffered_or_arrived()?,
-                };
-            }
-        }
-        Ok(())
+            payloads.len() < RECV_BATCH && !session.is_closed()
+        })
     }
 
     /// Queues everything the session has to send and writes it, in one vectored write.
@@ -434,9 +429,6 @@ async fn recv_tun(
         None => std::future::pending().await,
     }
 }
-
-/// What a tap device's frames add to its MTU: the Ethernet header (14 bytes) and one VLAN tag.
-const TAP_FRAME_EXTRA: usize = 14 + 4;
 
 /// Whether `packet` is IPv6 from a link-local (`fe80::/10`) or the unspecified (`::`) source:
 /// what the kernel sends by itself on a fresh tun device (router solicitations, MLD reports).

@@ -35,40 +35,27 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
-use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
-use netio::listen::{LogLimiter, PendingGuard, LOG_EVERY};
+use netio::framed::{
+    FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK, RECV_BATCH,
+};
+use netio::listen::PendingGuard;
+use netio::log_limit::{LogLimiter, LOG_EVERY};
 use netio::report::chain;
 use protocol::control_msg::ServerSignal;
-use protocol::data::DATA_TAILROOM;
 use protocol::session::{CloseReason, Event, ServerSession, SEND_HEADROOM};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument as _, Span};
 
-use crate::ha::Dropped as HaDropped;
 use crate::registry::admission::{self, BogusFirstPacket, Deadlines, Expired, PreAuthEvent};
 use crate::registry::{ClientId, ConnHandle, Refused, Slot, Traffic};
 use crate::shared::{lock, Shared};
-use crate::spoof::{SourceFilter, SpoofVerdict};
-use crate::switch::{Dropped, FromClient};
-
-/// A copy of `payload` for another client's queue: headroom before it, room after it to
-/// encrypt in place.
-fn laid_out_for_send(payload: &[u8]) -> BytesMut {
-    let mut packet = BytesMut::with_capacity(SEND_HEADROOM + payload.len() + DATA_TAILROOM);
-    packet.resize(SEND_HEADROOM, 0);
-    packet.extend_from_slice(payload);
-    packet
-}
+use crate::spoof::SourceFilter;
 
 /// Packets queued from the tun device (or other clients) towards one connection before new
 /// ones are dropped.
 pub const TUN_QUEUE: usize = 1024;
-
-/// Most packets already received that are decrypted per wakeup before the other sources get a
-/// turn (a flood must not starve the timers).
-pub const RECV_BATCH: usize = 64;
 
 /// Most queued tun packets encrypted (and written together) per wakeup.
 pub const SEND_BATCH: usize = 64;
@@ -187,6 +174,7 @@ async fn run(
         reader,
         writer,
         dropped_log: LogLimiter::new(LOG_EVERY),
+        packet_log: LogLimiter::new(LOG_EVERY),
     };
     // The session's part on the heap: a task that waits for its first frame stays small
     // (a thousand of them are what a flood holds).
@@ -307,6 +295,9 @@ struct Connection {
     writer: FrameWriter,
     /// Control messages from the client that were dropped: a line a second at most.
     dropped_log: LogLimiter,
+    /// Packets from the client that were dropped (spoofed, on the wrong side): a line a
+    /// second at most.
+    packet_log: LogLimiter,
 }
 
 impl Connection {
@@ -520,149 +511,32 @@ impl Connection {
         to_tun: &mut Vec<BytesMut>,
     ) -> Result<(), FrameReadError> {
         let now = Instant::now();
-        let mut next = Some(first);
         let mut handled = 0;
-        while let Some(packet) = next.take() {
-            match self.session.handle_packet(now, packet) {
-                Ok(Some(payload)) => self.forward_from_client(payload, to_tun),
+        let Connection {
+            shared,
+            id,
+            session,
+            filter,
+            reader,
+            packet_log,
+            ..
+        } = self;
+        reader.receive_batch(first, false, |packet| {
+            match session.handle_packet(now, packet) {
+                Ok(Some(payload)) => {
+                    forward_from_client(shared, *id, filter.as_ref(), packet_log, payload, to_tun);
+                }
                 Ok(None) => {}
                 Err(e) => debug!(error = %e, "packet dropped"),
             }
             handled += 1;
-            if handled < RECV_BATCH {
-                next = self.reader.buffered()?;
-            }
-        }
+            handled < RECV_BATCH
+        })?;
         self.handle
             .traffic
             .received
             .store(self.reader.received(), Ordering::Relaxed);
         Ok(())
-    }
-
-    /// A decrypted packet from the client: the source check, then the tun device (`to_tun`)
-    /// or, with `client-to-client`, another client's queue.
-    fn forward_from_client(&self, payload: BytesMut, to_tun: &mut Vec<BytesMut>) {
-        let metrics = &self.shared.metrics;
-        let Some(filter) = &self.filter else {
-            metrics.packet_malformed();
-            return;
-        };
-        if self.shared.settings.ha.is_some() {
-            return self.switch_ha(&payload);
-        }
-        if self.shared.settings.is_tap() {
-            return self.switch_from_client(payload, to_tun);
-        }
-        match filter.check(&payload) {
-            SpoofVerdict::Accept { dst, .. } => {
-                // Without client-to-client every packet goes to the tun device: no lookup.
-                if !self.shared.settings.client_to_client {
-                    to_tun.push(payload);
-                    return;
-                }
-                let target = lock(&self.shared.registry)
-                    .forward(self.id, dst, true)
-                    .map(|c| c.conn.tx.clone());
-                let Some(tx) = target else {
-                    to_tun.push(payload);
-                    return;
-                };
-                match tx.try_send(laid_out_for_send(&payload)) {
-                    Ok(()) => metrics.packet_client_to_client(),
-                    Err(_) => metrics.queue_overflowed(),
-                }
-            }
-            SpoofVerdict::Spoofed { src, dst } => {
-                let total = metrics.packet_spoofed();
-                if thinned_log(total) {
-                    warn!(%src, %dst, dropped_total = total, "packet with a source address not assigned to the client dropped");
-                }
-            }
-            SpoofVerdict::Ignored => metrics.packet_ignored(),
-            SpoofVerdict::Malformed(e) => {
-                metrics.packet_malformed();
-                debug!(error = %e, "malformed packet from client");
-            }
-        }
-    }
-
-    /// HA mode: a decrypted packet goes to the connection the switch picks ([`crate::ha`]),
-    /// never to a device; anything else is dropped and counted by reason.
-    fn switch_ha(&self, packet: &[u8]) {
-        let metrics = &self.shared.metrics;
-        // The registry is held for the decision only, not for the copy and the send.
-        let verdict = lock(&self.shared.registry)
-            .switch_ha(self.id, packet, Instant::now())
-            .map(|to| to.map(|c| c.conn.tx.clone()));
-        let why = match verdict {
-            Some(Ok(tx)) => {
-                match tx.try_send(laid_out_for_send(packet)) {
-                    Ok(()) => metrics.packet_client_to_client(),
-                    Err(_) => metrics.queue_overflowed(),
-                }
-                return;
-            }
-            Some(Err(why)) => why,
-            None => return,
-        };
-        let total = match why {
-            HaDropped::Malformed(_) => {
-                metrics.packet_malformed();
-                return;
-            }
-            HaDropped::NoShoot => {
-                metrics.packet_no_route();
-                return;
-            }
-            HaDropped::Spoofed => metrics.packet_spoofed(),
-            HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
-        };
-        if thinned_log(total) {
-            let addresses = crate::spoof::addresses(packet).ok();
-            warn!(
-                reason = ?why,
-                src = ?addresses.map(|a| a.0),
-                dst = ?addresses.map(|a| a.1),
-                dropped_total = total,
-                "packet from the client dropped by the HA switch"
-            );
-        }
-    }
-
-    /// Tap mode: a decrypted frame from the client teaches the switch its source address and
-    /// goes to the tap device (`to_tun`), another client, or (a group destination with
-    /// `client-to-client`) every other client and the tap device ([`crate::switch`]). No
-    /// IP source check: upstream has none in tap mode.
-    fn switch_from_client(&self, frame: BytesMut, to_tun: &mut Vec<BytesMut>) {
-        let metrics = &self.shared.metrics;
-        let c2c = self.shared.settings.client_to_client;
-        let mut reg = lock(&self.shared.registry);
-        match reg.switch_from_client(self.id, &frame, c2c, unix_now()) {
-            Some(FromClient::Tap) | None => to_tun.push(frame),
-            Some(FromClient::Client(other)) => {
-                match other.conn.tx.try_send(laid_out_for_send(&frame)) {
-                    Ok(()) => metrics.packet_client_to_client(),
-                    Err(_) => metrics.queue_overflowed(),
-                }
-            }
-            Some(FromClient::Flood) => {
-                for other in reg.flood_targets(Some(self.id)) {
-                    match other.conn.tx.try_send(laid_out_for_send(&frame)) {
-                        Ok(()) => metrics.packet_client_to_client(),
-                        Err(_) => metrics.queue_overflowed(),
-                    }
-                }
-                to_tun.push(frame);
-            }
-            Some(FromClient::Drop(Dropped::Short)) => metrics.packet_malformed(),
-            Some(FromClient::Drop(why)) => {
-                let total = metrics.packet_spoofed();
-                if thinned_log(total) {
-                    warn!(reason = %why, dropped_total = total, "frame from the client dropped");
-                }
-            }
-        }
     }
 
     /// Encrypts `first` and what else is queued for this client (at most [`SEND_BATCH`]) in
@@ -687,8 +561,21 @@ impl Connection {
     }
 }
 
-/// Whether the `total`-th dropped packet of a kind is logged: the first ten, then the 2^k+1-th
-/// (a flood leaves a few lines, its counter says the rest).
-fn thinned_log(total: u64) -> bool {
-    total <= 10 || (total - 1).is_power_of_two()
+/// A decrypted packet from client `id`, once admitted (`filter` set): where the packet mode
+/// sends it (the tun device through `to_tun`, or other clients' queues).
+fn forward_from_client(
+    shared: &Shared,
+    id: ClientId,
+    filter: Option<&SourceFilter>,
+    drops: &mut LogLimiter,
+    payload: BytesMut,
+    to_tun: &mut Vec<BytesMut>,
+) {
+    let Some(filter) = filter else {
+        shared.metrics.packet_malformed();
+        return;
+    };
+    shared
+        .mode
+        .forward_from_client(shared, id, filter, drops, payload, to_tun);
 }

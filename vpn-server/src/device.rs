@@ -1,5 +1,5 @@
-//! The server's tun device: its set-up, and the reader that hands each packet to the
-//! connection of the client routing its destination (the writer is `netio`'s
+//! The server's tun (or tap) device: its set-up, and the reader that hands each batch to the
+//! packet mode, which queues each packet to its client's connection (the writer is `netio`'s
 //! [`TunWriter`](netio::tun::TunWriter), shared by every connection).
 //!
 //! A packet from the device that no client routes is answered with ICMP "destination
@@ -19,9 +19,7 @@ use tracing::{info, warn};
 
 use crate::pool::Pool;
 use crate::settings::Settings;
-use crate::shared::{lock, Shared};
-use crate::spoof;
-use crate::switch::{FromTap, TAP_FRAME_EXTRA};
+use crate::shared::Shared;
 use crate::unreachable;
 
 /// Most packets the reader takes from the device (and routes under one lock of the registry)
@@ -127,18 +125,18 @@ pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), SetupE
     Ok(())
 }
 
-/// The tun reader: reads packets in batches (into slices of one pooled buffer, with the
-/// headroom and tailroom the connections encrypt in), routes a whole batch under one lock of
-/// the registry, and queues each packet to its connection; a packet no client routes is
-/// answered with ICMP unreachable.
+/// The device reader: reads packets in batches (into slices of one pooled buffer, with the
+/// headroom and tailroom the connections encrypt in) and hands each batch to the packet mode,
+/// which queues each packet to its connection under one lock of the registry
+/// ([`PacketMode::forward_from_device`](crate::shared::mode::PacketMode::forward_from_device)); an IP packet
+/// no client routes is answered with ICMP unreachable.
 pub(crate) async fn read_loop(shared: Arc<Shared>, tun: Arc<Tun>, shutdown: CancellationToken) {
-    let tap = shared.settings.is_tap();
+    let mode = shared.mode;
     let layout = PacketLayout {
         headroom: SEND_HEADROOM,
-        max_len: usize::from(shared.settings.tun_mtu) + if tap { TAP_FRAME_EXTRA } else { 0 },
+        max_len: usize::from(shared.settings.tun_mtu) + mode.device_frame_extra(),
         tailroom: DATA_TAILROOM,
     };
-    let metrics = &shared.metrics;
     let mut pool = RecvPool::default();
     let mut batch: Vec<BytesMut> = Vec::with_capacity(TUN_READ_BATCH);
     let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
@@ -156,75 +154,24 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, tun: Arc<Tun>, shutdown: Canc
             }
         }
         let lone = batch.len() == 1;
-        if tap {
-            switch_batch(&shared, &mut batch);
-        } else {
-            let reg = lock(&shared.registry);
-            for packet in batch.drain(..) {
-                let Some(payload) = packet.get(SEND_HEADROOM..) else {
-                    continue;
-                };
-                let Ok((_, dst)) = spoof::addresses(payload) else {
-                    metrics.packet_malformed();
-                    continue;
-                };
-                match reg.route(dst) {
-                    Some(client) => match client.conn.tx.try_send(packet) {
-                        Ok(()) => metrics.packet_from_tun(),
-                        Err(_) => metrics.queue_overflowed(),
-                    },
-                    None => {
-                        metrics.packet_no_route();
-                        // Tell the sender at once instead of letting its connect time out
-                        // (rate-limited, so this path allocates only a bounded amount).
-                        if limiter.allow(Instant::now()) {
-                            if let Some(n) = unreachable::reply(payload, &mut icmp) {
-                                replies.push(icmp[..n].to_vec());
-                            }
-                        }
-                    }
+        mode.forward_from_device(&shared, &mut batch, |payload| {
+            // Tell the sender at once instead of letting its connect time out (rate-limited,
+            // so this path allocates only a bounded amount).
+            if limiter.allow(Instant::now()) {
+                if let Some(n) = unreachable::reply(payload, &mut icmp) {
+                    replies.push(icmp[..n].to_vec());
                 }
             }
-        }
+        });
         for reply in replies.drain(..) {
             if tun.send(&reply).await.is_ok() {
-                metrics.unreachable_answered();
+                shared.metrics.unreachable_answered();
             }
         }
         if lone {
             // Let the connection send it before the next read finds the device empty (that
             // read would otherwise run first, on the packet's way: see `Tun::recv_many`).
             tokio::task::yield_now().await;
-        }
-    }
-}
-
-/// Tap mode: each frame read goes to the client owning its destination MAC address, to every
-/// client (a group destination), or nowhere (an unknown destination; [`crate::switch`]).
-fn switch_batch(shared: &Shared, batch: &mut Vec<BytesMut>) {
-    let metrics = &shared.metrics;
-    let reg = lock(&shared.registry);
-    for frame in batch.drain(..) {
-        let Some(payload) = frame.get(SEND_HEADROOM..) else {
-            continue;
-        };
-        match reg.switch_from_tap(payload) {
-            Some(FromTap::Client(client)) => match client.conn.tx.try_send(frame) {
-                Ok(()) => metrics.packet_from_tun(),
-                Err(_) => metrics.queue_overflowed(),
-            },
-            Some(FromTap::Flood) => {
-                for client in reg.flood_targets(None) {
-                    // A copy of the frame with its headroom, and room to encrypt in place.
-                    let mut copy = BytesMut::with_capacity(frame.len() + DATA_TAILROOM);
-                    copy.extend_from_slice(&frame);
-                    match client.conn.tx.try_send(copy) {
-                        Ok(()) => metrics.packet_from_tun(),
-                        Err(_) => metrics.queue_overflowed(),
-                    }
-                }
-            }
-            Some(FromTap::Drop(_)) | None => metrics.packet_no_route(),
         }
     }
 }

@@ -21,7 +21,7 @@
 //! | socket → framed packets (length limit from the MTU) | [`netio::framed::FrameReader`], read in [`connection`] |
 //! | packet → decrypted payload (in place), or control traffic | `protocol::session::ServerSession::handle_packet` |
 //! | admission on `ClientIdentified`: CCD, addresses, iroutes | [`registry::Registry::admit`] |
-//! | source check (anti-spoofing) | [`spoof::SourceFilter`], called in [`connection`] |
+//! | source check (anti-spoofing) | [`spoof::SourceFilter`], called by the packet mode (`shared::mode`, `PacketMode::forward_from_client`) for [`connection`] |
 //! | payload → tun device (writer thread, lone-packet shortcut) or, with `client-to-client`, another client's queue | [`netio::tun::TunWriter`]; [`registry::Registry::forward`] |
 //!
 //! Seed → shoot (a packet from the tun device to a client):
@@ -29,15 +29,18 @@
 //! | step | where |
 //! |---|---|
 //! | tun → packets (batches, offloads cut to the MTU) | [`netio::tun::Tun::recv_many`] in [`device`] (`read_loop`) |
-//! | destination → the client owning the longest prefix (address or iroute) | [`registry::Registry::route`] ([`routing`]) |
+//! | destination → the client owning the longest prefix (address or iroute) | the packet mode (`PacketMode::forward_from_device`), [`registry::Registry::route`] ([`routing`]) |
 //! | no client: ICMP unreachable to the sender | [`unreachable`](mod@unreachable) |
 //! | the client's queue → encrypted framed packet (in place) | [`connection`] (`send_queued`), `ServerSession::send_tun_packet` |
 //! | framed packets → socket (one vectored write) | [`netio::framed::FrameWriter`] |
 //!
-//! In tap mode (`dev tap`) the payloads are Ethernet frames: instead of the source check and
-//! the routing table, [`switch`] learns each client's MAC addresses and picks the client, all
-//! clients (broadcast), or the tap device ([`registry::Registry::switch_from_client`],
-//! [`registry::Registry::switch_from_tap`]).
+//! The packet mode, chosen once when the server binds (`shared::mode`), decides both ways in
+//! one method each. Routed (`dev tun`) is the way above. Switched (`dev tap`): the payloads
+//! are Ethernet frames; instead of the source check and the routing table, [`switch`] learns
+//! each client's MAC addresses and picks the client, all clients (broadcast), or the tap
+//! device ([`registry::Registry::switch_from_client`], [`registry::Registry::switch_from_tap`]).
+//! HA: no device; [`ha`] switches each packet between kube-apiserver and shoot connections
+//! ([`registry::Registry::switch_ha`]).
 //!
 //! Around them: [`config`] and [`settings`] (what to run), [`launch`] (the process: server,
 //! in-process sidecar, admin endpoint, `up`/`down` [`script`]s), [`device`] (the tun set-up),
@@ -49,7 +52,8 @@
 //! | [`config`] | config file / vpn2 environment → [`Settings`]; the only place files are read |
 //! | [`launch`] | what the binary runs: server, in-process sidecar, admin endpoint, `up` / `down` |
 //! | [`server`] | the composition root: binds (device, listeners) and builds the shared state; one task per connection, the tun reader, status writer, shutdown |
-//! | `shared` | what every task of one server shares (settings, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |
+//! | `shared` | what every task of one server shares (settings, packet mode, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |
+//! | `shared::mode` | the packet mode (routed, switched, HA), chosen once at bind: a packet's way from a client and from the device |
 //! | [`connection`] | one client's session loop inside its span |
 //! | [`registry`] | pool, routing table and clients; `max-clients` and admission (pure) |
 //! | [`device`] | the tun device's set-up and reader |

@@ -200,16 +200,58 @@ pub struct TunnelAddresses {
     pub v6: Option<std::net::Ipv6Addr>,
 }
 
-/// Pool, routing table and clients.
+/// Pool, the packet mode's table and clients.
 #[derive(Debug)]
 pub struct Registry {
     pool: Option<Pool>,
-    routes: RoutingTable<ClientId>,
-    /// Tap mode: the learned MAC addresses (no IP routes are kept then).
-    macs: Option<MacTable<ClientId>>,
-    /// HA mode: the switch between kube-apiserver and shoot connections (no routes then).
-    ha: Option<HaSwitch<ClientId>>,
+    table: Table,
     clients: HashMap<ClientId, ClientEntry>,
+}
+
+/// What the registry keeps to find a packet's client: one kind for the server's life, the one
+/// its packet mode uses (chosen by the constructor: [`Registry::new`], [`Registry::tap`],
+/// [`Registry::ha`]).
+#[derive(Debug)]
+enum Table {
+    /// Routed (tun): each client's addresses and iroutes, longest prefix first.
+    Routes(RoutingTable<ClientId>),
+    /// Switched (tap): the MAC addresses learned from each client. No IP routes: upstream
+    /// learns neither addresses nor iroutes there.
+    Macs(MacTable<ClientId>),
+    /// HA: the switch between kube-apiserver and shoot connections. No pool, no routes.
+    Ha(HaSwitch<ClientId>),
+}
+
+impl Table {
+    /// Forgets what client `id` owned (it left).
+    fn forget(&mut self, id: ClientId) {
+        match self {
+            Table::Routes(routes) => routes.remove_owner(id),
+            Table::Macs(macs) => macs.remove_owner(id),
+            Table::Ha(switch) => {
+                switch.seed_disconnected(id);
+                switch.shoot_disconnected(id);
+            }
+        }
+    }
+
+    /// The IP prefixes and their owners, as the status file's routing table lists them: the
+    /// routes, or in HA mode the addresses the kube-apiservers own (as upstream lists learned
+    /// addresses); none in tap mode.
+    fn ip_routes(&self) -> Vec<(IpNet, ClientId)> {
+        match self {
+            Table::Routes(routes) => routes.entries().collect(),
+            Table::Macs(_) => Vec::new(),
+            Table::Ha(switch) => {
+                let mut owned: Vec<(IpNet, ClientId)> = switch
+                    .seed_addresses()
+                    .map(|(a, id)| (IpNet::from(a), id))
+                    .collect();
+                owned.sort();
+                owned
+            }
+        }
+    }
 }
 
 impl Registry {
@@ -217,9 +259,7 @@ impl Registry {
     pub fn new(pool: Option<Pool>) -> Registry {
         Registry {
             pool,
-            routes: RoutingTable::new(),
-            macs: None,
-            ha: None,
+            table: Table::Routes(RoutingTable::new()),
             clients: HashMap::new(),
         }
     }
@@ -228,7 +268,7 @@ impl Registry {
     /// pool, no routes; packets are switched by [`Registry::switch_ha`].
     pub fn ha(shoot_networks: Vec<IpNet>) -> Registry {
         Registry {
-            ha: Some(HaSwitch::new(shoot_networks)),
+            table: Table::Ha(HaSwitch::new(shoot_networks)),
             ..Registry::new(None)
         }
     }
@@ -240,7 +280,10 @@ impl Registry {
         packet: &[u8],
         now: Instant,
     ) -> Option<Result<&ClientEntry, ha::Dropped>> {
-        Some(match self.ha.as_mut()?.switch(from, packet, now) {
+        let Table::Ha(switch) = &mut self.table else {
+            return None;
+        };
+        Some(match switch.switch(from, packet, now) {
             Switched::To(id) => match self.clients.get(&id) {
                 Some(c) => Ok(c),
                 // Never: removal tells the switch.
@@ -254,7 +297,7 @@ impl Registry {
     /// `max_macs_per_client` per client, and no IP routes are kept.
     pub fn tap(pool: Option<Pool>, max_macs_per_client: usize) -> Registry {
         Registry {
-            macs: Some(MacTable::new(max_macs_per_client)),
+            table: Table::Macs(MacTable::new(max_macs_per_client)),
             ..Registry::new(pool)
         }
     }
@@ -268,10 +311,10 @@ impl Registry {
         client_to_client: bool,
         now_unix: u64,
     ) -> Option<FromClient<&ClientEntry>> {
-        let verdict = self
-            .macs
-            .as_mut()?
-            .from_client(from, frame, client_to_client, now_unix);
+        let Table::Macs(macs) = &mut self.table else {
+            return None;
+        };
+        let verdict = macs.from_client(from, frame, client_to_client, now_unix);
         Some(match verdict {
             FromClient::Tap => FromClient::Tap,
             FromClient::Flood => FromClient::Flood,
@@ -286,7 +329,10 @@ impl Registry {
 
     /// Tap mode: where `frame`, read from the tap device, goes; `None` in tun mode.
     pub fn switch_from_tap(&self, frame: &[u8]) -> Option<FromTap<&ClientEntry>> {
-        Some(match self.macs.as_ref()?.from_tap(frame) {
+        let Table::Macs(macs) = &self.table else {
+            return None;
+        };
+        Some(match macs.from_tap(frame) {
             FromTap::Flood => FromTap::Flood,
             FromTap::Drop(why) => FromTap::Drop(why),
             FromTap::Client(id) => match self.clients.get(&id) {
@@ -325,7 +371,10 @@ impl Registry {
 
     /// The client whose address or iroute is the longest prefix containing `dst`.
     pub fn route(&self, dst: IpAddr) -> Option<&ClientEntry> {
-        self.routes.lookup(dst).and_then(|id| self.clients.get(&id))
+        let Table::Routes(routes) = &self.table else {
+            return None;
+        };
+        routes.lookup(dst).and_then(|id| self.clients.get(&id))
     }
 
     /// Where a packet from client `from` to `dst` goes: the tun device, or (with
@@ -336,7 +385,10 @@ impl Registry {
         dst: IpAddr,
         client_to_client: bool,
     ) -> Option<&ClientEntry> {
-        match self.routes.forward(from, dst, client_to_client) {
+        let Table::Routes(routes) = &self.table else {
+            return None;
+        };
+        match routes.forward(from, dst, client_to_client) {
             Forward::Tun => None,
             Forward::Client(other) => self.clients.get(&other),
         }
@@ -369,7 +421,7 @@ impl Registry {
         if opts.disable {
             return Err(Refused::Disabled);
         }
-        if self.ha.is_some() {
+        if let Table::Ha(_) = self.table {
             return self.admit_ha(settings, id, cn, &opts, conn, now_unix);
         }
         if !settings.duplicate_cn {
@@ -384,7 +436,7 @@ impl Registry {
                     .map(|l| l.index);
             }
             let host = IpNet::V4(Ipv4Net::from(push.local));
-            if self.routes.get(host).is_some() {
+            if matches!(&self.table, Table::Routes(routes) if routes.get(host).is_some()) {
                 self.release(lease);
                 return Err(Refused::AddressInUse { addr: push.local });
             }
@@ -408,12 +460,12 @@ impl Registry {
             .chain(v6.map(IpAddr::V6))
             .collect();
         // Tap mode switches by MAC address: no IP routes (upstream ignores iroutes there).
-        if self.macs.is_none() {
+        if let Table::Routes(routes) = &mut self.table {
             for a in &addresses {
-                self.routes.insert(IpNet::from(*a), id);
+                routes.insert(IpNet::from(*a), id);
             }
             for net in &opts.iroutes {
-                if let Some(old) = self.routes.insert(*net, id) {
+                if let Some(old) = routes.insert(*net, id) {
                     tracing::info!(route = %net, previous = old, "iroute moved to a new client");
                 }
             }
@@ -459,7 +511,7 @@ impl Registry {
         conn: ConnHandle,
         now_unix: u64,
     ) -> Result<Admitted, Refused> {
-        let Some(switch) = self.ha.as_mut() else {
+        let Table::Ha(switch) = &mut self.table else {
             return Err(Refused::NotHaClient { cn });
         };
         let (v4, v6) = if cn == ha::SEED_CLIENT_CN {
@@ -472,7 +524,7 @@ impl Registry {
             }
         } else if let Some(index) = ha::shoot_index(&cn) {
             self.replace_same_cn(id, &cn);
-            if let Some(switch) = self.ha.as_mut() {
+            if let Table::Ha(switch) = &mut self.table {
                 switch.shoot_connected(id, index);
             }
             (None, None)
@@ -531,14 +583,7 @@ impl Registry {
     pub fn remove(&mut self, id: ClientId) -> Option<ClientEntry> {
         let entry = self.clients.remove(&id)?;
         self.release(entry.lease);
-        self.routes.remove_owner(id);
-        if let Some(macs) = self.macs.as_mut() {
-            macs.remove_owner(id);
-        }
-        if let Some(switch) = self.ha.as_mut() {
-            switch.seed_disconnected(id);
-            switch.shoot_disconnected(id);
-        }
+        self.table.forget(id);
         Some(entry)
     }
 
@@ -546,18 +591,10 @@ impl Registry {
     pub fn status(&self, now_unix: u64) -> StatusSnapshot {
         let mut clients: Vec<(&ClientId, &ClientEntry)> = self.clients.iter().collect();
         clients.sort_by_key(|(id, _)| **id);
-        // HA: the addresses the kube-apiservers own, as upstream lists learned addresses.
-        let mut ha_routes: Vec<(IpNet, ClientId)> = self
-            .ha
-            .iter()
-            .flat_map(|h| h.seed_addresses())
-            .map(|(a, id)| (IpNet::from(a), id))
-            .collect();
-        ha_routes.sort();
         let routes = self
-            .routes
-            .entries()
-            .chain(ha_routes)
+            .table
+            .ip_routes()
+            .into_iter()
             .filter_map(|(prefix, id)| {
                 let c = self.clients.get(&id)?;
                 Some(RouteStatus {
@@ -568,9 +605,12 @@ impl Registry {
                 })
             })
             .collect();
-        let mac_routes = self
-            .macs
-            .iter()
+        let macs = match &self.table {
+            Table::Macs(macs) => Some(macs),
+            Table::Routes(_) | Table::Ha(_) => None,
+        };
+        let mac_routes = macs
+            .into_iter()
             .flat_map(|t| t.entries())
             .filter_map(|(mac, learned)| {
                 let c = self.clients.get(&learned.owner)?;

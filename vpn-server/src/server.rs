@@ -26,7 +26,7 @@ use netio::admin::AdminState;
 use netio::clock::unix_now;
 use netio::listen::Admitted;
 use netio::netlink::NetlinkError;
-use netio::tun::{Tun, TunError, TunWriter};
+use netio::tun::{TunError, TunWriter};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,10 +34,11 @@ use tracing::{debug, info, warn};
 
 use crate::device::SetupError;
 use crate::metrics::{ServerAdmin, ServerMetrics};
-use crate::pool::{Pool, PoolError};
+use crate::pool::PoolError;
 use crate::registry::admission::PreAuthEvent;
 use crate::registry::Registry;
 use crate::settings::{Settings, StatusFile};
+use crate::shared::mode::PacketMode;
 use crate::shared::{lock, Device, Shared};
 use crate::{connection, device, status};
 
@@ -102,24 +103,17 @@ impl Server {
         if settings.auto_mtu {
             device::apply_auto_mtu(&mut settings).await?;
         }
-        let pool = match (settings.pool_v4, settings.pool_v6) {
-            _ if settings.ha.is_some() => None,
-            (None, None) => None,
-            (v4, v6) => Some(Pool::with_range(v4, settings.pool_v4_range, v6)?),
-        };
-        let device = if settings.ha.is_some() {
-            info!("HA mode: no device; packets are switched between kube-apiserver and shoot connections");
-            None
-        } else {
-            let tun = Arc::new(if settings.is_tap() {
-                Tun::open_tap(&settings.dev)?
-            } else {
-                Tun::open(&settings.dev)?
-            });
-            device::setup(&settings, tun.name(), pool.as_ref()).await?;
-            let writer = TunWriter::spawn(Arc::clone(&tun), TUN_WRITE_QUEUE)
-                .map_err(ServerError::TunWriter)?;
-            Some(Device { tun, writer })
+        let mode = PacketMode::of(&settings);
+        let pool = mode.pool(&settings)?;
+        let device = match mode.open_device(&settings.dev)? {
+            Some(tun) => {
+                let tun = Arc::new(tun);
+                device::setup(&settings, tun.name(), pool.as_ref()).await?;
+                let writer = TunWriter::spawn(Arc::clone(&tun), TUN_WRITE_QUEUE)
+                    .map_err(ServerError::TunWriter)?;
+                Some(Device { tun, writer })
+            }
+            None => None,
         };
         let tun_stats = device
             .as_ref()
@@ -131,15 +125,9 @@ impl Server {
             info!(addr = %l.local_addr().unwrap_or(addr), "listening for incoming TCP connections");
             listeners.push(l);
         }
-        let registry = if let Some(ha) = &settings.ha {
-            Registry::ha(ha.shoot_networks.clone())
-        } else if settings.is_tap() {
-            Registry::tap(pool, settings.max_routes_per_client)
-        } else {
-            Registry::new(pool)
-        };
+        let registry = mode.registry(&settings, pool);
         let metrics = ServerMetrics::new(tun_stats);
-        let shared = Arc::new(Shared::new(settings, registry, metrics, device));
+        let shared = Arc::new(Shared::new(settings, mode, registry, metrics, device));
         Ok(Server { shared, listeners })
     }
 

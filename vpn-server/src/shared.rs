@@ -1,6 +1,6 @@
-//! What every task of one server shares: the settings, the session endpoint, the registry, the
-//! counters, the device, `max-clients` and the pending connections ([`Shared`]), and the one
-//! way its locks are taken ([`lock`]).
+//! What every task of one server shares: the settings, the packet mode ([`mode`]), the session
+//! endpoint, the registry, the counters, the device, `max-clients` and the pending connections
+//! ([`Shared`]), and the one way its locks are taken ([`lock`]).
 //!
 //! [`crate::server`] builds it when it binds; the connections ([`crate::connection`]), the
 //! device reader ([`crate::device`]) and the status writer read it. It imports none of them.
@@ -18,6 +18,10 @@ use crate::registry::admission::{PreAuthEvent, PreAuthLogs};
 use crate::registry::{ClientId, Registry, Slots};
 use crate::settings::Settings;
 
+pub(crate) mod mode;
+
+use self::mode::PacketMode;
+
 /// The server's device and the writer thread every connection writes to it through.
 #[derive(Debug)]
 pub(crate) struct Device {
@@ -29,6 +33,8 @@ pub(crate) struct Device {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) settings: Settings,
+    /// Routed, switched or HA: chosen once, when the server bound.
+    pub(crate) mode: PacketMode,
     pub(crate) endpoint: Mutex<ServerEndpoint>,
     pub(crate) registry: Arc<Mutex<Registry>>,
     pub(crate) metrics: Arc<ServerMetrics>,
@@ -47,15 +53,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The state of a server serving with `settings` through `registry` and `device`:
-    /// `max-clients` and `max_pending` from the settings, nothing pending, not serving yet.
+    /// The state of a server serving with `settings` in `mode` through `registry` (made for
+    /// the mode) and `device`: `max-clients` and `max_pending` from the settings, nothing
+    /// pending, not serving yet.
     pub(crate) fn new(
         settings: Settings,
+        mode: PacketMode,
         registry: Registry,
         metrics: ServerMetrics,
         device: Option<Device>,
     ) -> Shared {
         Shared {
+            mode,
             endpoint: Mutex::new(ServerEndpoint::new(settings.server_config())),
             registry: Arc::new(Mutex::new(registry)),
             metrics: Arc::new(metrics),

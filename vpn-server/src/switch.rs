@@ -32,10 +32,6 @@ use std::hash::Hash;
 /// Bytes of an Ethernet header (destination, source, EtherType).
 pub const ETH_HEADER_LEN: usize = 14;
 
-/// What a tap device's frames add to its MTU: the Ethernet header and room for one VLAN
-/// tag. The longest frame read from the device is the MTU plus this.
-pub const TAP_FRAME_EXTRA: usize = ETH_HEADER_LEN + 4;
-
 /// A 48-bit Ethernet address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MacAddr(pub [u8; 6]);

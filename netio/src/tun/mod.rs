@@ -63,6 +63,11 @@ const READ_MAX: usize = VNET_HDR_LEN + u16::MAX as usize;
 /// The offloads asked of the kernel.
 const OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
 
+/// What a tap device's frames add to its MTU: the Ethernet header (14 bytes) and room for
+/// one VLAN tag. The longest frame read from a tap device is the MTU plus this
+/// ([`PacketLayout::max_len`]).
+pub const TAP_FRAME_EXTRA: usize = 14 + 4;
+
 /// Where a packet read by [`Tun::recv_many`] sits in its buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketLayout {

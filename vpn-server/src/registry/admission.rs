@@ -32,7 +32,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use netio::listen::{LogLimiter, LOG_EVERY};
+use netio::log_limit::{LogLimiter, LOG_EVERY};
 use protocol::opcode::{
     P_CONTROL_HARD_RESET_CLIENT_V2, P_CONTROL_HARD_RESET_CLIENT_V3, P_OPCODE_SHIFT,
 };
@@ -149,7 +149,7 @@ impl Deadlines {
 }
 
 /// The pre-authentication events a flood repeats, each logged at most once per
-/// [`netio::listen::LOG_EVERY`] (every one is counted in the metrics).
+/// [`netio::log_limit::LOG_EVERY`] (every one is counted in the metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PreAuthEvent {
     /// A connection closed at accept (or at authentication) by `max-clients`.

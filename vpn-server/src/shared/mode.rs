@@ -1,0 +1,357 @@
+//! The packet mode: what a client's decrypted payload is and where it goes, and where a packet
+//! read from the device goes. Chosen once when the server binds ([`PacketMode::of`]) and kept
+//! in [`Shared`]; the connections ([`PacketMode::forward_from_client`]) and the device reader
+//! ([`PacketMode::forward_from_device`]) each call one method for every packet.
+//!
+//! | mode | config | device | from a client | from the device |
+//! |---|---|---|---|---|
+//! | [`Routed`](PacketMode::Routed) | `dev tun` | tun | IP packet: source check ([`crate::spoof`]), then the tun device or, with `client-to-client`, the client routing its destination | to the client whose address or iroute is the longest prefix of the destination ([`crate::routing`]); none: ICMP unreachable |
+//! | [`Switched`](PacketMode::Switched) | `dev tap` | tap | Ethernet frame: its source learned ([`crate::switch`]), then the tap device, another client, or (a group destination, `client-to-client`) every other client and the tap device | to the owner of the destination MAC address, every client (a group destination), or nowhere |
+//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device | (there is no device) |
+//!
+//! The tables these decisions read (the routing table, the MAC table, the HA switch) are the
+//! registry's, under its lock: the one the mode chose ([`PacketMode::registry`]).
+
+use std::time::Instant;
+
+use bytes::BytesMut;
+use netio::clock::unix_now;
+use netio::log_limit::LogLimiter;
+use netio::tun::{Tun, TunError, TAP_FRAME_EXTRA};
+use protocol::data::DATA_TAILROOM;
+use protocol::session::SEND_HEADROOM;
+use tracing::{debug, info, warn};
+
+use super::{lock, Shared};
+use crate::ha::Dropped as HaDropped;
+use crate::pool::{Pool, PoolError};
+use crate::registry::{ClientId, Registry};
+use crate::settings::Settings;
+use crate::spoof::{self, SourceFilter, SpoofVerdict};
+use crate::switch::{Dropped, FromClient, FromTap};
+
+/// How the server carries packets; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PacketMode {
+    /// `dev tun`: IP packets, routed by the clients' addresses and iroutes.
+    Routed {
+        /// `client-to-client`: a packet to another client's address goes straight to it.
+        client_to_client: bool,
+    },
+    /// `dev tap`: Ethernet frames, switched by the MAC addresses learned from each client.
+    Switched {
+        /// `client-to-client`: frames to other clients go straight to them.
+        client_to_client: bool,
+    },
+    /// vpn2 HA: no device; packets switched in the process between kube-apiserver and shoot
+    /// connections.
+    Ha,
+}
+
+impl PacketMode {
+    /// The mode `settings` ask for: HA settings make it [`PacketMode::Ha`], else the device
+    /// type decides.
+    pub(crate) fn of(settings: &Settings) -> PacketMode {
+        let client_to_client = settings.client_to_client;
+        if settings.ha.is_some() {
+            PacketMode::Ha
+        } else if settings.is_tap() {
+            PacketMode::Switched { client_to_client }
+        } else {
+            PacketMode::Routed { client_to_client }
+        }
+    }
+
+    /// The client address pool (`server`, `server-ipv6`); none in HA mode, where nothing is
+    /// assigned.
+    pub(crate) fn pool(self, settings: &Settings) -> Result<Option<Pool>, PoolError> {
+        match (self, settings.pool_v4, settings.pool_v6) {
+            (PacketMode::Ha, _, _) | (_, None, None) => Ok(None),
+            (_, v4, v6) => Pool::with_range(v4, settings.pool_v4_range, v6).map(Some),
+        }
+    }
+
+    /// The device `dev` opened as a tun or tap device; none in HA mode.
+    pub(crate) fn open_device(self, dev: &str) -> Result<Option<Tun>, TunError> {
+        match self {
+            PacketMode::Routed { .. } => Tun::open(dev).map(Some),
+            PacketMode::Switched { .. } => Tun::open_tap(dev).map(Some),
+            PacketMode::Ha => {
+                info!("HA mode: no device; packets are switched between kube-apiserver and shoot connections");
+                Ok(None)
+            }
+        }
+    }
+
+    /// What the longest packet read from the device has beyond the MTU: a tap device's
+    /// Ethernet header (and a VLAN tag).
+    pub(crate) fn device_frame_extra(self) -> usize {
+        match self {
+            PacketMode::Switched { .. } => TAP_FRAME_EXTRA,
+            PacketMode::Routed { .. } | PacketMode::Ha => 0,
+        }
+    }
+
+    /// The empty registry with this mode's table: a routing table, a MAC table (at most
+    /// `max-routes-per-client` addresses per client), or the HA switch over the shoot's
+    /// networks.
+    pub(crate) fn registry(self, settings: &Settings, pool: Option<Pool>) -> Registry {
+        match self {
+            PacketMode::Routed { .. } => Registry::new(pool),
+            PacketMode::Switched { .. } => Registry::tap(pool, settings.max_routes_per_client),
+            PacketMode::Ha => Registry::ha(
+                settings
+                    .ha
+                    .as_ref()
+                    .map_or_else(Vec::new, |ha| ha.shoot_networks.clone()),
+            ),
+        }
+    }
+
+    /// A decrypted payload from the admitted client `from` (allowed to send from `filter`'s
+    /// sources): to the device (`to_tun`, written by the caller), to other clients' queues,
+    /// or dropped and counted (and logged as `drops` allows).
+    pub(crate) fn forward_from_client(
+        self,
+        shared: &Shared,
+        from: ClientId,
+        filter: &SourceFilter,
+        drops: &mut LogLimiter,
+        payload: BytesMut,
+        to_tun: &mut Vec<BytesMut>,
+    ) {
+        match self {
+            PacketMode::Routed { client_to_client } => {
+                route_from_client(
+                    shared,
+                    from,
+                    filter,
+                    client_to_client,
+                    drops,
+                    payload,
+                    to_tun,
+                );
+            }
+            PacketMode::Switched { client_to_client } => {
+                switch_from_client(shared, from, client_to_client, drops, payload, to_tun);
+            }
+            PacketMode::Ha => switch_ha(shared, from, drops, &payload),
+        }
+    }
+
+    /// A batch read from the device (each packet after [`SEND_HEADROOM`]), queued to the
+    /// clients under one lock of the registry; `unroutable` gets every IP packet no client
+    /// routes (to answer it with ICMP unreachable).
+    pub(crate) fn forward_from_device(
+        self,
+        shared: &Shared,
+        batch: &mut Vec<BytesMut>,
+        unroutable: impl FnMut(&[u8]),
+    ) {
+        match self {
+            PacketMode::Routed { .. } => route_from_device(shared, batch, unroutable),
+            PacketMode::Switched { .. } => switch_from_device(shared, batch),
+            // HA mode opens no device.
+            PacketMode::Ha => batch.clear(),
+        }
+    }
+}
+
+/// Routed: the source check, then the tun device (`to_tun`) or, with `client-to-client`,
+/// another client's queue.
+fn route_from_client(
+    shared: &Shared,
+    from: ClientId,
+    filter: &SourceFilter,
+    client_to_client: bool,
+    drops: &mut LogLimiter,
+    payload: BytesMut,
+    to_tun: &mut Vec<BytesMut>,
+) {
+    let metrics = &shared.metrics;
+    match filter.check(&payload) {
+        SpoofVerdict::Accept { dst, .. } => {
+            // Without client-to-client every packet goes to the tun device: no lookup.
+            if !client_to_client {
+                to_tun.push(payload);
+                return;
+            }
+            let target = lock(&shared.registry)
+                .forward(from, dst, true)
+                .map(|c| c.conn.tx.clone());
+            let Some(tx) = target else {
+                to_tun.push(payload);
+                return;
+            };
+            match tx.try_send(laid_out_for_send(&payload)) {
+                Ok(()) => metrics.packet_client_to_client(),
+                Err(_) => metrics.queue_overflowed(),
+            }
+        }
+        SpoofVerdict::Spoofed { src, dst } => {
+            let total = metrics.packet_spoofed();
+            if let Some(suppressed) = drops.allow(Instant::now()) {
+                warn!(%src, %dst, dropped_total = total, suppressed, "packet with a source address not assigned to the client dropped");
+            }
+        }
+        SpoofVerdict::Ignored => metrics.packet_ignored(),
+        SpoofVerdict::Malformed(e) => {
+            metrics.packet_malformed();
+            debug!(error = %e, "malformed packet from client");
+        }
+    }
+}
+
+/// Switched: a decrypted frame from the client teaches the switch its source address and
+/// goes to the tap device (`to_tun`), another client, or (a group destination with
+/// `client-to-client`) every other client and the tap device ([`crate::switch`]). No IP
+/// source check: upstream has none in tap mode.
+fn switch_from_client(
+    shared: &Shared,
+    from: ClientId,
+    client_to_client: bool,
+    drops: &mut LogLimiter,
+    frame: BytesMut,
+    to_tun: &mut Vec<BytesMut>,
+) {
+    let metrics = &shared.metrics;
+    let mut reg = lock(&shared.registry);
+    match reg.switch_from_client(from, &frame, client_to_client, unix_now()) {
+        Some(FromClient::Tap) | None => to_tun.push(frame),
+        Some(FromClient::Client(other)) => {
+            match other.conn.tx.try_send(laid_out_for_send(&frame)) {
+                Ok(()) => metrics.packet_client_to_client(),
+                Err(_) => metrics.queue_overflowed(),
+            }
+        }
+        Some(FromClient::Flood) => {
+            for other in reg.flood_targets(Some(from)) {
+                match other.conn.tx.try_send(laid_out_for_send(&frame)) {
+                    Ok(()) => metrics.packet_client_to_client(),
+                    Err(_) => metrics.queue_overflowed(),
+                }
+            }
+            to_tun.push(frame);
+        }
+        Some(FromClient::Drop(Dropped::Short)) => metrics.packet_malformed(),
+        Some(FromClient::Drop(why)) => {
+            let total = metrics.packet_spoofed();
+            if let Some(suppressed) = drops.allow(Instant::now()) {
+                warn!(reason = %why, dropped_total = total, suppressed, "frame from the client dropped");
+            }
+        }
+    }
+}
+
+/// HA: a decrypted packet goes to the connection the switch picks ([`crate::ha`]), never to
+/// a device; anything else is dropped and counted by reason.
+fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[u8]) {
+    let metrics = &shared.metrics;
+    // The registry is held for the decision only, not for the copy and the send.
+    let verdict = lock(&shared.registry)
+        .switch_ha(from, packet, Instant::now())
+        .map(|to| to.map(|c| c.conn.tx.clone()));
+    let why = match verdict {
+        Some(Ok(tx)) => {
+            match tx.try_send(laid_out_for_send(packet)) {
+                Ok(()) => metrics.packet_client_to_client(),
+                Err(_) => metrics.queue_overflowed(),
+            }
+            return;
+        }
+        Some(Err(why)) => why,
+        None => return,
+    };
+    let total = match why {
+        HaDropped::Malformed(_) => {
+            metrics.packet_malformed();
+            return;
+        }
+        HaDropped::NoShoot => {
+            metrics.packet_no_route();
+            return;
+        }
+        HaDropped::Spoofed => metrics.packet_spoofed(),
+        HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
+    };
+    if let Some(suppressed) = drops.allow(Instant::now()) {
+        let addresses = spoof::addresses(packet).ok();
+        warn!(
+            reason = ?why,
+            src = ?addresses.map(|a| a.0),
+            dst = ?addresses.map(|a| a.1),
+            dropped_total = total,
+            suppressed,
+            "packet from the client dropped by the HA switch"
+        );
+    }
+}
+
+/// Routed: each packet read goes to the connection of the client routing its destination;
+/// one no client routes is counted and handed to `unroutable`.
+fn route_from_device(
+    shared: &Shared,
+    batch: &mut Vec<BytesMut>,
+    mut unroutable: impl FnMut(&[u8]),
+) {
+    let metrics = &shared.metrics;
+    let reg = lock(&shared.registry);
+    for packet in batch.drain(..) {
+        let Some(payload) = packet.get(SEND_HEADROOM..) else {
+            continue;
+        };
+        let Ok((_, dst)) = spoof::addresses(payload) else {
+            metrics.packet_malformed();
+            continue;
+        };
+        match reg.route(dst) {
+            Some(client) => match client.conn.tx.try_send(packet) {
+                Ok(()) => metrics.packet_from_tun(),
+                Err(_) => metrics.queue_overflowed(),
+            },
+            None => {
+                metrics.packet_no_route();
+                unroutable(payload);
+            }
+        }
+    }
+}
+
+/// Switched: each frame read goes to the client owning its destination MAC address, to every
+/// client (a group destination), or nowhere (an unknown destination; [`crate::switch`]).
+fn switch_from_device(shared: &Shared, batch: &mut Vec<BytesMut>) {
+    let metrics = &shared.metrics;
+    let reg = lock(&shared.registry);
+    for frame in batch.drain(..) {
+        let Some(payload) = frame.get(SEND_HEADROOM..) else {
+            continue;
+        };
+        match reg.switch_from_tap(payload) {
+            Some(FromTap::Client(client)) => match client.conn.tx.try_send(frame) {
+                Ok(()) => metrics.packet_from_tun(),
+                Err(_) => metrics.queue_overflowed(),
+            },
+            Some(FromTap::Flood) => {
+                for client in reg.flood_targets(None) {
+                    // A copy of the frame with its headroom, and room to encrypt in place.
+                    let mut copy = BytesMut::with_capacity(frame.len() + DATA_TAILROOM);
+                    copy.extend_from_slice(&frame);
+                    match client.conn.tx.try_send(copy) {
+                        Ok(()) => metrics.packet_from_tun(),
+                        Err(_) => metrics.queue_overflowed(),
+                    }
+                }
+            }
+            Some(FromTap::Drop(_)) | None => metrics.packet_no_route(),
+        }
+    }
+}
+
+/// A copy of `payload` for another client's queue: headroom before it, room after it to
+/// encrypt in place.
+fn laid_out_for_send(payload: &[u8]) -> BytesMut {
+    let mut packet = BytesMut::with_capacity(SEND_HEADROOM + payload.len() + DATA_TAILROOM);
+    packet.resize(SEND_HEADROOM, 0);
+    packet.extend_from_slice(payload);
+    packet
+}

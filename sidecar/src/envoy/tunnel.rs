@@ -38,7 +38,7 @@ use super::bootstrap::{
     ENVOY_CONNECT_TIMEOUT, HCM, ROUTER, STDOUT_LOG, TCP_PROXY,
 };
 use super::yaml::{self, Map, Node, Problem, YamlError};
-use crate::sidecar::access_log::AccessLog;
+use crate::access_log::AccessLog;
 
 /// Envoy's TCP proxy idle timeout when none is given (1 h).
 pub const ENVOY_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -2,9 +2,9 @@
 //! the mTLS HTTP CONNECT proxy in the vpn-seed-server pod that the kube-apiserver's egress
 //! selector (`cluster`) uses to reach kubelets, webhooks and pods in the shoot), its Envoy
 //! mode (the same program started as Gardener starts Envoy, configured by Gardener's
-//! envoy.yaml; or, from Gardener's apiserver-proxy file, the GEP-30 apiserver-proxy). A
-//! library: the binary that runs it is `vpn-server` (`--sidecar`, `vpn-server sidecar`,
-//! `envoy` / `vpn-server envoy`).
+//! envoy.yaml), and the GEP-30 apiserver-proxy ([`apiserver_proxy`]). A library: the
+//! binaries that run it are `vpn-server` (`--sidecar`, `vpn-server sidecar`, `envoy` /
+//! `vpn-server envoy`) and `vpn-client` (`vpn-client apiserver-proxy`).
 //!
 //! | module | what it is |
 //! |---|---|
@@ -16,6 +16,7 @@
 //! | [`metrics`] | the sidecar's counters under Envoy's series names (`docs/metrics.md`) |
 //! | [`access_log`] | Envoy's access log: format strings, filters, one line per request |
 //! | [`envoy`] | Envoy mode: Envoy's flags, Gardener's envoy.yaml read ([`envoy::bootstrap`], [`envoy::tunnel`], [`envoy::yaml`]), the apiserver-proxy's Envoy series ([`envoy::tcp_stats`]) |
+//! | [`apiserver_proxy`] | GEP-30's apiserver-proxy, both programs' core: the data path ([`apiserver_proxy::tunnel`]), the CONNECT request, Gardener's defaults and header check, `vpn-client apiserver-proxy`'s flags |
 //!
 //! # The CONNECT sidecar
 //!
@@ -76,6 +77,7 @@
 //! configured (Envoy mode) that line is `debug`, and Envoy's line goes to stdout.
 
 pub mod access_log;
+pub mod apiserver_proxy;
 pub mod cli;
 pub mod dns;
 pub mod envoy;

@@ -120,7 +120,7 @@ impl Binaries {
         };
         Ok(Binaries {
             server: check("vpn-server", &["vpn-server", "sidecar"])?,
-            client: check("vpn-client", &["vpn-client"])?,
+            client: check("vpn-client", &["vpn-client", "sidecar"])?,
             router: check("vpn-router", &["vpn-router"])?,
         })
     }

@@ -5,7 +5,7 @@
 //! * the VPN pods' CONNECT sidecar (an HTTP connection manager with a CONNECT route behind a
 //!   TLS listener, [`bootstrap`]): this sidecar, below;
 //! * the shoot's apiserver-proxy DaemonSet (a `tcp_proxy` with a `tunneling_config`,
-//!   [`tunnel`]): [`netio::tunnel_proxy`] with Envoy's series and access log ([`tcp_stats`]).
+//!   [`tunnel`]): the GEP-30 apiserver-proxy ([`crate::apiserver_proxy`]) with Envoy's series and access log ([`tcp_stats`]).
 //!   Gardener starts `envoy --concurrency 2 --use-dynamic-base-id -c
 //!   /etc/apiserver-proxy/envoy.yaml` as uid 0 with `NET_BIND_SERVICE` in the host network;
 //!   the proxy listens on `<advertise address>:443`, and the stats listener on 16910 answers
@@ -45,12 +45,12 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use netio::admin::{AdminBindError, AdminServer, AdminState};
-use netio::tunnel_proxy::{TunnelProxy, TunnelProxyError};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::cli::{env_networks, read_tls, vpn2_shoot_networks, SidecarConfigError};
 use super::{DestinationPolicy, External, SidecarConfig, SidecarError};
+use crate::apiserver_proxy::{TunnelProxy, TunnelProxyError};
 use tcp_stats::{TcpLabels, TcpProxyStats};
 use tunnel::TunnelBootstrap;
 

@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use netio::admin::{AdminState, Exposition, Kind};
 use netio::relay::RelayEnd;
-use netio::tunnel_proxy::{Outcome, TunnelEvents, TunnelReport};
 
 use crate::access_log::{self, AccessLog, Entry};
+use crate::apiserver_proxy::{Outcome, TunnelEvents, TunnelReport};
 use crate::metrics::{Histogram, MetricLabels};
 
 /// Every series: (name, type, help).

@@ -75,6 +75,11 @@
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
 //! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx. With Envoy's access loggers
 //! configured (Envoy mode) that line is `debug`, and Envoy's line goes to stdout.
+//!
+//! Log targets are this crate's module paths (`sidecar::proxy`, `sidecar::apiserver_proxy`,
+//! ...: `--log info,sidecar=debug` shows their debug lines), except the access log line's,
+//! which keeps `vpn_server::sidecar::access`, its target from when the sidecar was part of
+//! `vpn-server`.
 
 pub mod access_log;
 pub mod apiserver_proxy;

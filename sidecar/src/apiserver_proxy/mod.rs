@@ -22,7 +22,8 @@
 //! Why here: this crate holds what replaces Gardener's Envoy, and the apiserver-proxy is one
 //! (Envoy mode runs it from Envoy's file). The data path and the request are shared; the
 //! Envoy layer maps Envoy's file and series onto them and this module never looks back at it,
-//! so `vpn-client` uses this module and nothing of Envoy's.
+//! so `vpn-client` uses this module and nothing of Envoy's. Not in `netio`: that is the I/O
+//! every binary shares, and the tunnel proxy serves these two programs alone.
 //!
 //! The header is Gardener's: `X-Gardener-Destination` by default (`X-Gardener-API-Route`, the
 //! name the GEP first proposed, or any other with `--header-name`), its value one of the two

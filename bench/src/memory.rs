@@ -40,7 +40,7 @@ pub const ECHO_LOAD_PORT: u16 = 5203;
 /// The sidecar's TLS listener, on the seed's loopback.
 pub const SIDECAR_ADDR: SocketAddr = SocketAddr::new(
     std::net::IpAddr::V4(Ipv4Addr::LOCALHOST),
-    vpn_server::sidecar::DEFAULT_PORT,
+    sidecar::DEFAULT_PORT,
 );
 /// The sidecar's metrics listener, on the seed's loopback (bound as in Gardener's pod; not
 /// scraped).

@@ -1,5 +1,5 @@
-//! The CONNECT sidecar in process for the sidecar tests: [`start_sidecar`] runs our
-//! `vpn_server::sidecar` on a runtime inside a lab namespace (see [`ns_runtime`]) and
+//! The CONNECT sidecar in process for the sidecar tests: [`start_sidecar`] runs the
+//! `sidecar` crate's CONNECT sidecar on a runtime inside a lab namespace (see [`ns_runtime`]) and
 //! [`config`] builds its configuration from the test [`Pki`]. The test's side (certificates,
 //! the mTLS CONNECT client, the recorder, the metrics scrape) is `lab::sidecar_client`,
 //! re-exported here. Test-only: failures panic with a message.
@@ -11,8 +11,8 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sidecar::{RouteCheck, Sidecar, SidecarConfig, SidecarMetrics};
 use vpn_client::CancellationToken;
-use vpn_server::sidecar::{RouteCheck, Sidecar, SidecarConfig, SidecarMetrics};
 
 pub use lab::sidecar_client::*;
 
@@ -79,7 +79,7 @@ pub fn config(
     shoot: Vec<ipnet::IpNet>,
     seed: Vec<ipnet::IpNet>,
 ) -> SidecarConfig {
-    let policy = vpn_server::sidecar::DestinationPolicy::new(shoot, seed);
+    let policy = sidecar::DestinationPolicy::new(shoot, seed);
     let mut c = SidecarConfig::new(pki.server.clone(), pki.bundle.clone(), policy);
     c.listen = listen;
     c.metrics_listen = metrics;

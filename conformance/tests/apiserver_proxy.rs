@@ -1,4 +1,4 @@
-//! The GEP-30 apiserver-proxy (`vpn_client::apiserver_proxy`) in a shoot namespace, tunnelling
+//! The GEP-30 apiserver-proxy (`sidecar::apiserver_proxy`) in a shoot namespace, tunnelling
 //! in-cluster API traffic to a test "kube-apiserver" (an HTTPS server) in the seed namespace
 //! through an HTTP CONNECT ingress that routes only requests carrying the right header: our
 //! ingress router (`vpn_router`, the Done-when), and the minimal
@@ -38,7 +38,7 @@ use conformance::netns::Netns;
 use conformance::require_lab;
 use conformance::sidecar_lab::{connector, ns_runtime, Pki, SERVER_NAME, WAIT};
 use openssl::ssl::SslAcceptor;
-use vpn_client::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
+use sidecar::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
 use vpn_client::CancellationToken;
 use vpn_router::{Router, RouterConfig};
 

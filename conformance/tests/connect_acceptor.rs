@@ -10,9 +10,9 @@ use std::time::Duration;
 use conformance::connect_acceptor::{ConnectAcceptor, Upstream};
 use netio::http::{ConnectRequest, CustomHeader};
 use netio::http_connect::{connect_via_proxy, ConnectError};
+use sidecar::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use vpn_client::apiserver_proxy::{ApiserverProxy, ApiserverProxyConfig, DEFAULT_HEADER_NAME};
 use vpn_client::CancellationToken;
 
 const HEADER: (&str, &str) = ("Reversed-VPN", "outbound|1194||vpn-seed-server");

@@ -235,8 +235,8 @@ fn secret(mounts: &Mounts, rel: &str) -> Vec<u8> {
 /// Gardener's envoy.yaml for the vpn-seed-server pod (our rendering of its template with the
 /// values Gardener uses, shared with vpn-server's Envoy-mode tests).
 fn envoy_yaml() -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../vpn-server/tests/fixtures/gardener-envoy.yaml");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../sidecar/fixtures/gardener-envoy.yaml");
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

@@ -43,8 +43,8 @@ use pki::tls::{control_channel_server, PeerPolicy};
 use protocol::digest::Digest;
 use protocol::key::KeyDirection;
 use protocol::session::{ControlProtection, Keepalive};
+use sidecar::{Netmap, RouteCheck, Sidecar};
 use vpn_client::{CancellationToken, Remote, TlsMaterial};
-use vpn_server::sidecar::{Netmap, RouteCheck, Sidecar};
 use vpn_server::{ClientOptions, ClientRoutes, Server, Settings};
 
 const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);

@@ -22,8 +22,6 @@
 //!   what has arrived that never waits.
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy).
-//! * [`tunnel_proxy`] - a TCP listener whose every connection is tunnelled through an HTTP
-//!   CONNECT proxy with a routing header (the GEP-30 apiserver-proxy's data path).
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
 //!   balancers only), strict CONNECT head under a deadline, the client address to judge.
 //! * [`firewall`] - firewall and NAT rules in nf_tables over netlink: one table of ours,
@@ -74,5 +72,4 @@ pub mod signals;
 pub mod sysctl;
 pub mod tcp;
 pub mod tun;
-pub mod tunnel_proxy;
 pub mod volume;

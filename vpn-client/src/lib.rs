@@ -64,7 +64,6 @@ pub use settings::{
 };
 pub use tunnel::TunnelError;
 
-pub mod apiserver_proxy;
 pub mod cloud_api;
 pub mod config;
 pub mod connection;

@@ -4,7 +4,7 @@
 //! or the path at fault.
 //!
 //! `vpn-client apiserver-proxy` runs the GEP-30 apiserver-proxy instead (see
-//! [`vpn_client::apiserver_proxy`]). `vpn-client cloud-api --connections DIR` runs GEP-21's
+//! [`sidecar::apiserver_proxy`]). `vpn-client cloud-api --connections DIR` runs GEP-21's
 //! cloud side: tunnels to seed endpoints with an API proxy on each
 //! ([`vpn_client::cloud_api`]).
 
@@ -46,7 +46,7 @@ struct Cli {
 #[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Tunnel local TCP connections to the ingress with CONNECT and a routing header (GEP-30).
-    ApiserverProxy(vpn_client::apiserver_proxy::ApiserverProxyArgs),
+    ApiserverProxy(sidecar::apiserver_proxy::ApiserverProxyArgs),
     /// GEP-21's cloud side: a tunnel to each seed endpoint of the connection files, each with
     /// a CONNECT proxy to its allow-listed cloud-provider API endpoints.
     CloudApi(vpn_client::cloud_api::CloudApiArgs),
@@ -113,7 +113,7 @@ fn run() -> anyhow::Result<()> {
         return runtime.block_on(async {
             let shutdown = CancellationToken::new();
             tokio::spawn(cancel_on_signals(shutdown.clone())?);
-            let proxy = vpn_client::apiserver_proxy::ApiserverProxy::bind(config).await?;
+            let proxy = sidecar::apiserver_proxy::ApiserverProxy::bind(config).await?;
             proxy.run(shutdown).await;
             Ok(())
         });

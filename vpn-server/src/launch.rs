@@ -1,9 +1,9 @@
 //! What the `vpn-server` binary runs once its configuration is loaded: the OpenVPN server with
 //! its `up` / `down` commands, the CONNECT sidecar in the same process if asked, and the admin
-//! endpoint (`/metrics`, `/healthz`, `/readyz`), GEP-21's cloud API endpoint if asked; or the
-//! sidecar alone.
+//! endpoint (`/metrics`, `/healthz`, `/readyz`), GEP-21's cloud API endpoint if asked. The
+//! sidecar alone is `sidecar::run`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use netio::admin::{AdminBindError, AdminServer};
@@ -15,8 +15,8 @@ use tracing::{info, warn};
 use crate::cloud_api::{CloudApiConfig, CloudApiEndpoint};
 use crate::config::Loaded;
 use crate::script::ScriptError;
-use crate::server::{Server, ServerError};
-use crate::sidecar::{Sidecar, SidecarConfig, SidecarError};
+use crate::server::{ClientRoutes, Server, ServerError};
+use sidecar::{RouteCheck, Sidecar, SidecarConfig, SidecarError};
 
 /// Everything one `vpn-server` process serves.
 #[derive(Debug)]
@@ -132,11 +132,10 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     Ok(())
 }
 
-/// Runs the CONNECT sidecar alone until `shutdown`.
-pub async fn run_sidecar(
-    config: SidecarConfig,
-    shutdown: CancellationToken,
-) -> Result<(), LaunchError> {
-    Sidecar::bind(config, None).await?.run(shutdown).await;
-    Ok(())
+/// The in-process sidecar asks the server before dialing: a destination no connected client's
+/// address or iroute covers gets 503 at once.
+impl RouteCheck for ClientRoutes {
+    fn has_route(&self, addr: IpAddr) -> bool {
+        self.covers(addr)
+    }
 }

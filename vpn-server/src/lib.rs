@@ -1,6 +1,8 @@
-//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]) and the
-//! CONNECT sidecar that replaces Envoy ([`sidecar`]). The ingress router is its own crate,
-//! `vpn-router`.
+//! `vpn-server`: the seed side. An OpenVPN-compatible TCP server ([`run`], [`Server`]); the
+//! binary also runs the CONNECT sidecar that replaces Envoy, in this process or alone, and
+//! its Envoy mode: they are the `sidecar` crate, which this one hands its client routes
+//! ([`ClientRoutes`] as `sidecar::RouteCheck`, in [`launch`]). The ingress router is its own
+//! crate, `vpn-router`.
 //!
 //! The binary also answers Gardener's other calls into the vpn2 `vpn-server` image:
 //!
@@ -9,7 +11,7 @@
 //! | `vpn-server readiness` | exec readiness probe of `vpn-seed-server` ([`probes`]) | vpn2 env (`OPENVPN_STATUS_PATH`; `IS_HA`, `POD_NAME`, `HA_VPN_CLIENTS`), the status file | 0 ready; 1 with the reason on stdout |
 //! | `vpn-server liveness` | exec liveness probe: the status file's `TIME` at most 17 s old ([`probes`]) | the same | 0 alive; 1 with the reason on stdout |
 //! | `vpn-server exporter` | the HA `openvpn-exporter` container: `/metrics` on port 15000 ([`exporter`]) | `OPENVPN_STATUS_PATH`, `/proc/net/snmp`, `--listen` | runs until SIGTERM / SIGINT (0); 1 if the environment is invalid or a listener cannot be bound |
-//! | `envoy` (a link to the binary; or `vpn-server envoy`) | Envoy mode, Gardener's `envoy-proxy` image: the VPN pods' CONNECT sidecar, or the shoot's apiserver-proxy DaemonSet (`netio::tunnel_proxy` with Envoy's series and `/ready`), whichever the bootstrap file's structure is ([`sidecar::envoy`]) | `-c envoy.yaml`, `--concurrency`, `--log-level` | runs until SIGTERM / SIGINT (0); 1 naming the file, line and path of what it cannot honour; 2 for a flag Envoy mode does not take |
+//! | `envoy` (a link to the binary; or `vpn-server envoy`) | Envoy mode, Gardener's `envoy-proxy` image: the VPN pods' CONNECT sidecar, or the shoot's apiserver-proxy DaemonSet (`sidecar::apiserver_proxy` with Envoy's series and `/ready`), whichever the bootstrap file's structure is (`sidecar::envoy`) | `-c envoy.yaml`, `--concurrency`, `--log-level` | runs until SIGTERM / SIGINT (0); 1 naming the file, line and path of what it cannot honour; 2 for a flag Envoy mode does not take |
 //!
 //! # A packet's way, file by file
 //!
@@ -68,7 +70,6 @@
 //! | [`probes`] | `vpn-server readiness` / `liveness` |
 //! | [`exporter`] | `vpn-server exporter`: kumina's and vpn2's series from the status file |
 //! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
-//! | [`sidecar`] | the mTLS HTTP CONNECT sidecar (in-process or `vpn-server sidecar`) |
 //! | [`vpn2`] | vpn2's drop-in verbs and rules: `setup`, `firewall`, the env-mode firewall table |
 
 pub mod cloud_api;
@@ -89,7 +90,6 @@ pub mod script;
 pub mod server;
 pub mod settings;
 mod shared;
-pub mod sidecar;
 pub mod spoof;
 pub mod status;
 pub mod switch;

@@ -10,7 +10,7 @@
 //! `vpn-server sidecar` runs it alone. Started as `envoy` (a link named so: Gardener's
 //! `envoy-proxy` image), or as `vpn-server envoy`, it runs in Envoy mode with Envoy's flags:
 //! the sidecar, or the shoot's apiserver-proxy, as the bootstrap file says
-//! (`vpn_server::sidecar::envoy`).
+//! (`sidecar::envoy`, in the `sidecar` crate).
 //!
 //! Gardener's other uses of the vpn2 image: `vpn-server readiness` and `vpn-server liveness`
 //! (exec probes: exit 0, or the reason on stdout and exit 1; `vpn_server::probes`) and
@@ -29,14 +29,14 @@ use netio::report::chain;
 use netio::signals::cancel_on_signals;
 use protocol::config::env::Vpn2ServerEnv;
 use protocol::config::netmap::Netmap;
+use sidecar::cli::ShootNetworks;
+use sidecar::envoy::{self, EnvoyArgs};
+use sidecar::SidecarArgs;
 use tokio_util::sync::CancellationToken;
 use vpn_server::config::VPN2_SECRETS_DIR;
 use vpn_server::exporter::{self, ExporterArgs, ExporterConfig};
 use vpn_server::launch::{self, Launch};
 use vpn_server::probes::{self, ProbeError};
-use vpn_server::sidecar::cli::ShootNetworks;
-use vpn_server::sidecar::envoy::{self, EnvoyArgs};
-use vpn_server::sidecar::SidecarArgs;
 use vpn_server::vpn2;
 use vpn_server::{from_vpn2_env, load_file};
 
@@ -171,7 +171,7 @@ fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
 fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
     let config = args.resolve(&cli.secrets_dir, ShootNetworks::Vpn2Env, std::env::vars())?;
     init_logging(cli.log_format(), cli.log.as_deref().unwrap_or("info"))?;
-    serve(|shutdown| launch::run_sidecar(config, shutdown))
+    serve(|shutdown| sidecar::run(config, shutdown))
 }
 
 fn envoy_mode(args: &EnvoyArgs) -> Result<(), Box<dyn Error>> {

@@ -46,7 +46,7 @@ use rustix::process::Pid;
 use rustix::thread::{capabilities, CapabilitySet};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
-const FIXTURE: &str = include_str!("fixtures/gardener-apiserver-proxy.yaml");
+const FIXTURE: &str = include_str!("../../sidecar/fixtures/gardener-apiserver-proxy.yaml");
 const ADVERTISE: Ipv4Addr = Ipv4Addr::new(240, 168, 102, 23);
 const INGRESS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const INGRESS_PORT: u16 = 8443;

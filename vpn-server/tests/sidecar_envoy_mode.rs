@@ -45,7 +45,7 @@ use lab::require_lab;
 use lab::sidecar_client::{connect_status, connector, metric, scrape, tls, Pki, Recorder};
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
-const FIXTURE: &str = include_str!("fixtures/gardener-envoy.yaml");
+const FIXTURE: &str = include_str!("../../sidecar/fixtures/gardener-envoy.yaml");
 /// Gardener's `envoy-proxy` user (distroless nonroot) and group (`EnvoyVPNGroupId`).
 const UID: u32 = 65532;
 const GID: u32 = 31415;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use lab::netns::Netns;
 use lab::require_lab;
 use lab::sidecar_client::{connect_status, connector, metric, scrape, tls, Pki};
-use vpn_server::sidecar::DEFAULT_MAX_CONNECTIONS;
+use sidecar::DEFAULT_MAX_CONNECTIONS;
 
 const BIN: &str = env!("CARGO_BIN_EXE_vpn-server");
 const SHOOT: Ipv4Addr = Ipv4Addr::new(100, 96, 0, 10);

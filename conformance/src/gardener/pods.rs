@@ -90,7 +90,7 @@ impl Binaries {
             .unwrap_or(Path::new("."))
             .to_path_buf();
         let common = ["protocol", "pki", "netio"];
-        let check = |name: &str, krate: &str| -> Result<PathBuf, LabError> {
+        let check = |name: &str, crates: &[&str]| -> Result<PathBuf, LabError> {
             let bin = dir.join(name);
             let built = std::fs::metadata(&bin)
                 .and_then(|m| m.modified())
@@ -101,7 +101,7 @@ impl Binaries {
                     ),
                     source,
                 })?;
-            let sources = std::iter::once(krate).chain(common);
+            let sources = crates.iter().copied().chain(common);
             if let Some((newer, _)) = sources
                 .filter_map(|c| newest(&workspace.join(c)))
                 .filter(|(_, t)| *t > built)
@@ -119,9 +119,9 @@ impl Binaries {
             Ok(bin)
         };
         Ok(Binaries {
-            server: check("vpn-server", "vpn-server")?,
-            client: check("vpn-client", "vpn-client")?,
-            router: check("vpn-router", "vpn-router")?,
+            server: check("vpn-server", &["vpn-server", "sidecar"])?,
+            client: check("vpn-client", &["vpn-client", "sidecar"])?,
+            router: check("vpn-router", &["vpn-router"])?,
         })
     }
 }

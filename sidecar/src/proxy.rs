@@ -579,6 +579,7 @@ fn log(shared: &Shared, request: &Request<'_>, tls: &SslStream<TcpStream>, o: &O
     macro_rules! line {
         ($level:ident) => {
             $level!(
+                // The target it had inside vpn-server: log filters and readers name it.
                 target: "vpn_server::sidecar::access",
                 peer = %request.peer,
                 client_cn = %cn,

@@ -57,7 +57,7 @@ impl Default for MetricLabels {
         MetricLabels {
             stat_prefix: DEFAULT_STAT_PREFIX.into(),
             listener_address: "0.0.0.0_9443".into(),
-            dns_cache: super::dns::DEFAULT_CACHE_NAME.into(),
+            dns_cache: crate::DEFAULT_DNS_CACHE_NAME.into(),
         }
     }
 }

@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use netio::admin::{AdminState, Exposition, Kind};
 use netio::relay::RelayEnd;
-use netio::tunnel_proxy::{Outcome, TunnelEvents, TunnelReport};
 
-use crate::sidecar::access_log::{self, AccessLog, Entry};
-use crate::sidecar::metrics::{Histogram, MetricLabels};
+use crate::access_log::{self, AccessLog, Entry};
+use crate::apiserver_proxy::{Outcome, TunnelEvents, TunnelReport};
+use crate::metrics::{Histogram, MetricLabels};
 
 /// Every series: (name, type, help).
 pub const CATALOGUE: &[(&str, Kind, &str)] = &[

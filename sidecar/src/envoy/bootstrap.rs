@@ -29,8 +29,8 @@ use std::time::Duration;
 use pki::tls::ClientCertMode;
 
 use super::yaml::{self, Map, Node, Problem, YamlError};
-use crate::sidecar::access_log::{AccessLog, Comparison, LogFilter, LogFormat, Op};
-use crate::sidecar::dns::{DnsSettings, LookupFamily};
+use crate::access_log::{AccessLog, Comparison, LogFilter, LogFormat, Op};
+use crate::dns::{DnsSettings, LookupFamily};
 
 /// Envoy's defaults for fields the file may leave out.
 pub(super) const ENVOY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -665,7 +665,7 @@ pub(super) fn single_endpoint<'a, 'i>(
 mod tests {
     use super::*;
 
-    const GARDENER: &str = include_str!("../../../tests/fixtures/gardener-envoy.yaml");
+    const GARDENER: &str = include_str!("../../fixtures/gardener-envoy.yaml");
 
     fn gardener_format() -> LogFormat {
         LogFormat::parse(

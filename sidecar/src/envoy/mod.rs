@@ -5,7 +5,7 @@
 //! * the VPN pods' CONNECT sidecar (an HTTP connection manager with a CONNECT route behind a
 //!   TLS listener, [`bootstrap`]): this sidecar, below;
 //! * the shoot's apiserver-proxy DaemonSet (a `tcp_proxy` with a `tunneling_config`,
-//!   [`tunnel`]): [`netio::tunnel_proxy`] with Envoy's series and access log ([`tcp_stats`]).
+//!   [`tunnel`]): the GEP-30 apiserver-proxy ([`crate::apiserver_proxy`]) with Envoy's series and access log ([`tcp_stats`]).
 //!   Gardener starts `envoy --concurrency 2 --use-dynamic-base-id -c
 //!   /etc/apiserver-proxy/envoy.yaml` as uid 0 with `NET_BIND_SERVICE` in the host network;
 //!   the proxy listens on `<advertise address>:443`, and the stats listener on 16910 answers
@@ -45,13 +45,12 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use netio::admin::{AdminBindError, AdminServer, AdminState};
-use netio::tunnel_proxy::{TunnelProxy, TunnelProxyError};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use super::cli::{env_networks, read_tls, vpn2_shoot_networks, SidecarConfigError};
-use super::{DestinationPolicy, External, SidecarConfig};
-use crate::launch::LaunchError;
+use super::{DestinationPolicy, External, SidecarConfig, SidecarError};
+use crate::apiserver_proxy::{TunnelProxy, TunnelProxyError};
 use tcp_stats::{TcpLabels, TcpProxyStats};
 use tunnel::TunnelBootstrap;
 
@@ -138,7 +137,7 @@ pub enum EnvoyMode {
 pub enum EnvoyRunError {
     /// The CONNECT sidecar could not start.
     #[error(transparent)]
-    Sidecar(#[from] LaunchError),
+    Sidecar(#[from] SidecarError),
     /// The apiserver-proxy's listener could not be bound.
     #[error(transparent)]
     Tunnel(#[from] TunnelProxyError),
@@ -150,7 +149,7 @@ pub enum EnvoyRunError {
 /// Runs `mode` until `shutdown`.
 pub async fn run(mode: EnvoyMode, shutdown: CancellationToken) -> Result<(), EnvoyRunError> {
     match mode {
-        EnvoyMode::Sidecar(config) => Ok(crate::launch::run_sidecar(*config, shutdown).await?),
+        EnvoyMode::Sidecar(config) => Ok(super::run(*config, shutdown).await?),
         EnvoyMode::ApiserverProxy(b) => run_apiserver_proxy(&b, shutdown).await,
     }
 }
@@ -310,7 +309,7 @@ mod tests {
 
     /// The fixture with its certificate directory moved to `dir`.
     fn bootstrap_in(dir: &std::path::Path) -> PathBuf {
-        let text = include_str!("../../../tests/fixtures/gardener-envoy.yaml")
+        let text = include_str!("../../fixtures/gardener-envoy.yaml")
             .replace("/srv/secrets/envoy-proxy", &dir.display().to_string());
         let path = dir.join("envoy.yaml");
         std::fs::write(&path, text).unwrap();
@@ -360,7 +359,7 @@ mod tests {
     fn the_apiserver_proxy_file_is_told_apart_by_its_structure() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("envoy.yaml");
-        let text = include_str!("../../../tests/fixtures/gardener-apiserver-proxy.yaml");
+        let text = include_str!("../../fixtures/gardener-apiserver-proxy.yaml");
         std::fs::write(&path, text).unwrap();
         let args = parse(&[
             "--concurrency",

@@ -29,8 +29,6 @@ pub const REFRESH: Duration = Duration::from_secs(60);
 pub const HOST_TTL: Duration = Duration::from_secs(300);
 /// Gardener's `max_hosts`.
 pub const DEFAULT_MAX_HOSTS: usize = 8192;
-/// Gardener's cache name (it becomes part of the DNS series' names).
-pub const DEFAULT_CACHE_NAME: &str = "dynamic_forward_proxy_cache_config";
 
 /// Envoy's `dns_lookup_family`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +87,7 @@ pub struct DnsSettings {
 impl Default for DnsSettings {
     fn default() -> Self {
         DnsSettings {
-            cache_name: DEFAULT_CACHE_NAME.into(),
+            cache_name: crate::DEFAULT_DNS_CACHE_NAME.into(),
             family: LookupFamily::All,
             max_hosts: DEFAULT_MAX_HOSTS,
         }

@@ -1,6 +1,7 @@
-//! A TCP proxy that tunnels every connection it accepts through an HTTP CONNECT proxy: the
-//! data path of the GEP-30 apiserver-proxy, shared by `vpn-client apiserver-proxy` and the
-//! Envoy mode of `vpn-server` (Gardener's apiserver-proxy DaemonSet).
+//! The data path of the GEP-30 apiserver-proxy: a TCP proxy that tunnels every connection it
+//! accepts through an HTTP CONNECT proxy (the ingress), whoever configured it
+//! ([`super::ApiserverProxy`] for `vpn-client apiserver-proxy`, Envoy mode from Gardener's
+//! apiserver-proxy envoy.yaml).
 //!
 //! ```text
 //!  client ──TCP──► listener (e.g. <kubernetes service address>:443)
@@ -8,7 +9,7 @@
 //!                    │ the proxy's addresses of `family` (looked up again after `refresh`)
 //!                    │ CONNECT target HTTP/1.1 + routing header, within `connect_timeout`
 //!                    ▼
-//!                  proxy HOST:PORT ──200──► relay (crate::relay): half-close both ways,
+//!                  proxy HOST:PORT ──200──► relay (netio::relay): half-close both ways,
 //!                                           `idle_timeout`, `buffer_size` per direction
 //! ```
 //!
@@ -33,9 +34,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-use crate::http::{ConnectRequest, HttpError};
-use crate::http_connect::{connect_via_proxy, ConnectError};
-use crate::relay::{relay_tcp, RelayConfig, RelayEnd};
+use netio::http::{ConnectRequest, HttpError};
+use netio::http_connect::{connect_via_proxy, ConnectError};
+use netio::relay::{relay_tcp, RelayConfig, RelayEnd};
 
 /// Which of the proxy's resolved addresses are dialed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +73,7 @@ pub struct Keepalive {
 /// Everything the tunnel proxy needs.
 #[derive(Debug, Clone)]
 pub struct TunnelProxyConfig {
-    /// Local listen addresses (an IPv6 one is IPv6-only, see [`crate::listen::bind`]).
+    /// Local listen addresses (an IPv6 one is IPv6-only, see [`netio::listen::bind`]).
     pub listen: Vec<SocketAddr>,
     /// The proxy's host (a name or an address) and port.
     pub proxy: (String, u16),
@@ -145,7 +146,7 @@ impl std::fmt::Display for Outcome {
             Outcome::ClientFailed(e) => write!(f, "writing to the client failed: {e}"),
             Outcome::ResolveFailed(e) => write!(f, "cannot resolve the proxy: {e}"),
             Outcome::NoAddress => f.write_str("the proxy has no address of the family"),
-            Outcome::ConnectFailed(e) => write!(f, "{}", crate::report::chain(e)),
+            Outcome::ConnectFailed(e) => write!(f, "{}", netio::report::chain(e)),
             Outcome::Refused { status } => write!(f, "the proxy refused the CONNECT ({status})"),
         }
     }
@@ -219,7 +220,7 @@ impl TunnelProxy {
             .listen
             .iter()
             .map(|&addr| {
-                crate::listen::bind(addr).map_err(|source| TunnelProxyError::Bind { addr, source })
+                netio::listen::bind(addr).map_err(|source| TunnelProxyError::Bind { addr, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(TunnelProxy {
@@ -255,7 +256,7 @@ impl TunnelProxy {
                 tracker.clone(),
             );
             tracker.spawn(async move {
-                while let Some((client, peer)) = crate::listen::accept(&listener, &shutdown).await {
+                while let Some((client, peer)) = netio::listen::accept(&listener, &shutdown).await {
                     let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
                         events.overflowed(peer);
                         continue;
@@ -422,7 +423,7 @@ fn set_keepalive(stream: &TcpStream, k: Keepalive) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::{parse_request_head, CustomHeader, HttpVersion};
+    use netio::http::{parse_request_head, CustomHeader, HttpVersion};
     use std::sync::Mutex;
     use tokio::io::AsyncReadExt;
 

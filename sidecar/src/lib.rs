@@ -1,6 +1,24 @@
-//! The CONNECT sidecar: the mTLS HTTP CONNECT proxy in the vpn-seed-server pod that the
-//! kube-apiserver's egress selector (`cluster`) uses to reach kubelets, webhooks and pods in
-//! the shoot. It replaces Gardener's Envoy sidecar.
+//! `sidecar`: what replaces Gardener's Envoy around the VPN. The CONNECT sidecar ([`Sidecar`]:
+//! the mTLS HTTP CONNECT proxy in the vpn-seed-server pod that the kube-apiserver's egress
+//! selector (`cluster`) uses to reach kubelets, webhooks and pods in the shoot), its Envoy
+//! mode (the same program started as Gardener starts Envoy, configured by Gardener's
+//! envoy.yaml), and the GEP-30 apiserver-proxy ([`apiserver_proxy`]). A library: the
+//! binaries that run it are `vpn-server` (`--sidecar`, `vpn-server sidecar`, `envoy` /
+//! `vpn-server envoy`) and `vpn-client` (`vpn-client apiserver-proxy`).
+//!
+//! | module | what it is |
+//! |---|---|
+//! | this file | [`SidecarConfig`], [`Sidecar`] (bind, serve, drain), [`run`] (the sidecar alone), [`RouteCheck`] |
+//! | [`cli`] | the `--sidecar-*` flags (`SIDECAR_*` variables) → [`SidecarConfig`] |
+//! | [`policy`] | which destinations may be dialed; vpn2's address mapping ([`Netmap`]) |
+//! | `proxy` | one connection: TLS, CONNECT head, policy, dial, relay, access log line |
+//! | [`dns`] | names in CONNECT targets: Envoy's DNS cache (`max_hosts`, refresh, TTL) |
+//! | [`metrics`] | the sidecar's counters under Envoy's series names (`docs/metrics.md`) |
+//! | [`access_log`] | Envoy's access log: format strings, filters, one line per request |
+//! | [`envoy`] | Envoy mode: Envoy's flags, Gardener's envoy.yaml read ([`envoy::bootstrap`], [`envoy::tunnel`], [`envoy::yaml`]), the apiserver-proxy's Envoy series ([`envoy::tcp_stats`]) |
+//! | [`apiserver_proxy`] | GEP-30's apiserver-proxy, both programs' core: the data path ([`apiserver_proxy::tunnel`]), the CONNECT request, Gardener's defaults and header check, `vpn-client apiserver-proxy`'s flags |
+//!
+//! # The CONNECT sidecar
 //!
 //! ```text
 //!  kube-apiserver ──TLS (client cert required)──► listener 0.0.0.0:9443 and [::]:9443
@@ -26,11 +44,11 @@
 //! takes everything from Gardener's envoy.yaml and writes Envoy's access log ([`access_log`]).
 //!
 //! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
-//! (the server's [`crate::server::ClientRoutes`]) and answers 503 before dialing when no
+//! (the server's `vpn_server::ClientRoutes`) and answers 503 before dialing when no
 //! connected client's address or iroute covers the destination. Run alone (`vpn-server
 //! sidecar`) it has no such view and dials: the kernel sends the SYN into the tun device, and
 //! our server answers a packet no client routes with ICMP "host unreachable"
-//! ([`crate::unreachable`]), so the connect fails at once (`EHOSTUNREACH`) and the sidecar
+//! (`vpn_server::unreachable`), so the connect fails at once (`EHOSTUNREACH`) and the sidecar
 //! answers 503. Against a server that drops such packets silently (upstream OpenVPN), the
 //! standalone sidecar answers 504 only after `connect_timeout`.
 //!
@@ -57,8 +75,14 @@
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
 //! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx. With Envoy's access loggers
 //! configured (Envoy mode) that line is `debug`, and Envoy's line goes to stdout.
+//!
+//! Log targets are this crate's module paths (`sidecar::proxy`, `sidecar::apiserver_proxy`,
+//! ...: `--log info,sidecar=debug` shows their debug lines), except the access log line's,
+//! which keeps `vpn_server::sidecar::access`, its target from when the sidecar was part of
+//! `vpn-server`.
 
 pub mod access_log;
+pub mod apiserver_proxy;
 pub mod cli;
 pub mod dns;
 pub mod envoy;
@@ -106,18 +130,15 @@ pub const SLOW_REQUEST: Duration = Duration::from_secs(1);
 pub const DEFAULT_PORT: u16 = 9443;
 /// The metrics port (Gardener's `metrics` service port).
 pub const DEFAULT_METRICS_PORT: u16 = 15000;
+/// Gardener's DNS cache name: the default of [`DnsSettings::cache_name`], and so part of the
+/// DNS series' names ([`MetricLabels::dns_cache`]).
+pub const DEFAULT_DNS_CACHE_NAME: &str = "dynamic_forward_proxy_cache_config";
 
 /// Answers whether a connected VPN client routes an address (its assigned address or one of
 /// its iroutes).
 pub trait RouteCheck: Send + Sync + fmt::Debug {
     /// Whether packets to `addr` currently have a client to go to.
     fn has_route(&self, addr: IpAddr) -> bool;
-}
-
-impl RouteCheck for crate::server::ClientRoutes {
-    fn has_route(&self, addr: IpAddr) -> bool {
-        self.covers(addr)
-    }
 }
 
 /// Everything the sidecar needs.
@@ -369,6 +390,12 @@ impl Sidecar {
         tracker.wait().await;
         info!("CONNECT sidecar stopped");
     }
+}
+
+/// Runs the CONNECT sidecar alone (no [`RouteCheck`]: it dials) until `shutdown`.
+pub async fn run(config: SidecarConfig, shutdown: CancellationToken) -> Result<(), SidecarError> {
+    Sidecar::bind(config, None).await?.run(shutdown).await;
+    Ok(())
 }
 
 /// Two sockets per tunnel: lift the soft `RLIMIT_NOFILE` to the hard limit, as servers do.

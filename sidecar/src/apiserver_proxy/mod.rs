@@ -1,7 +1,8 @@
-//! The GEP-30 apiserver-proxy: a local TCP listener in the shoot whose every connection is
-//! tunnelled to the seed's ingress with HTTP CONNECT and a routing header, instead of a PROXY
-//! protocol header. The ingress routes by the header alone (the request-line target is
-//! informational), so the client's real address stays the one the load balancer reports.
+//! The GEP-30 apiserver-proxy, all in one place: a local TCP listener in the shoot whose every
+//! connection is tunnelled to the seed's ingress with HTTP CONNECT and a routing header,
+//! instead of a PROXY protocol header. The ingress routes by the header alone (the
+//! request-line target is informational), so the client's real address stays the one the load
+//! balancer reports.
 //!
 //! ```text
 //!  pod ──TCP──► listen (e.g. <kubernetes service address>:443)
@@ -11,20 +12,34 @@
 //!              ingress HOST:PORT ──200──► relay (netio::relay), half-close both ways
 //! ```
 //!
+//! Two programs run it, on one data path ([`tunnel`]) and one request ([`connect_request`]):
+//!
+//! | program | configured by | reports | code |
+//! |---|---|---|---|
+//! | `vpn-client apiserver-proxy` | its flags ([`ApiserverProxyArgs`], each also an `APISERVER_PROXY_*` variable) → [`ApiserverProxyConfig`]: Gardener's defaults, the header value checked | log lines | this module |
+//! | `envoy -c /etc/apiserver-proxy/envoy.yaml` (`vpn-server`'s Envoy mode as Gardener's apiserver-proxy DaemonSet runs it) | Gardener's file, read by [`crate::envoy::tunnel`] into a [`TunnelProxyConfig`] | Envoy's series, access log and `/ready` ([`crate::envoy::tcp_stats`]) | [`crate::envoy`] |
+//!
+//! Why here: this crate holds what replaces Gardener's Envoy, and the apiserver-proxy is one
+//! (Envoy mode runs it from Envoy's file). The data path and the request are shared; the
+//! Envoy layer maps Envoy's file and series onto them and this module never looks back at it,
+//! so `vpn-client` uses this module and nothing of Envoy's. Not in `netio`: that is the I/O
+//! every binary shares, and the tunnel proxy serves these two programs alone.
+//!
 //! The header is Gardener's: `X-Gardener-Destination` by default (`X-Gardener-API-Route`, the
 //! name the GEP first proposed, or any other with `--header-name`), its value one of the two
 //! shapes Gardener renders, `outbound|443||kube-apiserver.<ns>.svc.cluster.local` or
-//! `<ns>--kube-apiserver-socket` under Istio's TLS termination; any other value is refused at
-//! start, as the ingress would refuse every connection. The request target is the ingress
-//! host with port 443, as Gardener's Envoy sends it (the ingress ignores it).
+//! `<ns>--kube-apiserver-socket` under Istio's TLS termination; `vpn-client apiserver-proxy`
+//! refuses any other value at start, as the ingress would refuse every connection (Envoy mode
+//! sends the file's headers as they are). The request target is the ingress host with port
+//! 443, as Gardener's Envoy sends it (the ingress ignores it).
 //!
-//! The data path is [`netio::tunnel_proxy`] (which `vpn-server`'s Envoy mode drives from
-//! Gardener's apiserver-proxy envoy.yaml); this module holds Gardener's defaults, the check of
-//! the header value and the CLI. Defaults follow Gardener's Envoy apiserver-proxy: upstream
+//! `vpn-client apiserver-proxy`'s defaults follow Gardener's Envoy apiserver-proxy: upstream
 //! connect timeout 5 s, at most 10,000 connections (more are closed at accept), 32 KiB
 //! buffers per direction, TCP keepalive on the connection to the ingress after 7200 s idle,
 //! probing every 55 s, the ingress name looked up again when a connection needs it and the
 //! last lookup is 5 s old (its addresses may change).
+
+pub mod tunnel;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,12 +50,12 @@ use clap::builder::TypedValueParser as _;
 use netio::http::route::{RouteError, RouteValue, Service};
 use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
 use netio::relay::DEFAULT_BUFFER_SIZE;
-use netio::tunnel_proxy::{
-    AddressFamily, Keepalive, Outcome, TunnelEvents, TunnelProxy, TunnelProxyConfig,
-    TunnelProxyError, TunnelReport,
-};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+pub use tunnel::{
+    AddressFamily, Keepalive, NoEvents, Outcome, TunnelEvents, TunnelProxy, TunnelProxyConfig,
+    TunnelProxyError, TunnelReport,
+};
 
 /// The routing header Gardener's apiserver-proxy sends.
 pub const DEFAULT_HEADER_NAME: &str = "X-Gardener-Destination";
@@ -97,13 +112,10 @@ impl ApiserverProxyConfig {
 
     /// The CONNECT request every tunnel sends.
     pub fn request(&self) -> ConnectRequest {
-        let mut req = ConnectRequest::new(self.target.0.clone(), self.target.1);
-        req.options.version = HttpVersion::Http11;
-        req.options.custom_headers.push(CustomHeader::NameValue {
-            name: self.header_name.clone(),
-            value: self.header_value.clone(),
-        });
-        req
+        connect_request(
+            &self.target,
+            [(self.header_name.clone(), self.header_value.clone())],
+        )
     }
 
     /// The tunnel proxy these settings describe, with Gardener's keepalive and buffers.
@@ -134,6 +146,21 @@ impl ApiserverProxyConfig {
             }),
         })
     }
+}
+
+/// The CONNECT request of every tunnel, as Gardener's Envoy sends it: HTTP/1.1 to `target`
+/// with `headers` in order (the routing header among them). Both programs build theirs here.
+pub fn connect_request(
+    target: &(String, u16),
+    headers: impl IntoIterator<Item = (String, String)>,
+) -> ConnectRequest {
+    let mut req = ConnectRequest::new(target.0.clone(), target.1);
+    req.options.version = HttpVersion::Http11;
+    req.options.custom_headers = headers
+        .into_iter()
+        .map(|(name, value)| CustomHeader::NameValue { name, value })
+        .collect();
+    req
 }
 
 /// The host of `host:port` (`[v6]:port` without the brackets); the whole text without a port.
@@ -192,7 +219,7 @@ pub enum ApiserverProxyError {
     Listen(#[from] TunnelProxyError),
 }
 
-/// A bound apiserver-proxy ([`netio::tunnel_proxy`] with Gardener's settings);
+/// A bound apiserver-proxy ([`TunnelProxy`] with Gardener's settings);
 /// [`ApiserverProxy::run`] serves.
 #[derive(Debug)]
 pub struct ApiserverProxy {

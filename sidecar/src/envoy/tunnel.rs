@@ -30,15 +30,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use netio::admin::REQUEST_TIMEOUT;
-use netio::http::{ConnectRequest, CustomHeader, HttpVersion};
-use netio::tunnel_proxy::{AddressFamily, Keepalive, TunnelProxyConfig};
 
 use super::bootstrap::{
     access_log, addresses, pipe_address, pipe_cluster, routes, single_endpoint, typed, typed_req,
     ENVOY_CONNECT_TIMEOUT, HCM, ROUTER, STDOUT_LOG, TCP_PROXY,
 };
 use super::yaml::{self, Map, Node, Problem, YamlError};
-use crate::sidecar::access_log::AccessLog;
+use crate::access_log::AccessLog;
+use crate::apiserver_proxy::{connect_request, AddressFamily, Keepalive, TunnelProxyConfig};
 
 /// Envoy's TCP proxy idle timeout when none is given (1 h).
 pub const ENVOY_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -89,16 +88,7 @@ pub struct TunnelBootstrap {
 impl TunnelBootstrap {
     /// The data path's settings (`idle_timeout` is Envoy's TCP proxy default).
     pub fn tunnel_config(&self) -> TunnelProxyConfig {
-        let mut request = ConnectRequest::new(self.target.0.clone(), self.target.1);
-        request.options.version = HttpVersion::Http11;
-        request.options.custom_headers = self
-            .headers
-            .iter()
-            .map(|(name, value)| CustomHeader::NameValue {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect();
+        let request = connect_request(&self.target, self.headers.iter().cloned());
         TunnelProxyConfig {
             listen: self.listen.clone(),
             proxy: self.proxy.clone(),

@@ -2,10 +2,10 @@
 //! both routing-header shapes, and what it refuses.
 
 use super::*;
-use crate::sidecar::access_log::LogFormat;
+use crate::access_log::LogFormat;
 
-const GARDENER: &str = include_str!("../../../tests/fixtures/gardener-apiserver-proxy.yaml");
-const VPN: &str = include_str!("../../../tests/fixtures/gardener-envoy.yaml");
+const GARDENER: &str = include_str!("../../fixtures/gardener-apiserver-proxy.yaml");
+const VPN: &str = include_str!("../../fixtures/gardener-envoy.yaml");
 const HOST: &str = "api.bar.foo.internal.example.com.";
 const ROUTE: &str = "outbound|443||kube-apiserver.shoot--foo--bar.svc.cluster.local";
 const SOCKET_ROUTE: &str = "shoot--foo--bar--kube-apiserver-socket";

@@ -26,6 +26,8 @@
 //! * a CONNECT the ingress refuses closes the client's connection and is counted;
 //! * the access log has one line per connection, in the file's format.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // test: a failed unwrap is a failed test
 
 use std::collections::HashMap;

@@ -30,6 +30,8 @@
 //! Second run, with `SEED_POD_NETWORK` and `SIDECAR_EXTERNAL=deny` as the only variables: the
 //! seed pod address and the external destination are 403, the shoot pod still 200.
 
+// A long test here is one scenario read top to bottom; split up, its steps would scatter.
+#![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // test: a failed unwrap is a failed test
 
 use std::io::{Read, Write};

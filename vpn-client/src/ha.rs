@@ -123,7 +123,7 @@ pub async fn path_controller(
 
 /// The shoot pod's tunnels as `/readyz` and `/metrics` see them.
 #[derive(Debug, Default)]
-struct Tunnels {
+pub struct Tunnels {
     /// Devices with HA routes now.
     up: AtomicU32,
     /// Whether the routes were read at least once.

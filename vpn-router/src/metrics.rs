@@ -2,17 +2,8 @@
 //! the optional `metrics_listen` address (`netio::admin::AdminServer`; [`Counters`] is the
 //! router's [`AdminState`]: ready while the router serves, not once shutdown began).
 //!
-//! | series | type | meaning |
-//! | --- | --- | --- |
-//! | `vpn_router_requests_total{code}` | counter | requests answered, by status code (200 = tunnel opened) |
-//! | `vpn_router_tunnels_total` | counter | tunnels opened (upstream connected, 200 sent) |
-//! | `vpn_router_tunnels_active` | gauge | tunnels open now |
-//! | `vpn_router_tunnel_bytes_total{direction}` | counter | bytes relayed, `to_upstream` (including bytes sent with the head) or `to_client`, counted when a tunnel ends |
-//! | `vpn_router_pending` | gauge | connections before their head is routed (PROXY header and CONNECT head still arriving) |
-//! | `vpn_router_pending_closed_total{reason}` | counter | connections closed before their head arrived: `evicted` (the oldest pending one made room for a newer one, `max_pending`), `timeout` (the PROXY header or the head deadline; a head deadline is also a 408) |
-//! | `vpn_router_sni_refused_total{reason}` | counter | connections of `kind = "sni"` listeners closed before an upstream: `not_tls`, `malformed`, `too_large`, `no_sni`, `unknown` (no `[[sni_route]]` for the name), `denied` (the route's rules), `timeout` (no complete ClientHello within the header deadline; also counted in `vpn_router_pending_closed_total`), `upstream` (connect failed or timed out), `over_limit` (`max_connections` open already: closed at accept, unread) |
-//! | `vpn_router_sni_tunnels_total` | counter | SNI passthrough tunnels opened (also in `vpn_router_tunnels_active` and `vpn_router_tunnel_bytes_total` while and after they run) |
-//! | `vpn_router_proxy_refused_total{reason}` | counter | connections closed unanswered for their PROXY header: `untrusted` (a `"required"` listener, a peer outside `trusted_proxies`), `forbidden` (a `"from-trusted"` listener, a header from a peer outside `trusted_proxies`), `malformed` (missing, malformed, or not a TCP connection's, from a trusted peer) |
+//! The series, their labels and meaning: `docs/metrics.md`, section "Ingress router", the one
+//! catalogue (`conformance/tests/metrics_catalogue.rs` checks it against what this renders).
 //!
 //! Per shoot and flow: [`crate::shoots`]; the configuration files: [`crate::config_dir::ConfigFiles`].
 
@@ -29,7 +20,7 @@ use crate::shoots::Shoots;
 const CODES: [u16; 10] = [200, 400, 403, 405, 408, 414, 431, 502, 503, 504];
 
 /// What the router has done so far (for `/metrics`, tests and the demo); the series are
-/// listed in the docs of this file (`vpn-router/src/metrics.rs`).
+/// catalogued in `docs/metrics.md`.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Requests answered 200 (tunnels opened).

@@ -15,13 +15,8 @@
 //! Prometheus reads as a counter reset). Requests naming a namespace without any route are
 //! counted in the router-wide series only, so a client cannot create series.
 //!
-//! | series | type | labels | meaning |
-//! | --- | --- | --- | --- |
-//! | `vpn_router_shoots` | gauge | | shoots with a route in the policy in force |
-//! | `vpn_router_shoot_tunnels_total` | counter | `shoot`, `flow` | tunnels opened (200) |
-//! | `vpn_router_shoot_tunnels_active` | gauge | `shoot`, `flow` | tunnels open now |
-//! | `vpn_router_shoot_tunnel_bytes_total` | counter | `shoot`, `flow`, `direction` | bytes relayed by ended tunnels, `to_upstream` (with the bytes sent with the head) and `to_client` |
-//! | `vpn_router_shoot_refused_total` | counter | `shoot`, `flow`, `reason` | requests refused ([`ShootRefusal`]) |
+//! The series, their labels and meaning: `docs/metrics.md`, section "Ingress router", the one
+//! catalogue (`conformance/tests/metrics_catalogue.rs` checks it against what this renders).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -20,16 +20,8 @@
 //! | `GET /` | a small HTML page linking `/metrics` |
 //! | `GET /healthz`, `/readyz` | 200 while it serves (Gardener probes TCP 15000 only) |
 //!
-//! | series | type | labels |
-//! |---|---|---|
-//! | `openvpn_up` | gauge | `status_path` |
-//! | `openvpn_status_update_time_seconds` | gauge | `status_path` |
-//! | `openvpn_server_connected_clients` | gauge | `status_path` |
-//! | `openvpn_server_client_received_bytes_total` | counter | `status_path`, `common_name`, `connection_time`, `real_address`, `virtual_address`, `username` |
-//! | `openvpn_server_client_sent_bytes_total` | counter | the same |
-//! | `openvpn_server_route_last_reference_time_seconds` | gauge | `status_path`, `common_name`, `real_address`, `virtual_address` |
-//! | `openvpn_netstat_Tcp_OutSegs` | untyped | |
-//! | `openvpn_netstat_Tcp_RetransSegs` | untyped | |
+//! The series, their labels and meaning: `docs/metrics.md`, section "vpn2 exporter", the one
+//! catalogue (`conformance/tests/metrics_catalogue.rs` checks it against what this renders).
 //!
 //! Which file rows become which series, and when `openvpn_up` is 0: [`kumina`]. The text is
 //! what Go's client library writes: families sorted by name, samples by label values, labels

@@ -1,16 +1,8 @@
 //! The OpenVPN server's counters: one method per event, read back by tests and rendered as
-//! Prometheus series on the admin endpoint (`netio::admin`). The catalogue, with the
-//! sidecar's series, is `docs/metrics.md`.
+//! Prometheus series on the admin endpoint (`netio::admin`).
 //!
-//! | series | type | meaning |
-//! |---|---|---|
-//! | `vpn_server_clients` | gauge | clients admitted now (tunnel up or coming up) |
-//! | `vpn_server_connections_pending` | gauge | connections not yet authenticated (before TLS and key-method 2 are done) |
-//! | `vpn_server_tunnels_established_total` | counter | tunnels that came up |
-//! | `vpn_server_connections_refused_total{reason}` | counter | connections closed before or at admission: `max_clients`, `pool_exhausted`, `rejected` (disabled, address in use, TLS or key-exchange refusal), `handshake_timeout`, `bad_first_packet` (first frame: framing, not a client hard reset, tls-auth / tls-crypt or packet check), `first_packet_timeout`, `evicted` (a pending connection made room for a newer one) |
-//! | `vpn_server_packets_dropped_total{reason}` | counter | packets dropped: `spoofed` (source not the client's), `malformed`, `ignored` (link-local / multicast from a client), `no_route` (from the tun, no client routes it), `queue_full` (a connection's queue), `tun_write` (the device refused it) |
-//! | `vpn_server_packets_total{direction}` | counter | packets carried: `to_tun`, `from_tun`, `client_to_client` |
-//! | `vpn_server_unreachable_sent_total` | counter | ICMP / ICMPv6 "destination unreachable" answers to packets no client routes |
+//! The series, their labels and meaning: `docs/metrics.md`, section "OpenVPN server", the one
+//! catalogue (`conformance/tests/metrics_catalogue.rs` checks it against what this renders).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,7 +1,8 @@
 //! What every connection shares, whatever its listener's kind: the router's state
 //! ([`Shared`]: config, policy snapshot, counters, the pending set, the flood-limited logs),
-//! the open tunnel ([`Open`]) and its relay ([`carry`]), the upstream connect, and the
-//! counting and logging of a connection refused before its head was routed
+//! the open tunnel ([`Open`]) and its relay ([`carry`]), the wait for a connection's first
+//! bytes that a newer connection may cut short ([`read_unless_evicted`]), the upstream
+//! connect, and the counting and logging of a connection refused before its head was routed
 //! ([`refused_head`]). The CONNECT handler (`crate::connect`) and the SNI handler
 //! (`crate::sni`) build on these; `crate::serve` drives them.
 
@@ -11,10 +12,11 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use netio::ingress::IngressError;
-use netio::listen::{LogLimiter, PendingSet, LOG_EVERY};
+use netio::listen::{LogLimiter, PendingGuard, PendingSet, LOG_EVERY};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
 use netio::report::chain;
 use netio::tcp::connect_first;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
@@ -174,6 +176,31 @@ pub(crate) async fn carry(open: Open<'_>, shared: &Shared) {
         Err(e) => debug!(to_upstream, to_client, "tunnel ended: {}", chain(&e)),
     }
     drop(active);
+}
+
+/// Reads the start of a connection with `read`, counted as pending meanwhile, unless a newer
+/// connection evicts this one first (a flood of silent connections must not lock out real
+/// ones): then it is closed, logged at debug as evicted before `what`, and the answer is
+/// `None`. Either way the connection is no longer pending afterwards.
+pub(crate) async fn read_unless_evicted<T>(
+    stream: &mut TcpStream,
+    pending: PendingGuard,
+    shared: &Shared,
+    what: &str,
+    read: impl AsyncFnOnce(&mut TcpStream) -> T,
+) -> Option<T> {
+    let gauge = shared.counters.pending_opened();
+    let read = tokio::select! {
+        r = read(&mut *stream) => r,
+        () = pending.evicted() => {
+            debug!("evicted before {what}, for a newer connection; closed");
+            let _ = stream.shutdown().await;
+            return None;
+        }
+    };
+    drop(pending);
+    drop(gauge);
+    Some(read)
 }
 
 /// Connects to the first address `upstream` (`host:port`) resolves to that answers.

@@ -17,7 +17,7 @@ use tracing::{debug, info, Span};
 
 use crate::access::Client;
 use crate::config::ListenerConfig;
-use crate::conn::{connect, refused_head, Open, Shared};
+use crate::conn::{connect, read_unless_evicted, refused_head, Open, Shared};
 use crate::policy::Refusal;
 use crate::shoots::{Flow, ShootRefusal};
 
@@ -32,17 +32,10 @@ pub(crate) async fn open<'s>(
 ) -> Option<Open<'s>> {
     let _ = stream.set_nodelay(true);
     let deadlines: Deadlines = shared.config.deadlines;
-    let gauge = shared.counters.pending_opened();
-    let read = tokio::select! {
-        r = accept_connect(&mut stream, peer, &listener.proxy, deadlines) => r,
-        () = pending.evicted() => {
-            debug!("evicted before a request, for a newer connection; closed");
-            let _ = stream.shutdown().await;
-            return None;
-        }
-    };
-    drop(pending);
-    drop(gauge);
+    let read = read_unless_evicted(&mut stream, pending, shared, "a request", async |s| {
+        accept_connect(s, peer, &listener.proxy, deadlines).await
+    })
+    .await?;
     let accepted = match read {
         Ok(a) => a,
         Err(e) => {

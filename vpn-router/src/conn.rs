@@ -2,8 +2,8 @@
 //! ([`Shared`]: config, policy snapshot, counters, the pending set, the flood-limited logs),
 //! the open tunnel ([`Open`]) and its relay ([`carry`]), the wait for a connection's first
 //! bytes that a newer connection may cut short ([`read_unless_evicted`]), the upstream
-//! connect, and the counting and logging of a connection refused before its head was routed
-//! ([`refused_head`]). The CONNECT handler (`crate::connect`) and the SNI handler
+//! connect ([`connect_upstream`]), and the counting and logging of a connection refused
+//! before its head was routed ([`refused_head`]). The CONNECT handler (`crate::connect`) and the SNI handler
 //! (`crate::sni`) build on these; `crate::serve` drives them.
 
 use std::io;
@@ -24,7 +24,7 @@ use crate::config::RouterConfig;
 use crate::config_dir::DirLoader;
 use crate::metrics::{ActiveTunnel, Counters, ProxyRefusal};
 use crate::policy::Policy;
-use crate::shoots::ShootTunnel;
+use crate::shoots::{ShootRefusal, ShootTunnel};
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -203,8 +203,22 @@ pub(crate) async fn read_unless_evicted<T>(
     Some(read)
 }
 
+/// Connects to `upstream` within the configured connect timeout. On failure: the reason for
+/// the shoot's series (`ConnectFailed` or `ConnectTimeout`) and what happened, as both
+/// handlers log it after the upstream's name (`connect failed: …`, `connect timed out`).
+pub(crate) async fn connect_upstream(
+    shared: &Shared,
+    upstream: &str,
+) -> Result<TcpStream, (ShootRefusal, String)> {
+    match tokio::time::timeout(shared.config.connect_timeout, connect(upstream)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err((ShootRefusal::ConnectFailed, format!("connect failed: {e}"))),
+        Err(_) => Err((ShootRefusal::ConnectTimeout, "connect timed out".into())),
+    }
+}
+
 /// Connects to the first address `upstream` (`host:port`) resolves to that answers.
-pub(crate) async fn connect(upstream: &str) -> io::Result<TcpStream> {
+async fn connect(upstream: &str) -> io::Result<TcpStream> {
     connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 

@@ -195,12 +195,8 @@ impl AdminServer {
     /// Binds every address ([`crate::listen::bind`]: `[::]` beside `0.0.0.0`). Must run
     /// inside a tokio runtime.
     pub fn bind(addrs: &[SocketAddr]) -> Result<AdminServer, AdminBindError> {
-        let listeners = addrs
-            .iter()
-            .map(|&addr| {
-                crate::listen::bind(addr).map_err(|source| AdminBindError { addr, source })
-            })
-            .collect::<Result<_, _>>()?;
+        let listeners = crate::listen::bind_all(addrs)
+            .map_err(|(addr, source)| AdminBindError { addr, source })?;
         Ok(AdminServer {
             listeners,
             paths: Paths::default(),

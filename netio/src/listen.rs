@@ -28,6 +28,15 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     bind_with(addr, true)
 }
 
+/// [`bind`] for every address, in order and all or none: the first that fails, with its
+/// address (the listeners bound before it are closed).
+pub fn bind_all(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, (SocketAddr, io::Error)> {
+    addrs
+        .iter()
+        .map(|&addr| bind(addr).map_err(|source| (addr, source)))
+        .collect()
+}
+
 /// A listener on `addr` with `SO_REUSEADDR`; an IPv6 address also takes IPv4 connections (as
 /// IPv4-mapped addresses) whatever `net.ipv6.bindv6only` says, like OpenVPN's `proto
 /// tcp6-server` on `[::]`. Must run inside a tokio runtime.

@@ -59,6 +59,16 @@ const EKU_NAMES: [(X509ExtendedKeyUsage, &str); 9] = [
     (X509ExtendedKeyUsage::ANYEKU, "anyExtendedKeyUsage"),
 ];
 
+/// The names in `table` (a usage name table above) whose flag `has` says is set, in table
+/// order.
+fn names_set<F: Copy>(table: &[(F, &'static str)], has: impl Fn(F) -> bool) -> Vec<&'static str> {
+    table
+        .iter()
+        .filter(|(flag, _)| has(*flag))
+        .map(|(_, name)| *name)
+        .collect()
+}
+
 impl CertSummary {
     /// Summarises `cert`.
     pub fn of(cert: &X509Ref) -> Result<CertSummary, ErrorStack> {
@@ -99,20 +109,12 @@ impl CertSummary {
             not_before: cert.not_before().to_string(),
             not_after: cert.not_after().to_string(),
             sans,
-            key_usage: cert.key_usage().map(|ku| {
-                KU_NAMES
-                    .iter()
-                    .filter(|(bit, _)| ku.contains(*bit))
-                    .map(|(_, n)| *n)
-                    .collect()
-            }),
-            extended_key_usage: cert.extended_key_usage().map(|eku| {
-                EKU_NAMES
-                    .iter()
-                    .filter(|(bit, _)| eku.contains(*bit))
-                    .map(|(_, n)| *n)
-                    .collect()
-            }),
+            key_usage: cert
+                .key_usage()
+                .map(|ku| names_set(&KU_NAMES, |bit| ku.contains(bit))),
+            extended_key_usage: cert
+                .extended_key_usage()
+                .map(|eku| names_set(&EKU_NAMES, |bit| eku.contains(bit))),
             public_key: format!("{alg} {}", key.bits()),
             sha256_fingerprint: fingerprint,
         })

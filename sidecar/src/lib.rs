@@ -301,13 +301,8 @@ impl Sidecar {
         let acceptor: SslAcceptor =
             pki::tls::connect_proxy_acceptor(&config.identity, &config.trust, config.client_cert)?;
         raise_nofile_limit();
-        let listeners = config
-            .listen
-            .iter()
-            .map(|&addr| {
-                netio::listen::bind(addr).map_err(|source| SidecarError::Bind { addr, source })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let listeners = netio::listen::bind_all(&config.listen)
+            .map_err(|(addr, source)| SidecarError::Bind { addr, source })?;
         let admin = AdminServer::bind(&config.metrics_listen)?;
         for l in &listeners {
             if let Ok(addr) = l.local_addr() {

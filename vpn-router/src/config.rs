@@ -142,11 +142,7 @@ impl RouterConfig {
     /// Parses and checks `text`; the caller names the file (a refused value's line:
     /// [`ConfigError::line_in`]).
     pub(crate) fn parse_text(text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|source| ConfigError::Toml {
-            path: None,
-            line: source.span().map(|span| line_of(text, span.start)),
-            source: Box::new(source),
-        })?;
+        let raw: RawConfig = from_toml(text)?;
         raw.check()
     }
 }
@@ -180,6 +176,16 @@ fn line_of_key(text: &str, key: &str) -> Option<usize> {
                 .is_some_and(|rest| rest.trim_start().starts_with('='))
         })
         .map(|i| i + 1)
+}
+
+/// `text` read as TOML into `T` (a whole config or a shoot file's routes): a syntax or type
+/// error names its line; the caller names the file.
+fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|source| ConfigError::Toml {
+        path: None,
+        line: source.span().map(|span| line_of(text, span.start)),
+        source: Box::new(source),
+    })
 }
 
 /// The 1-based line of byte offset `at` in `text`.
@@ -550,11 +556,7 @@ fn check_sni_routes(raw: Vec<RawSniRoute>) -> Result<HashMap<ServerName, Target>
 /// Parses and checks the `[[route]]` and `[[sni_route]]` tables of a shoot file
 /// (`--config-dir`); anything else in it is an error. The caller names the file.
 pub(crate) fn parse_routes(text: &str) -> Result<ShootRoutes, ConfigError> {
-    let raw: RawRoutes = toml::from_str(text).map_err(|source| ConfigError::Toml {
-        path: None,
-        line: source.span().map(|span| line_of(text, span.start)),
-        source: Box::new(source),
-    })?;
+    let raw: RawRoutes = from_toml(text)?;
     Ok(ShootRoutes {
         routes: check_routes(raw.routes)?,
         sni_routes: check_sni_routes(raw.sni_routes)?,

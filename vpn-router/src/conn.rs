@@ -1,8 +1,9 @@
 //! What every connection shares, whatever its listener's kind: the router's state
 //! ([`Shared`]: config, policy snapshot, counters, the pending set, the flood-limited logs),
-//! the open tunnel ([`Open`]) and its relay ([`carry`]), the upstream connect, and the
-//! counting and logging of a connection refused before its head was routed
-//! ([`refused_head`]). The CONNECT handler (`crate::connect`) and the SNI handler
+//! the open tunnel ([`Open`]) and its relay ([`carry`]), the wait for a connection's first
+//! bytes that a newer connection may cut short ([`read_unless_evicted`]), the upstream
+//! connect ([`connect_upstream`]), and the counting and logging of a connection refused
+//! before its head was routed ([`refused_head`]). The CONNECT handler (`crate::connect`) and the SNI handler
 //! (`crate::sni`) build on these; `crate::serve` drives them.
 
 use std::io;
@@ -11,10 +12,11 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use netio::ingress::IngressError;
-use netio::listen::{LogLimiter, PendingSet, LOG_EVERY};
+use netio::listen::{LogLimiter, PendingGuard, PendingSet, LOG_EVERY};
 use netio::relay::{RelayConfig, RelayError, RelayStats};
 use netio::report::chain;
 use netio::tcp::connect_first;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info};
 
@@ -22,7 +24,7 @@ use crate::config::RouterConfig;
 use crate::config_dir::DirLoader;
 use crate::metrics::{ActiveTunnel, Counters, ProxyRefusal};
 use crate::policy::Policy;
-use crate::shoots::ShootTunnel;
+use crate::shoots::{ShootRefusal, ShootTunnel};
 
 /// Relays an open tunnel until both directions have ended (a half-close passed on each way)
 /// or nothing moved for the idle timeout, with zero-copy `splice(2)` (`relay_tcp`). The router's
@@ -176,8 +178,47 @@ pub(crate) async fn carry(open: Open<'_>, shared: &Shared) {
     drop(active);
 }
 
+/// Reads the start of a connection with `read`, counted as pending meanwhile, unless a newer
+/// connection evicts this one first (a flood of silent connections must not lock out real
+/// ones): then it is closed, logged at debug as evicted before `what`, and the answer is
+/// `None`. Either way the connection is no longer pending afterwards.
+pub(crate) async fn read_unless_evicted<T>(
+    stream: &mut TcpStream,
+    pending: PendingGuard,
+    shared: &Shared,
+    what: &str,
+    read: impl AsyncFnOnce(&mut TcpStream) -> T,
+) -> Option<T> {
+    let gauge = shared.counters.pending_opened();
+    let read = tokio::select! {
+        r = read(&mut *stream) => r,
+        () = pending.evicted() => {
+            debug!("evicted before {what}, for a newer connection; closed");
+            let _ = stream.shutdown().await;
+            return None;
+        }
+    };
+    drop(pending);
+    drop(gauge);
+    Some(read)
+}
+
+/// Connects to `upstream` within the configured connect timeout. On failure: the reason for
+/// the shoot's series (`ConnectFailed` or `ConnectTimeout`) and what happened, as both
+/// handlers log it after the upstream's name (`connect failed: …`, `connect timed out`).
+pub(crate) async fn connect_upstream(
+    shared: &Shared,
+    upstream: &str,
+) -> Result<TcpStream, (ShootRefusal, String)> {
+    match tokio::time::timeout(shared.config.connect_timeout, connect(upstream)).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err((ShootRefusal::ConnectFailed, format!("connect failed: {e}"))),
+        Err(_) => Err((ShootRefusal::ConnectTimeout, "connect timed out".into())),
+    }
+}
+
 /// Connects to the first address `upstream` (`host:port`) resolves to that answers.
-pub(crate) async fn connect(upstream: &str) -> io::Result<TcpStream> {
+async fn connect(upstream: &str) -> io::Result<TcpStream> {
     connect_first(tokio::net::lookup_host(upstream).await?).await
 }
 

@@ -17,7 +17,7 @@ use tracing::{debug, info, Span};
 
 use crate::access::Client;
 use crate::config::ListenerConfig;
-use crate::conn::{connect, refused_head, Open, Shared};
+use crate::conn::{connect_upstream, read_unless_evicted, refused_head, Open, Shared};
 use crate::policy::Refusal;
 use crate::shoots::{Flow, ShootRefusal};
 
@@ -32,17 +32,10 @@ pub(crate) async fn open<'s>(
 ) -> Option<Open<'s>> {
     let _ = stream.set_nodelay(true);
     let deadlines: Deadlines = shared.config.deadlines;
-    let gauge = shared.counters.pending_opened();
-    let read = tokio::select! {
-        r = accept_connect(&mut stream, peer, &listener.proxy, deadlines) => r,
-        () = pending.evicted() => {
-            debug!("evicted before a request, for a newer connection; closed");
-            let _ = stream.shutdown().await;
-            return None;
-        }
-    };
-    drop(pending);
-    drop(gauge);
+    let read = read_unless_evicted(&mut stream, pending, shared, "a request", async |s| {
+        accept_connect(s, peer, &listener.proxy, deadlines).await
+    })
+    .await?;
     let accepted = match read {
         Ok(a) => a,
         Err(e) => {
@@ -90,26 +83,19 @@ pub(crate) async fn open<'s>(
     let flow = Flow::of(decision.route, &head);
     let shoot = shared.counters.shoots.get(decision.route.namespace());
     drop(policy);
-    let connect =
-        tokio::time::timeout(shared.config.connect_timeout, connect(&upstream_name)).await;
-    let mut upstream = match connect {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            info!(upstream = %upstream_name, status = 503, "upstream connect failed: {e}");
-            shared.counters.responded(Status::SERVICE_UNAVAILABLE);
+    let mut upstream = match connect_upstream(shared, &upstream_name).await {
+        Ok(s) => s,
+        Err((why, what)) => {
+            let status = match why {
+                ShootRefusal::ConnectTimeout => Status::GATEWAY_TIMEOUT,
+                _ => Status::SERVICE_UNAVAILABLE,
+            };
+            info!(upstream = %upstream_name, status = status.code, "upstream {what}");
+            shared.counters.responded(status);
             if let Some(shoot) = &shoot {
-                shoot.refused(flow, ShootRefusal::ConnectFailed);
+                shoot.refused(flow, why);
             }
-            refuse(&mut stream, Some(Status::SERVICE_UNAVAILABLE)).await;
-            return None;
-        }
-        Err(_) => {
-            info!(upstream = %upstream_name, status = 504, "upstream connect timed out");
-            shared.counters.responded(Status::GATEWAY_TIMEOUT);
-            if let Some(shoot) = &shoot {
-                shoot.refused(flow, ShootRefusal::ConnectTimeout);
-            }
-            refuse(&mut stream, Some(Status::GATEWAY_TIMEOUT)).await;
+            refuse(&mut stream, Some(status)).await;
             return None;
         }
     };

@@ -88,7 +88,7 @@
 //! | [`config_dir`] | `--config-dir`: the directory read one version at a time, each file's last good version, the `vpn_router_config_*` series |
 //! | [`shoots`] | the per-shoot series |
 //! | `metrics` | the router's [`Counters`] (with the shoots', the files' and the SNI listeners') and `/metrics` |
-//! | `conn` | what every connection shares: the router's state, the open tunnel and its [`relay`], the upstream connect, a refused head counted and logged |
+//! | `conn` | what every connection shares: the router's state, the open tunnel and its [`relay`], the wait for its first bytes a newer connection may cut short, the upstream connect (within the timeout), a refused head counted and logged |
 //! | `connect`, [`sni`] | a CONNECT listener's connection up to its open tunnel; an SNI listener's |
 //! | `serve` | [`Router`]: listeners, admission, one task per connection, reloads ([`Reloader`]) |
 //!

@@ -40,7 +40,7 @@ use tracing::{debug, info, warn, Span};
 use crate::access::Client;
 use crate::client_hello::{self, ClientHello, HelloError, ServerName};
 use crate::config::ListenerConfig;
-use crate::conn::{connect, refused_head, Open, Shared};
+use crate::conn::{connect_upstream, read_unless_evicted, refused_head, Open, Shared};
 use crate::shoots::{Flow, ShootRefusal};
 
 pub use crate::metrics::SniCounters;
@@ -80,17 +80,10 @@ pub(crate) async fn open<'s>(
     pending: PendingGuard,
 ) -> Option<Open<'s>> {
     let _ = stream.set_nodelay(true);
-    let gauge = shared.counters.pending_opened();
-    let read = tokio::select! {
-        r = read_hello(&mut stream, peer, listener, shared) => r,
-        () = pending.evicted() => {
-            debug!("evicted before a ClientHello, for a newer connection; closed");
-            let _ = stream.shutdown().await;
-            return None;
-        }
-    };
-    drop(pending);
-    drop(gauge);
+    let read = read_unless_evicted(&mut stream, pending, shared, "a ClientHello", async |s| {
+        read_hello(s, peer, listener, shared).await
+    })
+    .await?;
     let (client, bytes, hello) = match read {
         Ok(read) => read,
         Err(e) => {
@@ -122,25 +115,13 @@ pub(crate) async fn open<'s>(
             }
         }
     };
-    let connect =
-        tokio::time::timeout(shared.config.connect_timeout, connect(&upstream_name)).await;
-    let connect = match connect {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err((
-            ShootRefusal::ConnectFailed,
-            format!("upstream {upstream_name} connect failed: {e}"),
-        )),
-        Err(_) => Err((
-            ShootRefusal::ConnectTimeout,
-            format!("upstream {upstream_name} connect timed out"),
-        )),
-    };
-    let mut upstream = match connect {
+    let mut upstream = match connect_upstream(shared, &upstream_name).await {
         Ok(s) => s,
-        Err((why, detail)) => {
+        Err((why, what)) => {
             if let Some(shoot) = &shoot {
                 shoot.refused(Flow::Sni, why);
             }
+            let detail = format!("upstream {upstream_name} {what}");
             refused(shared, SniRefusal::Upstream, &hello.server_name, &detail);
             return None;
         }

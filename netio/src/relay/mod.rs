@@ -144,14 +144,14 @@ pub struct RelayError {
 /// exactly one direction has ended, the shorter of that and
 /// [`RelayConfig::half_closed_timeout`], counted from the end of that direction on.
 #[derive(Debug)]
-pub(crate) struct Deadline {
+struct Deadline {
     idle: Duration,
     half_closed: Duration,
     one_ended: bool,
 }
 
 impl Deadline {
-    pub(crate) fn new(config: &RelayConfig) -> Self {
+    fn new(config: &RelayConfig) -> Self {
         Deadline {
             idle: config.idle_timeout,
             half_closed: config.half_closed_timeout,
@@ -169,11 +169,31 @@ impl Deadline {
     }
 }
 
-/// One wake-up of a two-direction relay, shared by [`relay`] and the splice relay: the first
-/// error ends it, both directions done is `Closed`; any byte moved (`moved` changed from
-/// `before`), and the end of the first direction, push the deadline out; otherwise the timer
-/// decides.
-pub(crate) fn relay_step(
+/// What one wake-up of a two-direction relay saw: each direction's poll (a to b, b to a), and
+/// the bytes both had moved before and after polling them.
+pub(crate) type Polled = ((Poll<io::Result<()>>, Poll<io::Result<()>>), (u64, u64));
+
+/// Runs a two-direction relay to its end, shared by [`relay`] and the splice relay: on every
+/// wake-up `poll_both` polls both directions, and [`relay_step`] decides with the idle timer
+/// and the half-closed deadline of `config`.
+pub(crate) async fn run_until_end(
+    config: &RelayConfig,
+    mut poll_both: impl FnMut(&mut Context<'_>) -> Polled,
+) -> io::Result<RelayEnd> {
+    let idle = tokio::time::sleep(config.idle_timeout);
+    tokio::pin!(idle);
+    let mut deadline = Deadline::new(config);
+    poll_fn(|cx| {
+        let (directions, moved) = poll_both(cx);
+        relay_step(cx, directions, moved, idle.as_mut(), &mut deadline)
+    })
+    .await
+}
+
+/// One wake-up of a two-direction relay: the first error ends it, both directions done is
+/// `Closed`; any byte moved (`moved` changed from `before`), and the end of the first
+/// direction, push the deadline out; otherwise the timer decides.
+fn relay_step(
     cx: &mut Context<'_>,
     directions: (Poll<io::Result<()>>, Poll<io::Result<()>>),
     moved: (u64, u64),
@@ -227,20 +247,11 @@ where
     let size = config.buffer_size.max(1);
     let mut ab = Direction::new(size);
     let mut ba = Direction::new(size);
-    let idle = tokio::time::sleep(config.idle_timeout);
-    tokio::pin!(idle);
-    let mut deadline = Deadline::new(&config);
-    let result = poll_fn(|cx| {
+    let result = run_until_end(&config, |cx| {
         let before = ab.moved + ba.moved;
         let r1 = ab.poll(cx, Pin::new(&mut *a), Pin::new(&mut *b));
         let r2 = ba.poll(cx, Pin::new(&mut *b), Pin::new(&mut *a));
-        relay_step(
-            cx,
-            (r1, r2),
-            (before, ab.moved + ba.moved),
-            idle.as_mut(),
-            &mut deadline,
-        )
+        ((r1, r2), (before, ab.moved + ba.moved))
     })
     .await;
     match result {

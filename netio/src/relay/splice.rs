@@ -62,7 +62,7 @@ use tokio::io::{AsyncWrite, Interest};
 use tokio::net::tcp::WriteHalf;
 use tokio::net::TcpStream;
 
-use super::{relay_step, Deadline, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
+use super::{run_until_end, RelayConfig, RelayEnd, RelayError, RelayStats, MAX_PIPE_SIZE};
 
 /// Empty pipes kept per thread for the next burst; a pipe given back beyond this is closed
 /// (two descriptors each).
@@ -90,20 +90,11 @@ pub(crate) async fn relay(a: &mut TcpStream, b: &mut TcpStream, config: RelayCon
     let (ar, mut aw) = a.split();
     let (br, mut bw) = b.split();
     let (ar, br): (&TcpStream, &TcpStream) = (ar.as_ref(), br.as_ref());
-    let idle = tokio::time::sleep(config.idle_timeout);
-    tokio::pin!(idle);
-    let mut deadline = Deadline::new(&config);
-    let result = poll_fn(|cx| {
+    let result = run_until_end(&config, |cx| {
         let before = ab.moved + ba.moved;
         let r1 = ab.poll(cx, ar, &mut bw);
         let r2 = ba.poll(cx, br, &mut aw);
-        relay_step(
-            cx,
-            (r1, r2),
-            (before, ab.moved + ba.moved),
-            idle.as_mut(),
-            &mut deadline,
-        )
+        ((r1, r2), (before, ab.moved + ba.moved))
     })
     .await;
     let result = match result {

@@ -216,13 +216,8 @@ impl TunnelProxy {
             .request
             .to_bytes()
             .map_err(TunnelProxyError::Request)?;
-        let listeners = config
-            .listen
-            .iter()
-            .map(|&addr| {
-                netio::listen::bind(addr).map_err(|source| TunnelProxyError::Bind { addr, source })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let listeners = netio::listen::bind_all(&config.listen)
+            .map_err(|(addr, source)| TunnelProxyError::Bind { addr, source })?;
         Ok(TunnelProxy {
             addresses: Arc::new(Addresses {
                 last: Mutex::new(None),

@@ -253,9 +253,7 @@ fn client(fields: &[&str]) -> Result<Client, Fault> {
         return Err(too_few("CLIENT_LIST", fields, CLIENT_LIST_FIELDS));
     };
     let connected_since = timestamp("Connected Since", since)?;
-    let real_address = parse_real_address(real).ok_or_else(|| Fault::RealAddress {
-        value: real.to_owned(),
-    })?;
+    let real_address = real_address(real)?;
     Ok(Client {
         common_name: cn.to_owned(),
         real_address,
@@ -276,9 +274,7 @@ fn route(fields: &[&str]) -> Result<Route, Fault> {
         return Err(too_few("ROUTING_TABLE", fields, ROUTING_TABLE_FIELDS));
     };
     let last_ref = timestamp("Last Ref", last_ref)?;
-    let real_address = parse_real_address(real).ok_or_else(|| Fault::RealAddress {
-        value: real.to_owned(),
-    })?;
+    let real_address = real_address(real)?;
     Ok(Route {
         virtual_address: virt.to_owned(),
         common_name: cn.to_owned(),
@@ -298,6 +294,13 @@ fn too_few(kind: &'static str, fields: &[&str], needs: usize) -> Fault {
 fn timestamp(field: &'static str, value: &str) -> Result<Timestamp, Fault> {
     parse_datetime(value).ok_or_else(|| Fault::Time {
         field,
+        value: value.to_owned(),
+    })
+}
+
+/// The `Real Address` field of a client or a route ([`parse_real_address`]).
+fn real_address(value: &str) -> Result<SocketAddr, Fault> {
+    parse_real_address(value).ok_or_else(|| Fault::RealAddress {
         value: value.to_owned(),
     })
 }

@@ -192,10 +192,9 @@ pub struct AdminBindError {
 }
 
 impl AdminServer {
-    /// Binds every address ([`crate::listen::bind`]: `[::]` beside `0.0.0.0`). Must run
-    /// inside a tokio runtime.
+    /// Binds every address ([`crate::listen::bind_each`]). Must run inside a tokio runtime.
     pub fn bind(addrs: &[SocketAddr]) -> Result<AdminServer, AdminBindError> {
-        let listeners = crate::listen::bind_all(addrs)
+        let listeners = crate::listen::bind_each(addrs)
             .map_err(|(addr, source)| AdminBindError { addr, source })?;
         Ok(AdminServer {
             listeners,

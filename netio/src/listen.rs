@@ -22,26 +22,24 @@ pub const BACKLOG: u32 = 4096;
 /// the connection that caused it stays queued, so retrying at once would spin.
 pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
-/// A listener on `addr` with `SO_REUSEADDR`; an IPv6 address is `IPV6_V6ONLY`, so `[::]` and
-/// `0.0.0.0` can share a port. Must run inside a tokio runtime.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    bind_with(addr, true)
-}
-
-/// [`bind`] for every address, in order and all or none: the first that fails, with its
-/// address (the listeners bound before it are closed).
-pub fn bind_all(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, (SocketAddr, io::Error)> {
+/// Listeners on every address of `addrs`, with `SO_REUSEADDR`; the first that cannot be
+/// bound is returned with its error. Every listener of ours is bound through here, so `[::]`
+/// means the same everywhere: the unspecified IPv6 address takes IPv4 connections too (as
+/// IPv4-mapped addresses, like OpenVPN's `proto tcp6-server`, whatever
+/// `net.ipv6.bindv6only` says), unless `addrs` also holds `0.0.0.0` with the same port (then
+/// it is IPv6-only, so the two can share the port, as Gardener's `0.0.0.0:15000,[::]:15000`
+/// asks, or any IPv4 address with that port). Must run inside a tokio runtime.
+pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, (SocketAddr, io::Error)> {
     addrs
         .iter()
-        .map(|&addr| bind(addr).map_err(|source| (addr, source)))
+        .map(|&addr| {
+            let beside_ipv4 = addr.is_ipv6()
+                && addrs
+                    .iter()
+                    .any(|a| a.is_ipv4() && a.port() == addr.port() && a.port() != 0);
+            bind_inner(addr, beside_ipv4, None).map_err(|e| (addr, e))
+        })
         .collect()
-}
-
-/// A listener on `addr` with `SO_REUSEADDR`; an IPv6 address also takes IPv4 connections (as
-/// IPv4-mapped addresses) whatever `net.ipv6.bindv6only` says, like OpenVPN's `proto
-/// tcp6-server` on `[::]`. Must run inside a tokio runtime.
-pub fn bind_dual_stack(addr: SocketAddr) -> io::Result<TcpListener> {
-    bind_with(addr, false)
 }
 
 /// A dual-stack listener on `port` of every address (`[::]`) that takes connections arriving
@@ -52,10 +50,6 @@ pub fn bind_dual_stack(addr: SocketAddr) -> io::Result<TcpListener> {
 pub fn bind_on_device(port: u16, device: &str) -> io::Result<TcpListener> {
     let addr = SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port));
     bind_inner(addr, false, Some(device))
-}
-
-fn bind_with(addr: SocketAddr, v6_only: bool) -> io::Result<TcpListener> {
-    bind_inner(addr, v6_only, None)
 }
 
 fn bind_inner(addr: SocketAddr, v6_only: bool, device: Option<&str>) -> io::Result<TcpListener> {
@@ -299,7 +293,9 @@ mod tests {
             .with_ansi(false)
             .finish();
         let _guard = tracing::subscriber::set_default(subscriber);
-        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = bind_each(&["127.0.0.1:0".parse().unwrap()])
+            .unwrap()
+            .remove(0);
         // A listening socket shut for reading leaves the listening state: every accept fails
         // (EINVAL) at once, as EMFILE does while the descriptors are used up.
         socket2::SockRef::from(&listener)
@@ -394,25 +390,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn v4_and_v6_listeners_share_a_port_and_accept_ends_on_shutdown() {
-        let v4 = bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let port = v4.local_addr().unwrap().port();
-        // Binds beside the IPv4 listener only because it is IPv6-only.
-        let v6 = bind(SocketAddr::from(([0u16; 8], port))).unwrap();
+    async fn beside_ipv4_on_its_port_the_ipv6_listener_is_ipv6_only_and_accept_ends_on_shutdown() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // Both bind only because `[::]` is IPv6-only beside `0.0.0.0` on the same port.
+        let listeners = bind_each(&[
+            SocketAddr::from(([0u8; 4], port)),
+            SocketAddr::from(([0u16; 8], port)),
+        ])
+        .unwrap();
         let shutdown = CancellationToken::new();
         let client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let (_, peer) = accept(&v4, &shutdown).await.unwrap();
+        let (_, peer) = accept(&listeners[0], &shutdown).await.unwrap();
         assert_eq!(peer, client.local_addr().unwrap());
         shutdown.cancel();
-        assert!(accept(&v6, &shutdown).await.is_none());
+        assert!(accept(&listeners[1], &shutdown).await.is_none());
     }
 
     #[tokio::test]
-    async fn a_dual_stack_listener_takes_ipv4() {
-        let l = bind_dual_stack(SocketAddr::from(([0u16; 8], 0))).unwrap();
-        let port = l.local_addr().unwrap().port();
+    async fn a_lone_ipv6_any_listener_takes_ipv4_too() {
+        let listeners = bind_each(&[SocketAddr::from(([0u16; 8], 0))]).unwrap();
+        let port = listeners[0].local_addr().unwrap().port();
         let _client = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let (_, peer) = accept(&l, &CancellationToken::new()).await.unwrap();
+        let (_, peer) = accept(&listeners[0], &CancellationToken::new())
+            .await
+            .unwrap();
         assert_eq!(peer.ip().to_canonical().to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn a_refused_address_is_named() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let (named, _) = bind_each(&[addr]).unwrap_err();
+        assert_eq!(named, addr);
     }
 }

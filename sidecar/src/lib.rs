@@ -301,7 +301,7 @@ impl Sidecar {
         let acceptor: SslAcceptor =
             pki::tls::connect_proxy_acceptor(&config.identity, &config.trust, config.client_cert)?;
         raise_nofile_limit();
-        let listeners = netio::listen::bind_all(&config.listen)
+        let listeners = netio::listen::bind_each(&config.listen)
             .map_err(|(addr, source)| SidecarError::Bind { addr, source })?;
         let admin = AdminServer::bind(&config.metrics_listen)?;
         for l in &listeners {

@@ -58,11 +58,11 @@ impl Router {
     /// Binds the listeners of `config` and its `metrics_listen`; `path` is what
     /// [`Reloader::reload`] re-reads. Must run inside a tokio runtime.
     ///
-    /// A CONNECT listener on an IPv6 address also takes IPv4 clients, as IPv4-mapped
-    /// addresses, whatever `net.ipv6.bindv6only` says (`netio::listen::bind_dual_stack`):
-    /// one `[::]` listener serves both families, and the allow-lists match a mapped peer by
-    /// its IPv4 address. The admin listener is IPv6-only on an IPv6 address
-    /// (`netio::admin`).
+    /// A `[::]` listener also takes IPv4 clients, as IPv4-mapped addresses, whatever
+    /// `net.ipv6.bindv6only` says, unless an IPv4 address with its port is listed too
+    /// (`netio::listen::bind_each`, as every listener of ours, the admin one included): one
+    /// `[::]` listener serves both families, and the allow-lists match a mapped peer by its
+    /// IPv4 address.
     pub async fn bind_config(
         config: RouterConfig,
         path: Option<PathBuf>,
@@ -76,13 +76,11 @@ impl Router {
         dir: Option<DirLoader>,
         counters: Arc<Counters>,
     ) -> Result<Self, RouterError> {
+        let addresses: Vec<SocketAddr> = config.listeners.iter().map(|l| l.address).collect();
+        let bound = netio::listen::bind_each(&addresses)
+            .map_err(|(address, source)| RouterError::Bind { address, source })?;
         let mut listeners = Vec::new();
-        for l in &config.listeners {
-            let listener =
-                netio::listen::bind_dual_stack(l.address).map_err(|source| RouterError::Bind {
-                    address: l.address,
-                    source,
-                })?;
+        for (listener, l) in bound.into_iter().zip(&config.listeners) {
             info!(address = %l.address, kind = ?l.kind, headers = ?l.headers, proxy = ?l.proxy, "router listening");
             listeners.push((listener, Arc::new(l.clone())));
         }

@@ -169,11 +169,7 @@ impl CloudApiEndpoint {
         config: CloudApiConfig,
         routes: ClientRoutes,
     ) -> Result<CloudApiEndpoint, (SocketAddr, std::io::Error)> {
-        let listeners = config
-            .listen
-            .iter()
-            .map(|&a| netio::listen::bind(a).map_err(|e| (a, e)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let listeners = netio::listen::bind_each(&config.listen)?;
         for l in &listeners {
             if let Ok(addr) = l.local_addr() {
                 info!(%addr, clients = ?config.clients, cloud_port = config.cloud_port, "GEP-21 cloud API endpoint listening");

@@ -118,12 +118,10 @@ impl Server {
         let tun_stats = device
             .as_ref()
             .map_or_else(Default::default, |d| d.writer.stats());
-        let mut listeners = Vec::new();
-        for &addr in &settings.listen {
-            let l = netio::listen::bind_dual_stack(addr)
-                .map_err(|source| ServerError::Bind { addr, source })?;
+        let listeners = netio::listen::bind_each(&settings.listen)
+            .map_err(|(addr, source)| ServerError::Bind { addr, source })?;
+        for (l, &addr) in listeners.iter().zip(&settings.listen) {
             info!(addr = %l.local_addr().unwrap_or(addr), "listening for incoming TCP connections");
-            listeners.push(l);
         }
         let registry = mode.registry(&settings, pool);
         let metrics = ServerMetrics::new(tun_stats);

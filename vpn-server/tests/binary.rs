@@ -290,3 +290,48 @@ fn vpn2_template_serves_an_upstream_client_and_sigterm_exits_0() {
         "{hook_log}"
     );
 }
+
+/// `[::]` means the same on every listener of the server: it takes IPv4 connections too
+/// (as IPv4-mapped addresses) unless an IPv4 address with its port is listed beside it. The
+/// admin endpoint and GEP-21's endpoint (`--cloud-api-listen [::]:3129`) were IPv6-only before
+/// while the OpenVPN port took both families.
+#[test]
+fn an_ipv6_any_address_takes_ipv4_on_every_listener() {
+    require_lab(&["openvpn", "openssl"]);
+    let pki = TestPki::generate().expect("pki");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("ccd")).unwrap();
+    let conf = dir.path().join("server.conf");
+    std::fs::write(&conf, render_vpn2(&pki, dir.path(), "", "")).unwrap();
+    let seed = Netns::new().expect("seed");
+    let log = dir.path().join("server.log");
+    let mut cmd = seed.command(BIN);
+    cmd.arg("--config")
+        .arg(&conf)
+        .args(["--admin-listen", "[::]:18080"])
+        .args(["--cloud-api-listen", "[::]:3129"])
+        .args(["--cloud-api-clients", "127.0.0.0/8"])
+        .env_remove("VPN_SERVER_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    seed.spawn(&mut cmd).expect("start vpn-server");
+    wait_for(&log, "Initialization Sequence Completed", TIMEOUT);
+    for (what, addr) in [
+        ("OpenVPN", "127.0.0.1:1194"),
+        ("admin", "127.0.0.1:18080"),
+        ("GEP-21 endpoint", "127.0.0.1:3129"),
+        ("admin over IPv6", "[::1]:18080"),
+    ] {
+        let addr: std::net::SocketAddr = addr.parse().unwrap();
+        let opened = seed
+            .run_in(move || std::net::TcpStream::connect_timeout(&addr, TIMEOUT).is_ok())
+            .unwrap();
+        assert!(
+            opened,
+            "{what} on [::] refused {addr}:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+    assert_eq!(admin_get(&seed, "/healthz"), (200, "ok\n".into()));
+}

@@ -73,7 +73,8 @@ pub struct Keepalive {
 /// Everything the tunnel proxy needs.
 #[derive(Debug, Clone)]
 pub struct TunnelProxyConfig {
-    /// Local listen addresses (an IPv6 one is IPv6-only, see [`netio::listen::bind`]).
+    /// Local listen addresses (`[::]` takes both families unless an IPv4 address with its
+    /// port is listed too, see [`netio::listen::bind_each`]).
     pub listen: Vec<SocketAddr>,
     /// The proxy's host (a name or an address) and port.
     pub proxy: (String, u16),
@@ -216,7 +217,7 @@ impl TunnelProxy {
             .request
             .to_bytes()
             .map_err(TunnelProxyError::Request)?;
-        let listeners = netio::listen::bind_all(&config.listen)
+        let listeners = netio::listen::bind_each(&config.listen)
             .map_err(|(addr, source)| TunnelProxyError::Bind { addr, source })?;
         Ok(TunnelProxy {
             addresses: Arc::new(Addresses {

@@ -163,7 +163,7 @@ pub(crate) fn line_of_value(text: &str, value: &str, last: bool) -> Option<usize
 }
 
 /// [`line_of_value`] ignoring ASCII case (server names are compared lower-cased).
-fn line_of_value_caseless(text: &str, value: &str, last: bool) -> Option<usize> {
+pub(crate) fn line_of_value_caseless(text: &str, value: &str, last: bool) -> Option<usize> {
     line_of_value(
         &text.to_ascii_lowercase(),
         &value.to_ascii_lowercase(),

@@ -11,6 +11,13 @@
 //!   routing value can belong to one file only, and a shoot's file cannot claim, shadow or
 //!   hijack another shoot's routes (`shoot--p--a.toml` cannot route `shoot--p--ab`): such a
 //!   route refuses its whole file.
+//! * `[[sni_route]]` server names name no namespace the parser could check, so who routes a
+//!   name several files claim is decided over the whole directory by a rule of the files'
+//!   content alone ([`owners`]: the seed's names, then the shoot a name names, then a sole
+//!   claimant; a contested name is nobody's): the same files give the same routes whatever
+//!   the order they arrived in, their names and the router's start time. A claim the rule does
+//!   not grant is refused alone (logged with file and line, counted), the claimant's other
+//!   routes apply, and the owner's file is never touched.
 //! * Other names are ignored: names starting with a dot (Kubernetes' `..data` and
 //!   `..<timestamp>` entries, editors' temporary files) and names not ending in `.toml`.
 //!
@@ -43,7 +50,7 @@
 //! At start, `seed.toml` must be present and good (else the router does not start); a shoot
 //! file refused at start is reported and its shoot has no routes until a good version comes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,8 +61,13 @@ use netio::report::chain;
 use netio::volume::{self, Listing, Snapshot};
 use tracing::{info, warn};
 
+use crate::client_hello::ServerName;
 use crate::config::ShootRoutes;
-use crate::config::{line_of_value, parse_routes, ConfigError, RouterConfig};
+use crate::config::{
+    line_of_value, line_of_value_caseless, parse_routes, ConfigError, RouterConfig,
+};
+use crate::policy::Target;
+use owners::Owner;
 
 /// The seed's file.
 pub const SEED_FILE: &str = "seed.toml";
@@ -93,6 +105,11 @@ pub struct DirLoader {
     seed: RouterConfig,
     /// Each shoot file present: its last good routes (`None`: never good).
     shoots: BTreeMap<String, Option<ShootRoutes>>,
+    /// The shoot files whose current version is refused.
+    broken: BTreeSet<String>,
+    /// Each shoot file's server names the ownership rule does not grant it, as last
+    /// reported.
+    claims_refused: BTreeMap<String, BTreeSet<ServerName>>,
 }
 
 /// A new configuration read from the directory.
@@ -125,6 +142,8 @@ impl DirLoader {
             version,
             seed,
             shoots: BTreeMap::new(),
+            broken: BTreeSet::new(),
+            claims_refused: BTreeMap::new(),
         };
         let change = loader.apply(found, files);
         Ok((loader, change.config))
@@ -188,16 +207,17 @@ impl DirLoader {
             if name == SEED_FILE || self.seen.get(name) == Some(text) {
                 continue;
             }
-            let stem = name.strip_suffix(".toml").unwrap_or(name);
-            let parsed = parse_shoot(&self.dir.join(name), stem, text)
-                .and_then(|routes| self.names_free(name, text, routes));
+            let parsed = parse_shoot(&self.dir.join(name), owners::shoot_of(name), text);
             let last = self.shoots.entry(name.clone()).or_insert(None);
             match parsed {
                 Ok(routes) => {
                     *last = Some(routes);
+                    self.broken.remove(name);
+                    self.claims_refused.remove(name);
                     files.set(name, true, false);
                 }
                 Err(e) => {
+                    self.broken.insert(name.clone());
                     let keeping = if last.is_some() {
                         "keeping its last good routes"
                     } else {
@@ -217,62 +237,91 @@ impl DirLoader {
             keep
         });
         self.seen = found;
+        self.claims_refused
+            .retain(|name, _| self.shoots.contains_key(name));
         let mut config = self.seed.clone();
         for routes in self.shoots.values().flatten() {
             config
                 .policy
                 .routes
                 .extend(routes.routes.iter().map(|(v, t)| (v.clone(), t.clone())));
-            // A name the seed file took since keeps the seed's route.
-            for (name, target) in &routes.sni_routes {
-                config
-                    .policy
-                    .sni_routes
-                    .entry(name.clone())
-                    .or_insert_with(|| target.clone());
-            }
         }
+        let granted = self.sni_owners(files);
+        config.policy.sni_routes.extend(granted);
         Change {
             config,
             seed_changed,
         }
     }
-}
 
-impl DirLoader {
-    /// `routes` of shoot file `file` unless one of its server names is another file's (a
-    /// shoot file or `seed.toml` in force): the first to claim a name keeps it.
-    fn names_free(
-        &self,
-        file: &str,
-        text: &[u8],
-        routes: ShootRoutes,
-    ) -> Result<ShootRoutes, DirError> {
-        let others = self
+    /// The SNI routes the shoot files hold by the ownership rule ([`owners`]); a claim the
+    /// rule does not grant is refused alone, logged (once per file version and name) with its
+    /// file and line and counted, and the file shows as not wholly in force.
+    fn sni_owners(&mut self, files: &ConfigFiles) -> Vec<(ServerName, Target)> {
+        let claims = self
             .shoots
             .iter()
-            .filter(|(other, _)| other.as_str() != file)
-            .filter_map(|(other, r)| Some((other.as_str(), r.as_ref()?)));
-        for name in routes.sni_routes.keys() {
-            let holder = if self.seed.policy.sni_routes.contains_key(name) {
-                Some(SEED_FILE)
-            } else {
-                others
-                    .clone()
-                    .find(|(_, r)| r.sni_routes.contains_key(name))
-                    .map(|(other, _)| other)
-            };
-            if let Some(holder) = holder {
-                let text = String::from_utf8_lossy(text);
-                return Err(DirError::TakenName {
-                    file: self.dir.join(file),
-                    line: line_of_value(&text, &name.to_string(), false),
-                    name: name.to_string(),
-                    holder: holder.to_owned(),
-                });
+            .filter_map(|(file, r)| {
+                Some((
+                    file.clone(),
+                    r.as_ref()?.sni_routes.keys().cloned().collect(),
+                ))
+            })
+            .collect();
+        let seed = &self.seed.policy.sni_routes;
+        let owners = owners::owners(&claims, |name| seed.contains_key(name));
+        let mut granted = Vec::new();
+        let mut refused_now: BTreeMap<String, BTreeSet<ServerName>> = BTreeMap::new();
+        for (file, routes) in &self.shoots {
+            for (name, target) in routes.iter().flat_map(|r| &r.sni_routes) {
+                match &owners[name] {
+                    Owner::File(owner) if owner == file => {
+                        granted.push((name.clone(), target.clone()));
+                    }
+                    owner => {
+                        let before = self.claims_refused.get(file);
+                        if !before.is_some_and(|b| b.contains(name)) {
+                            self.claim_refused(file, name, owner);
+                            files.set(file, false, true);
+                        }
+                        refused_now
+                            .entry(file.clone())
+                            .or_default()
+                            .insert(name.clone());
+                    }
+                }
             }
         }
-        Ok(routes)
+        for file in self.claims_refused.keys() {
+            if !refused_now.contains_key(file) && !self.broken.contains(file) {
+                info!(file = %file, "config file's server names all granted now");
+                files.set(file, true, false);
+            }
+        }
+        self.claims_refused = refused_now;
+        granted
+    }
+
+    /// Logs the refused claim of shoot file `file` on `name`, which `owner` holds.
+    fn claim_refused(&self, file: &str, name: &ServerName, owner: &Owner) {
+        let text = self
+            .seen
+            .get(file)
+            .map(|t| String::from_utf8_lossy(t))
+            .unwrap_or_default();
+        let e = DirError::TakenName {
+            file: self.dir.join(file),
+            line: line_of_value_caseless(&text, name.as_str(), false),
+            name: name.to_string(),
+            holder: match owner {
+                Owner::Seed => SEED_FILE.to_owned(),
+                Owner::File(owner) => owner.clone(),
+                Owner::Contested(all) => {
+                    format!("nobody: it names none of its claimants {}", all.join(", "))
+                }
+            },
+        };
+        warn!(file = %file, line = e.line(), "server name claim refused, the file's other routes apply: {}", chain(&e));
     }
 }
 
@@ -487,7 +536,7 @@ pub enum DirError {
         shoot: String,
     },
     /// A shoot file routes a server name another file already routes.
-    #[error("config file {}{}: server name {name:?} is routed by {holder}; a name belongs to the first file that routes it", file.display(), at(*line))]
+    #[error("config file {}{}: server name {name:?} is {holder}'s by the ownership rule (`config_dir::owners`): the claim is refused, the file's other routes apply", file.display(), at(*line))]
     TakenName {
         /// The file.
         file: PathBuf,
@@ -495,7 +544,7 @@ pub enum DirError {
         line: Option<usize>,
         /// The name.
         name: String,
-        /// The file routing it.
+        /// Who holds it: `seed.toml`, a shoot file, or nobody (a contested name).
         holder: String,
     },
 }
@@ -517,6 +566,8 @@ impl DirError {
 fn at(line: Option<usize>) -> String {
     line.map(|l| format!(", line {l}")).unwrap_or_default()
 }
+
+mod owners;
 
 #[cfg(test)]
 mod tests;

@@ -41,6 +41,9 @@
 //!   (`vpn_router_config_errors_total{file}`, `vpn_router_config_file_ok{file} 0`); that
 //!   shoot keeps its last good routes (none if it never had a good version), and every other
 //!   file's changes apply.
+//! * A file of more than [`MAX_FILE_BYTES`] (1 MiB) is not read: it is refused as above, with
+//!   its size. Refusals quote a value or a line of a file by at most its first 80 characters
+//!   (`netio::report::QUOTE_CHARS`).
 //! * A refused or deleted `seed.toml` keeps the last good seed settings as a whole.
 //! * A deleted shoot file removes its routes (for new connections).
 //! * Listener, timeout and limit changes in `seed.toml` are logged and apply after a
@@ -57,7 +60,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use netio::admin::{Exposition, Kind};
-use netio::report::chain;
+use netio::report::{chain, quote};
 use netio::volume::{self, Listing, Snapshot};
 use tracing::{info, warn};
 
@@ -79,17 +82,22 @@ pub const DATA_LINK: &str = netio::volume::DATA_LINK;
 /// Configuration files by name, with their bytes.
 pub type Files = BTreeMap<String, Vec<u8>>;
 
+/// The most bytes a configuration file may have ([`crate::config::MAX_FILE_BYTES`]); a larger
+/// one is not read but refused, with its size.
+pub const MAX_FILE_BYTES: u64 = crate::config::MAX_FILE_BYTES;
+
 /// The configuration files of `dir` and their bytes, by name (see the module docs for which
 /// names count and how a Kubernetes volume is read).
+/// Files over [`MAX_FILE_BYTES`] are left out (see [`DirLoader`] for how they count).
 pub fn scan(dir: &Path) -> io::Result<Files> {
-    scan_version(dir).map(|(files, _)| files)
+    scan_version(dir).map(|snapshot| snapshot.files)
 }
 
-/// [`scan`], and the target of `..data` the files were read through (`None`: no `..data`):
-/// the names of the version in force (`netio::volume`, [`Listing::Version`]).
-fn scan_version(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
-    let Snapshot { files, version } = volume::read(dir, EXTENSION, Listing::Version)?;
-    Ok((files, version))
+/// [`scan`], the sizes of the files over [`MAX_FILE_BYTES`] (not read), and the target of
+/// `..data` the files were read through (`None`: no `..data`): the names of the version in
+/// force (`netio::volume`, [`Listing::Version`]).
+fn scan_version(dir: &Path) -> io::Result<Snapshot> {
+    volume::read_bounded(dir, EXTENSION, Listing::Version, MAX_FILE_BYTES)
 }
 
 /// The directory's state: what was read last, the last good seed settings, each shoot
@@ -103,6 +111,8 @@ pub struct DirLoader {
     version: Option<PathBuf>,
     /// The last good seed settings (their policy has no routes).
     seed: RouterConfig,
+    /// The files over [`MAX_FILE_BYTES`] as last read, with their sizes.
+    too_large: BTreeMap<String, u64>,
     /// Each shoot file present: its last good routes (`None`: never good).
     shoots: BTreeMap<String, Option<ShootRoutes>>,
     /// The shoot files whose current version is refused.
@@ -125,10 +135,20 @@ impl DirLoader {
     /// Reads `dir` the first time: `seed.toml` must be good; shoot files that are refused
     /// are reported in the log and `files`. Returns the loader and the configuration.
     pub fn open(dir: &Path, files: &ConfigFiles) -> Result<(DirLoader, RouterConfig), DirError> {
-        let (found, version) = scan_version(dir).map_err(|source| DirError::Scan {
+        let Snapshot {
+            files: found,
+            too_large,
+            version,
+        } = scan_version(dir).map_err(|source| DirError::Scan {
             dir: dir.to_owned(),
             source,
         })?;
+        if let Some(&size) = too_large.get(SEED_FILE) {
+            return Err(DirError::TooLarge {
+                file: dir.join(SEED_FILE),
+                size,
+            });
+        }
         let Some(text) = found.get(SEED_FILE) else {
             return Err(DirError::NoSeed {
                 dir: dir.to_owned(),
@@ -141,11 +161,12 @@ impl DirLoader {
             seen: BTreeMap::from([(SEED_FILE.to_owned(), text.clone())]),
             version,
             seed,
+            too_large: BTreeMap::new(),
             shoots: BTreeMap::new(),
             broken: BTreeSet::new(),
             claims_refused: BTreeMap::new(),
         };
-        let change = loader.apply(found, files);
+        let change = loader.apply(found, too_large, files);
         Ok((loader, change.config))
     }
 
@@ -166,22 +187,33 @@ impl DirLoader {
         if !force && self.version.is_some() && volume::version(&self.dir) == self.version {
             return Ok(None);
         }
-        let (found, version) = scan_version(&self.dir).map_err(|source| DirError::Scan {
+        let Snapshot {
+            files: found,
+            too_large,
+            version,
+        } = scan_version(&self.dir).map_err(|source| DirError::Scan {
             dir: self.dir.clone(),
             source,
         })?;
         self.version = version;
-        if found == self.seen {
+        if found == self.seen && too_large == self.too_large {
             return Ok(None);
         }
-        Ok(Some(self.apply(found, files)))
+        Ok(Some(self.apply(found, too_large, files)))
     }
 
-    /// Takes the files of `found` that changed since the last read.
-    fn apply(&mut self, found: Files, files: &ConfigFiles) -> Change {
+    /// Takes the files of `found` that changed since the last read; those of `too_large`
+    /// are refused as a changed file that does not parse is.
+    fn apply(
+        &mut self,
+        found: Files,
+        too_large: BTreeMap<String, u64>,
+        files: &ConfigFiles,
+    ) -> Change {
         let mut seed_changed = false;
+        self.refuse_too_large(&too_large, files);
         match found.get(SEED_FILE) {
-            None if self.seen.contains_key(SEED_FILE) => {
+            None if self.seen.contains_key(SEED_FILE) && !too_large.contains_key(SEED_FILE) => {
                 warn!(
                     file = SEED_FILE,
                     "config file removed, keeping the last good seed settings"
@@ -229,7 +261,7 @@ impl DirLoader {
             }
         }
         self.shoots.retain(|name, _| {
-            let keep = found.contains_key(name);
+            let keep = found.contains_key(name) || too_large.contains_key(name);
             if !keep {
                 info!(file = %name, "config file removed: its routes are gone for new connections");
                 files.remove(name);
@@ -237,6 +269,7 @@ impl DirLoader {
             keep
         });
         self.seen = found;
+        self.too_large = too_large;
         self.claims_refused
             .retain(|name, _| self.shoots.contains_key(name));
         let mut config = self.seed.clone();
@@ -251,6 +284,34 @@ impl DirLoader {
         Change {
             config,
             seed_changed,
+        }
+    }
+
+    /// Refuses each file of `too_large` not refused for the same size last time: its last good
+    /// version stays in force.
+    fn refuse_too_large(&mut self, too_large: &BTreeMap<String, u64>, files: &ConfigFiles) {
+        for (name, &size) in too_large {
+            if self.too_large.get(name) == Some(&size) {
+                continue;
+            }
+            let e = DirError::TooLarge {
+                file: self.dir.join(name),
+                size,
+            };
+            if name == SEED_FILE {
+                refused(name, &e, "keeping the last good seed settings");
+            } else {
+                let last = self.shoots.entry(name.clone()).or_insert(None);
+                let keeping = if last.is_some() {
+                    "keeping its last good routes"
+                } else {
+                    "the shoot has no routes"
+                };
+                refused(name, &e, keeping);
+                self.broken.insert(name.clone());
+                self.claims_refused.remove(name);
+            }
+            files.set(name, false, true);
         }
     }
 
@@ -486,6 +547,14 @@ pub enum DirError {
         /// The directory.
         dir: PathBuf,
     },
+    /// A file has more than [`MAX_FILE_BYTES`]: not read.
+    #[error("config file {}: {size} bytes, more than the {MAX_FILE_BYTES} a config file may have", file.display())]
+    TooLarge {
+        /// The file.
+        file: PathBuf,
+        /// Its size.
+        size: u64,
+    },
     /// A file is not UTF-8.
     #[error("config file {}: not UTF-8", file.display())]
     NotUtf8 {
@@ -512,7 +581,7 @@ pub enum DirError {
         line: Option<usize>,
     },
     /// A shoot file routes a value of another namespace.
-    #[error("config file {}{}: route {value:?} is not shoot {shoot}'s; a shoot's file routes only values of its own namespace", file.display(), at(*line))]
+    #[error("config file {}{}: route {} is not shoot {shoot}'s; a shoot's file routes only values of its own namespace", file.display(), at(*line), quote(value))]
     ForeignRoute {
         /// The file.
         file: PathBuf,

@@ -555,3 +555,58 @@ fn sni_ownership_depends_on_the_files_alone() {
         }
     }
 }
+
+#[test]
+fn a_file_over_the_bound_is_refused_unread_and_keeps_its_last_good_routes() {
+    let files = ConfigFiles::default();
+    let mut v = Volume::new();
+    let a = shoot("shoot--p--a", "192.0.2.0/24");
+    v.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &a)]);
+    let (mut loader, _) = DirLoader::open(v.path(), &files).unwrap();
+    // The shoot's file grows past the bound (a comment padding it): refused with its size,
+    // the last good routes stay.
+    let big = format!(
+        "{a}#{}\n",
+        "x".repeat(usize::try_from(MAX_FILE_BYTES).unwrap())
+    );
+    v.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &big)]);
+    let c = loader.poll(&files, false).unwrap().expect("changed").config;
+    assert_eq!(allow_of(&c, "shoot--p--a"), Some(rule("192.0.2.0/24")));
+    assert_eq!(files.state("shoot--p--a.toml"), Some((false, 1)));
+    // Read again unchanged: not refused again.
+    assert!(loader.poll(&files, true).unwrap().is_none());
+    assert_eq!(files.state("shoot--p--a.toml"), Some((false, 1)));
+    // Back under the bound: taken.
+    v.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &a)]);
+    loader.poll(&files, false).unwrap().expect("changed");
+    assert_eq!(files.state("shoot--p--a.toml"), Some((true, 1)));
+    // A seed file over the bound: the router does not start, the error names file and size.
+    let big_seed = format!(
+        "{SEED}#{}\n",
+        "x".repeat(usize::try_from(MAX_FILE_BYTES).unwrap())
+    );
+    v.write(&[("seed.toml", &big_seed)]);
+    let err = DirLoader::open(v.path(), &ConfigFiles::default()).unwrap_err();
+    let line = chain(&err);
+    assert!(matches!(err, DirError::TooLarge { .. }), "{line}");
+    assert!(
+        line.contains("seed.toml") && line.contains(" bytes, more than "),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_refused_shoot_file_is_quoted_by_a_prefix() {
+    let long = "x".repeat(500 << 10);
+    for text in [
+        format!("[[route]]\nvalue = {long}\n"),
+        format!("[[route]]\nvalue = \"outbound|1194||vpn-seed-server.{long}.svc\"\nupstream = \"a:1\"\n"),
+        format!("[[route]]\nvalue = \"{}\"\nupstream = \"{long}\"\n", vpn("shoot--p--a")),
+        format!("[[sni_route]]\nserver_names = [\"{long}\"]\nupstream = \"a:1\"\n"),
+    ] {
+        let err = parse_shoot(Path::new("shoot--p--a.toml"), "shoot--p--a", text.as_bytes())
+            .unwrap_err();
+        let line = chain(&err);
+        assert!(line.len() < 1024, "{} bytes: {}", line.len(), &line[..1024]);
+    }
+}

@@ -23,7 +23,8 @@
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy).
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
-//!   balancers only), strict CONNECT head under a deadline, the client address to judge.
+//!   balancers only), strict CONNECT head under a deadline, the client address to judge, and
+//!   configured networks in the form that address is compared in (`canonical_net`).
 //! * [`firewall`] - firewall and NAT rules in nf_tables over netlink: one table of ours,
 //!   replaced atomically, optionally owned by the process (gone when it ends).
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle

@@ -597,13 +597,17 @@ pub(crate) fn parse_routes(text: &str) -> Result<ShootRoutes, ConfigError> {
     })
 }
 
-/// Parses CIDRs; a bare address is a host network (/32 or /128).
+/// Parses CIDRs; a bare address is a host network (/32 or /128). An IPv4-mapped network
+/// (`::ffff:203.0.113.0/120`) is its IPv4 network (`203.0.113.0/24`,
+/// `netio::ingress::canonical_net`): clients and peers are compared by their IPv4 address, so
+/// as written it could never match. Every list goes through here: rules, `allow`,
+/// `always_allowed`, `always_allowed_peers`, `trusted_proxies`.
 pub(crate) fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
     list.iter()
         .map(|s| {
             s.parse::<IpNet>()
                 .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map(|n| n.trunc())
+                .map(|n| netio::ingress::canonical_net(n.trunc()))
                 .map_err(|_| ConfigError::Cidr { cidr: s.clone() })
         })
         .collect()
@@ -1205,5 +1209,43 @@ mod tests {
             assert!(line.len() < 1024, "{} bytes: {}", line.len(), &line[..1024]);
             assert!(line.contains("xxxxxxxxxx"), "{line}");
         }
+    }
+
+    #[test]
+    fn mapped_networks_load_as_ipv4_in_every_list() {
+        let text = "always_allowed = [\"::ffff:10.250.0.0/112\"]\n\
+             always_allowed_peers = [\"::ffff:10.96.0.1\"]\n\
+             [[listener]]\naddress = \"[::]:1\"\nheaders = [\"Reversed-VPN\"]\n\
+             proxy_protocol = \"required\"\ntrusted_proxies = [\"::ffff:10.180.0.0/112\"]\n\
+             [[route]]\nvalue = \"outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local\"\n\
+             upstream = \"x:1\"\n\
+             [[route.rule]]\naction = \"deny\"\nfrom = [\"::ffff:203.0.113.66/128\"]\n\
+             [[route.rule]]\naction = \"allow\"\nfrom = [\"203.0.113.0/24\"]\n";
+        let config = RouterConfig::parse(text).unwrap();
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(
+            config.policy.always_allowed.proxy,
+            vec![net("10.250.0.0/16")]
+        );
+        assert_eq!(config.policy.always_allowed.peer, vec![net("10.96.0.1/32")]);
+        assert_eq!(
+            config.listeners[0].proxy,
+            netio::ingress::ProxyMode::Required {
+                trusted: vec![net("10.180.0.0/16")]
+            }
+        );
+        // The deny fires, for the IPv4 client and for its mapped form alike.
+        let target = config.policy.routes.values().next().unwrap();
+        let none = crate::access::AlwaysAllowed::default();
+        for client in ["203.0.113.66", "::ffff:203.0.113.66"] {
+            let who = crate::access::Client::direct(client.parse().unwrap());
+            assert_eq!(
+                crate::access::admits(&target.rules, &none, who),
+                Err(crate::access::Denial::Rule(0)),
+                "{client}"
+            );
+        }
+        let other = crate::access::Client::direct("203.0.113.9".parse().unwrap());
+        assert_eq!(crate::access::admits(&target.rules, &none, other), Ok(()));
     }
 }

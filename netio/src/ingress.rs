@@ -302,6 +302,27 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// A network of a configuration (an allow-list, a rule, trusted proxies) in the form that
+/// matches [`canonical_ip`]: `::ffff:a.b.c.d/n` with `n >= 96` is `a.b.c.d/(n - 96)`, host
+/// bits cleared; every other network unchanged.
+///
+/// Addresses are compared after [`canonical_ip`], so an IPv4-mapped network as written could
+/// never contain one: a `deny` from `::ffff:203.0.113.66/128` would load and never fire. A
+/// network shorter than `/96` that spans the mapped range (`::/0`) still holds real IPv6
+/// addresses and stays as it is. Every list of networks a program compares client or peer
+/// addresses with goes through this at load, so all of them read a mapped network alike.
+pub fn canonical_net(net: IpNet) -> IpNet {
+    match net {
+        IpNet::V6(v6) if v6.prefix_len() >= 96 => match v6.network().to_ipv4_mapped() {
+            Some(v4) => {
+                ipnet::Ipv4Net::new(v4, v6.prefix_len() - 96).map_or(net, |n| IpNet::V4(n.trunc()))
+            }
+            None => net,
+        },
+        _ => net,
+    }
+}
+
 async fn read_proxy_header<S: AsyncRead + Unpin>(
     stream: &mut S,
     buf: &mut Vec<u8>,
@@ -845,5 +866,28 @@ mod tests {
         assert!(matches!(err, IngressError::HeaderTimeout { .. }));
         assert_eq!(err.status(), Some(Status::REQUEST_TIMEOUT));
         drop(client);
+    }
+
+    #[test]
+    fn mapped_networks_read_as_the_ipv4_networks_they_carry() {
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        for (written, canonical) in [
+            ("::ffff:203.0.113.66/128", "203.0.113.66/32"),
+            ("::ffff:203.0.113.66/120", "203.0.113.0/24"),
+            ("::ffff:0:0/96", "0.0.0.0/0"),
+            ("::/0", "::/0"),
+            ("::ffff:0:0/95", "::fffe:0:0/95"),
+            ("2001:db8::/32", "2001:db8::/32"),
+            ("10.0.0.0/8", "10.0.0.0/8"),
+        ] {
+            assert_eq!(
+                canonical_net(net(written).trunc()),
+                net(canonical),
+                "{written}"
+            );
+        }
+        // What it makes contains what canonical_ip makes of the mapped address.
+        let mapped: IpAddr = "::ffff:203.0.113.66".parse().unwrap();
+        assert!(canonical_net(net("::ffff:203.0.113.66/128")).contains(&canonical_ip(mapped)));
     }
 }

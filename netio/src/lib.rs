@@ -23,7 +23,8 @@
 //! * [`http`] - re-export of [`protocol::http`], the CONNECT heads without I/O.
 //! * [`http_connect`] - the CONNECT dialer (client through a proxy).
 //! * [`ingress`] - the ingress side of one connection: optional PROXY header (trusted load
-//!   balancers only), strict CONNECT head under a deadline, the client address to judge.
+//!   balancers only), strict CONNECT head under a deadline, the client address to judge, and
+//!   configured networks in the form that address is compared in (`canonical_net`).
 //! * [`firewall`] - firewall and NAT rules in nf_tables over netlink: one table of ours,
 //!   replaced atomically, optionally owned by the process (gone when it ends).
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
@@ -43,12 +44,12 @@
 //! * [`signals`] - SIGTERM / SIGINT as a cancelled token.
 //! * [`clock`] - the wall-clock seconds the sessions take as an argument.
 //! * [`rng`] - a session's CSPRNG, seeded from the OS once.
-//! * [`report`] - an error and its causes on one line.
+//! * [`report`] - an error and its causes on one line; a refused value quoted by a prefix.
 //! * [`sysctl`] - kernel parameters by name (the init containers' settings).
 //! * [`logging`] - the log subscriber of the binaries.
 //! * [`volume`] - a directory's files read as one version (a Kubernetes ConfigMap or Secret
 //!   volume and its `..data` swaps, or a plain directory): the router's `--config-dir`, the
-//!   cloud-api client's connection files.
+//!   cloud-api client's connection files; a read bounded per file, and one file read bounded.
 //! * [`libm_pow`] - `pow(3)` defined in a binary, so it does not load `libm.so.6`.
 
 pub use protocol::http;

@@ -56,6 +56,8 @@ pub enum Listing {
 pub struct Snapshot {
     /// Each file's bytes, by name.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// The wanted files over the bound of [`read_bounded`], not read: their sizes, by name.
+    pub too_large: BTreeMap<String, u64>,
     /// The target of `..data` while the files were read (`None`: no `..data`, a plain
     /// directory).
     pub version: Option<PathBuf>,
@@ -67,7 +69,47 @@ pub struct Snapshot {
 /// Fails if `dir` cannot be listed, if an entry fails as `listing` says, or if `..data` moved
 /// during each of [`TRIES`] reads.
 pub fn read(dir: &Path, extension: &str, listing: Listing) -> io::Result<Snapshot> {
-    read_with(dir, extension, listing, &mut || {})
+    read_with(dir, extension, listing, u64::MAX, &mut || {})
+}
+
+/// [`read`], but a file of more than `max_bytes` is not read: it is listed in
+/// [`Snapshot::too_large`] with its size, for the caller to refuse (a configuration file of
+/// several MiB is a mistake or an attack; reading it whole costs memory and, quoted in a
+/// refusal, log space).
+pub fn read_bounded(
+    dir: &Path,
+    extension: &str,
+    listing: Listing,
+    max_bytes: u64,
+) -> io::Result<Snapshot> {
+    read_with(dir, extension, listing, max_bytes, &mut || {})
+}
+
+/// Reads the file at `path` unless it has more than `max_bytes`: then an error of kind
+/// [`io::ErrorKind::InvalidData`] naming its size and the bound. Reads at most one byte past
+/// the bound, so a file that grows meanwhile is refused too.
+pub fn read_file_bounded(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut bytes = Vec::new();
+    if size <= max_bytes {
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+    }
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if size > max_bytes || read > max_bytes {
+        return Err(too_large(size.max(read), max_bytes));
+    }
+    Ok(bytes)
+}
+
+/// The error of a file of `size` bytes over the bound `max_bytes`.
+fn too_large(size: u64, max_bytes: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{size} bytes, more than the {max_bytes} bytes a file may have"),
+    )
 }
 
 /// The target of `dir/..data` now (`None`: no such link). A volume whose version is the one
@@ -82,10 +124,11 @@ fn read_with(
     dir: &Path,
     extension: &str,
     listing: Listing,
+    max_bytes: u64,
     during: &mut dyn FnMut(),
 ) -> io::Result<Snapshot> {
     for _ in 0..TRIES {
-        if let Some(snapshot) = read_once(dir, extension, listing, during)? {
+        if let Some(snapshot) = read_once(dir, extension, listing, max_bytes, during)? {
             return Ok(snapshot);
         }
     }
@@ -100,6 +143,7 @@ fn read_once(
     dir: &Path,
     extension: &str,
     listing: Listing,
+    max_bytes: u64,
     during: &mut dyn FnMut(),
 ) -> io::Result<Option<Snapshot>> {
     let link = version(dir);
@@ -110,8 +154,8 @@ fn read_once(
     // Errors of a versioned read fail it: the version's files are all there until the
     // kubelet removes the version, which it does only after `..data` left it.
     let strict = link.is_some() && listing == Listing::Version;
-    let files = match read_files(&root, extension, listing, strict) {
-        Ok(files) => files,
+    let (files, too_large) = match read_files(&root, extension, listing, strict, max_bytes) {
+        Ok(read) => read,
         Err(e) if strict && e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
@@ -123,23 +167,26 @@ fn read_once(
     }
     Ok(Some(Snapshot {
         files,
+        too_large,
         version: link,
     }))
 }
 
-/// The wanted files directly in `root`, by name. `strict`: every error fails the read;
-/// otherwise [`Listing::Version`] skips what vanished and [`Listing::Links`] what it cannot
-/// read.
+/// The wanted files directly in `root`, by name, and the sizes of those over `max_bytes`
+/// (not read). `strict`: every error fails the read; otherwise [`Listing::Version`] skips
+/// what vanished and [`Listing::Links`] what it cannot read.
 fn read_files(
     root: &Path,
     extension: &str,
     listing: Listing,
     strict: bool,
-) -> io::Result<BTreeMap<String, Vec<u8>>> {
+    max_bytes: u64,
+) -> io::Result<Files> {
     let skipped = |e: &io::Error| {
         !strict && (listing == Listing::Links || e.kind() == io::ErrorKind::NotFound)
     };
     let mut files = BTreeMap::new();
+    let mut too_large = BTreeMap::new();
     for entry in std::fs::read_dir(root)? {
         let entry = entry?;
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
@@ -158,16 +205,24 @@ fn read_files(
             Err(e) if skipped(&e) => continue,
             Err(e) => return Err(e),
         }
-        match std::fs::read(&path) {
+        match read_file_bounded(&path, max_bytes) {
             Ok(content) => {
                 files.insert(name, content);
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                let size =
+                    std::fs::metadata(&path).map_or(max_bytes.saturating_add(1), |m| m.len());
+                too_large.insert(name, size.max(max_bytes.saturating_add(1)));
             }
             Err(e) if skipped(&e) => continue,
             Err(e) => return Err(e),
         }
     }
-    Ok(files)
+    Ok((files, too_large))
 }
+
+/// The files read, and the sizes of those over the bound.
+type Files = (BTreeMap<String, Vec<u8>>, BTreeMap<String, u64>);
 
 #[cfg(test)]
 mod tests {
@@ -205,7 +260,7 @@ mod tests {
             let d = dir.path();
             write_version(d, 1, &[("a.conf", "a1"), ("b.conf", "b1")]);
             let mut swaps = 0;
-            let got = read_with(d, "conf", listing, &mut || {
+            let got = read_with(d, "conf", listing, u64::MAX, &mut || {
                 if swaps == 0 {
                     write_version(d, 2, &[("a.conf", "a2"), ("b.conf", "b2")]);
                 }
@@ -229,7 +284,7 @@ mod tests {
         let d = dir.path();
         write_version(d, 1, &[("a.conf", "a1")]);
         let mut n = 1;
-        let got = read_with(d, "conf", Listing::Version, &mut || {
+        let got = read_with(d, "conf", Listing::Version, u64::MAX, &mut || {
             n += 1;
             write_version(d, n, &[("a.conf", "again")]);
         });
@@ -243,7 +298,7 @@ mod tests {
         let d = dir.path();
         write_version(d, 1, &[("a.conf", "a1")]);
         let mut first = true;
-        let got = read_with(d, "conf", Listing::Version, &mut || {
+        let got = read_with(d, "conf", Listing::Version, u64::MAX, &mut || {
             if std::mem::take(&mut first) {
                 write_version(d, 2, &[("a.conf", "a2")]);
                 std::fs::remove_dir_all(d.join("..v1")).unwrap();
@@ -295,5 +350,31 @@ mod tests {
             assert_eq!(got.version, None);
             assert!(read(&d.join("missing"), "toml", listing).is_err());
         }
+    }
+
+    #[test]
+    fn a_bounded_read_lists_larger_files_with_their_size_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("small.conf"), "12345").unwrap();
+        std::fs::write(d.join("large.conf"), "123456").unwrap();
+        let got = read_bounded(d, "conf", Listing::Version, 5).unwrap();
+        assert_eq!(texts(&got), vec![("small.conf", &b"12345"[..])]);
+        assert_eq!(
+            got.too_large,
+            BTreeMap::from([("large.conf".to_owned(), 6)])
+        );
+        let err = read_file_bounded(&d.join("large.conf"), 5).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(
+            err.to_string(),
+            "6 bytes, more than the 5 bytes a file may have"
+        );
+        assert_eq!(
+            read_file_bounded(&d.join("small.conf"), 5).unwrap(),
+            b"12345"
+        );
+        // Unbounded, both are read.
+        assert_eq!(read(d, "conf", Listing::Version).unwrap().files.len(), 2);
     }
 }

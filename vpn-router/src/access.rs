@@ -11,7 +11,9 @@
 //! * no rules: anyone (IPv4 and IPv6);
 //! * rules, none matching: denied.
 //!
-//! IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are judged as the IPv4 address they carry.
+//! IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) are judged as the IPv4 address they carry,
+//! and the networks of rules and lists are loaded so (`::ffff:a.b.c.d/n` with `n >= 96` as
+//! `a.b.c.d/(n - 96)`, `netio::ingress::canonical_net`), so no rule loads that cannot match.
 
 use std::fmt;
 use std::net::IpAddr;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use netio::ingress::{Deadlines, ProxyMode};
+use netio::report::quote;
 use protocol::http::route::{check_namespace, RouteError, RouteValue};
 use serde::Deserialize;
 
@@ -96,9 +97,16 @@ impl RouterConfig {
     /// Reads and checks `path`; a refusal names the file and the line at fault
     /// ([`ConfigError::Toml`], [`ConfigError::Invalid`]).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read = |source| ConfigError::Read {
             path: path.to_owned(),
             source,
+        };
+        let bytes = netio::volume::read_file_bounded(path, MAX_FILE_BYTES).map_err(read)?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.utf8_error(),
+            ))
         })?;
         Self::parse_from(&text, path)
     }
@@ -147,6 +155,34 @@ impl RouterConfig {
     }
 }
 
+/// The most bytes a config file (`--config`, each `--config-dir` file) may have; a larger one
+/// is refused unread, with its size. A ConfigMap or Secret holds at most 1 MiB in all (the API
+/// server's limit), so no file of a volume is larger, and a shoot's file is about a KiB (the
+/// examples'): a larger file is a mistake or an attack, and reading it whole would cost memory
+/// at every change.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The TOML parser's error, printed with each line cut to its first
+/// [`netio::report::QUOTE_CHARS`] characters: the parser quotes the line at fault, which may be
+/// the whole file.
+#[derive(Debug)]
+pub struct TomlError(pub toml::de::Error);
+
+impl TomlError {
+    /// The parser's message, without the line it quotes.
+    pub fn message(&self) -> &str {
+        self.0.message()
+    }
+}
+
+impl std::fmt::Display for TomlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&netio::report::cut_lines(&self.0.to_string()))
+    }
+}
+
+impl std::error::Error for TomlError {}
+
 /// The 1-based line of the first (or `last`) occurrence of `"value"` in `text`.
 pub(crate) fn line_of_value(text: &str, value: &str, last: bool) -> Option<usize> {
     let quoted = format!("\"{value}\"");
@@ -159,7 +195,7 @@ pub(crate) fn line_of_value(text: &str, value: &str, last: bool) -> Option<usize
 }
 
 /// [`line_of_value`] ignoring ASCII case (server names are compared lower-cased).
-fn line_of_value_caseless(text: &str, value: &str, last: bool) -> Option<usize> {
+pub(crate) fn line_of_value_caseless(text: &str, value: &str, last: bool) -> Option<usize> {
     line_of_value(
         &text.to_ascii_lowercase(),
         &value.to_ascii_lowercase(),
@@ -184,7 +220,7 @@ fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigErro
     toml::from_str(text).map_err(|source| ConfigError::Toml {
         path: None,
         line: source.span().map(|span| line_of(text, span.start)),
-        source: Box::new(source),
+        source: Box::new(TomlError(source)),
     })
 }
 
@@ -563,13 +599,17 @@ pub(crate) fn parse_routes(text: &str) -> Result<ShootRoutes, ConfigError> {
     })
 }
 
-/// Parses CIDRs; a bare address is a host network (/32 or /128).
+/// Parses CIDRs; a bare address is a host network (/32 or /128). An IPv4-mapped network
+/// (`::ffff:203.0.113.0/120`) is its IPv4 network (`203.0.113.0/24`,
+/// `netio::ingress::canonical_net`): clients and peers are compared by their IPv4 address, so
+/// as written it could never match. Every list goes through here: rules, `allow`,
+/// `always_allowed`, `always_allowed_peers`, `trusted_proxies`.
 pub(crate) fn cidrs(list: &[String]) -> Result<Vec<IpNet>, ConfigError> {
     list.iter()
         .map(|s| {
             s.parse::<IpNet>()
                 .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-                .map(|n| n.trunc())
+                .map(|n| netio::ingress::canonical_net(n.trunc()))
                 .map_err(|_| ConfigError::Cidr { cidr: s.clone() })
         })
         .collect()
@@ -594,10 +634,10 @@ pub enum ConfigError {
         path: Option<PathBuf>,
         /// The line the parser points at (1-based), when it points at one.
         line: Option<usize>,
-        /// What the parser says (with line, column and the line's text); boxed, as it is
-        /// several times the size of the other variants.
+        /// What the parser says (with line, column and the line's text, cut: [`TomlError`]);
+        /// boxed, as it is several times the size of the other variants.
         #[source]
-        source: Box<toml::de::Error>,
+        source: Box<TomlError>,
     },
     /// The file is valid TOML, but a value in it is refused (the cause says which).
     #[error("router config{}", location(.path, .line))]
@@ -626,7 +666,7 @@ pub enum ConfigError {
         key: &'static str,
     },
     /// A listener address is not `ip:port`.
-    #[error("listener address {address:?} is not ip:port")]
+    #[error("listener address {} is not ip:port", quote(address))]
     Address {
         /// The value.
         address: String,
@@ -638,7 +678,10 @@ pub enum ConfigError {
         address: SocketAddr,
     },
     /// A header name is not one of the routing headers.
-    #[error("{name:?} is not a routing header (X-Gardener-Destination, Reversed-VPN, X-Gardener-API-Route)")]
+    #[error(
+        "{} is not a routing header (X-Gardener-Destination, Reversed-VPN, X-Gardener-API-Route)",
+        quote(name)
+    )]
     Header {
         /// The value.
         name: String,
@@ -651,13 +694,13 @@ pub enum ConfigError {
         address: SocketAddr,
     },
     /// A CIDR does not parse.
-    #[error("{cidr:?} is not a CIDR")]
+    #[error("{} is not a CIDR", quote(cidr))]
     Cidr {
         /// The value.
         cidr: String,
     },
     /// A route's value is not a valid routing value.
-    #[error("route {value:?}")]
+    #[error("route {}", quote(value))]
     Route {
         /// The value.
         value: String,
@@ -666,19 +709,22 @@ pub enum ConfigError {
         source: RouteError,
     },
     /// A route's upstream is not `host:port`.
-    #[error("upstream {upstream:?} is not host:port")]
+    #[error("upstream {} is not host:port", quote(upstream))]
     Upstream {
         /// The value.
         upstream: String,
     },
     /// A route with both `allow = [...]` and `[[route.rule]]` tables.
-    #[error("route {value:?} has both allow and [[route.rule]]; write the allow list as a rule")]
+    #[error(
+        "route {} has both allow and [[route.rule]]; write the allow list as a rule",
+        quote(value)
+    )]
     AllowAndRules {
         /// The route's value.
         value: String,
     },
     /// Two routes with the same value.
-    #[error("route {value:?} appears twice")]
+    #[error("route {} appears twice", quote(value))]
     DuplicateRoute {
         /// The value.
         value: String,
@@ -690,7 +736,7 @@ pub enum ConfigError {
         address: SocketAddr,
     },
     /// An `[[sni_route]]` server name that is not a DNS host name.
-    #[error("sni_route server name {name:?}")]
+    #[error("sni_route server name {}", quote(name))]
     ServerName {
         /// The value.
         name: String,
@@ -699,19 +745,19 @@ pub enum ConfigError {
         source: crate::client_hello::NameError,
     },
     /// An `[[sni_route]]` without server names.
-    #[error("an sni_route to {upstream:?} has no server_names")]
+    #[error("an sni_route to {} has no server_names", quote(upstream))]
     NoServerNames {
         /// Its upstream.
         upstream: String,
     },
     /// A server name in two `[[sni_route]]` tables (or twice in one).
-    #[error("sni_route server name {name:?} appears twice")]
+    #[error("sni_route server name {} appears twice", quote(name))]
     DuplicateServerName {
         /// The name, lower-cased.
         name: String,
     },
     /// An `[[sni_route]]`'s `shoot` that is not a namespace.
-    #[error("sni_route shoot {shoot:?} is not a namespace")]
+    #[error("sni_route shoot {} is not a namespace", quote(shoot))]
     SniShoot {
         /// The value.
         shoot: String,
@@ -1137,5 +1183,71 @@ mod tests {
             RouterConfig::parse("[[listener]]\naddress = \"127.0.0.1:1\"\nkind = \"tls\"\n")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_unread_and_refusals_quote_a_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("router.toml");
+        // Over the bound: refused with the file and its size.
+        let size = MAX_FILE_BYTES + 1;
+        std::fs::write(&path, "#".repeat(usize::try_from(size).unwrap())).unwrap();
+        let err = RouterConfig::load(&path).unwrap_err();
+        let line = netio::report::chain(&err);
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+        assert!(line.contains(&path.display().to_string()), "{line}");
+        assert!(line.contains(&format!("{size} bytes")), "{line}");
+        // Under the bound, a refused line of 500 KiB: the log line quotes a prefix of it.
+        let long = "x".repeat(500 << 10);
+        for text in [
+            format!("[[listener]]\naddress = {long}\n"),
+            format!("[[listener]]\naddress = \"{long}\"\n"),
+            format!("{long} = 1\n"),
+            format!("[[listener]]\naddress = \"127.0.0.1:1\"\nheaders = [\"{long}\"]\n"),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let err = RouterConfig::load(&path).unwrap_err();
+            let line = netio::report::chain(&err);
+            assert!(line.len() < 1024, "{} bytes: {}", line.len(), &line[..1024]);
+            assert!(line.contains("xxxxxxxxxx"), "{line}");
+        }
+    }
+
+    #[test]
+    fn mapped_networks_load_as_ipv4_in_every_list() {
+        let text = "always_allowed = [\"::ffff:10.250.0.0/112\"]\n\
+             always_allowed_peers = [\"::ffff:10.96.0.1\"]\n\
+             [[listener]]\naddress = \"[::]:1\"\nheaders = [\"Reversed-VPN\"]\n\
+             proxy_protocol = \"required\"\ntrusted_proxies = [\"::ffff:10.180.0.0/112\"]\n\
+             [[route]]\nvalue = \"outbound|1194||vpn-seed-server.shoot--p--a.svc.cluster.local\"\n\
+             upstream = \"x:1\"\n\
+             [[route.rule]]\naction = \"deny\"\nfrom = [\"::ffff:203.0.113.66/128\"]\n\
+             [[route.rule]]\naction = \"allow\"\nfrom = [\"203.0.113.0/24\"]\n";
+        let config = RouterConfig::parse(text).unwrap();
+        let net = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(
+            config.policy.always_allowed.proxy,
+            vec![net("10.250.0.0/16")]
+        );
+        assert_eq!(config.policy.always_allowed.peer, vec![net("10.96.0.1/32")]);
+        assert_eq!(
+            config.listeners[0].proxy,
+            netio::ingress::ProxyMode::Required {
+                trusted: vec![net("10.180.0.0/16")]
+            }
+        );
+        // The deny fires, for the IPv4 client and for its mapped form alike.
+        let target = config.policy.routes.values().next().unwrap();
+        let none = crate::access::AlwaysAllowed::default();
+        for client in ["203.0.113.66", "::ffff:203.0.113.66"] {
+            let who = crate::access::Client::direct(client.parse().unwrap());
+            assert_eq!(
+                crate::access::admits(&target.rules, &none, who),
+                Err(crate::access::Denial::Rule(0)),
+                "{client}"
+            );
+        }
+        let other = crate::access::Client::direct("203.0.113.9".parse().unwrap());
+        assert_eq!(crate::access::admits(&target.rules, &none, other), Ok(()));
     }
 }

@@ -11,6 +11,13 @@
 //!   routing value can belong to one file only, and a shoot's file cannot claim, shadow or
 //!   hijack another shoot's routes (`shoot--p--a.toml` cannot route `shoot--p--ab`): such a
 //!   route refuses its whole file.
+//! * `[[sni_route]]` server names name no namespace the parser could check, so who routes a
+//!   name several files claim is decided over the whole directory by a rule of the files'
+//!   content alone ([`owners`]: the seed's names, then the shoot a name names, then a sole
+//!   claimant; a contested name is nobody's): the same files give the same routes whatever
+//!   the order they arrived in, their names and the router's start time. A claim the rule does
+//!   not grant is refused alone (logged with file and line, counted), the claimant's other
+//!   routes apply, and the owner's file is never touched.
 //! * Other names are ignored: names starting with a dot (Kubernetes' `..data` and
 //!   `..<timestamp>` entries, editors' temporary files) and names not ending in `.toml`.
 //!
@@ -34,6 +41,9 @@
 //!   (`vpn_router_config_errors_total{file}`, `vpn_router_config_file_ok{file} 0`); that
 //!   shoot keeps its last good routes (none if it never had a good version), and every other
 //!   file's changes apply.
+//! * A file of more than [`MAX_FILE_BYTES`] (1 MiB) is not read: it is refused as above, with
+//!   its size. Refusals quote a value or a line of a file by at most its first 80 characters
+//!   (`netio::report::QUOTE_CHARS`).
 //! * A refused or deleted `seed.toml` keeps the last good seed settings as a whole.
 //! * A deleted shoot file removes its routes (for new connections).
 //! * Listener, timeout and limit changes in `seed.toml` are logged and apply after a
@@ -43,19 +53,24 @@
 //! At start, `seed.toml` must be present and good (else the router does not start); a shoot
 //! file refused at start is reported and its shoot has no routes until a good version comes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use netio::admin::{Exposition, Kind};
-use netio::report::chain;
+use netio::report::{chain, quote};
 use netio::volume::{self, Listing, Snapshot};
 use tracing::{info, warn};
 
+use crate::client_hello::ServerName;
 use crate::config::ShootRoutes;
-use crate::config::{line_of_value, parse_routes, ConfigError, RouterConfig};
+use crate::config::{
+    line_of_value, line_of_value_caseless, parse_routes, ConfigError, RouterConfig,
+};
+use crate::policy::Target;
+use owners::Owner;
 
 /// The seed's file.
 pub const SEED_FILE: &str = "seed.toml";
@@ -67,17 +82,22 @@ pub const DATA_LINK: &str = netio::volume::DATA_LINK;
 /// Configuration files by name, with their bytes.
 pub type Files = BTreeMap<String, Vec<u8>>;
 
+/// The most bytes a configuration file may have ([`crate::config::MAX_FILE_BYTES`]); a larger
+/// one is not read but refused, with its size.
+pub const MAX_FILE_BYTES: u64 = crate::config::MAX_FILE_BYTES;
+
 /// The configuration files of `dir` and their bytes, by name (see the module docs for which
 /// names count and how a Kubernetes volume is read).
+/// Files over [`MAX_FILE_BYTES`] are left out (see [`DirLoader`] for how they count).
 pub fn scan(dir: &Path) -> io::Result<Files> {
-    scan_version(dir).map(|(files, _)| files)
+    scan_version(dir).map(|snapshot| snapshot.files)
 }
 
-/// [`scan`], and the target of `..data` the files were read through (`None`: no `..data`):
-/// the names of the version in force (`netio::volume`, [`Listing::Version`]).
-fn scan_version(dir: &Path) -> io::Result<(Files, Option<PathBuf>)> {
-    let Snapshot { files, version } = volume::read(dir, EXTENSION, Listing::Version)?;
-    Ok((files, version))
+/// [`scan`], the sizes of the files over [`MAX_FILE_BYTES`] (not read), and the target of
+/// `..data` the files were read through (`None`: no `..data`): the names of the version in
+/// force (`netio::volume`, [`Listing::Version`]).
+fn scan_version(dir: &Path) -> io::Result<Snapshot> {
+    volume::read_bounded(dir, EXTENSION, Listing::Version, MAX_FILE_BYTES)
 }
 
 /// The directory's state: what was read last, the last good seed settings, each shoot
@@ -91,8 +111,15 @@ pub struct DirLoader {
     version: Option<PathBuf>,
     /// The last good seed settings (their policy has no routes).
     seed: RouterConfig,
+    /// The files over [`MAX_FILE_BYTES`] as last read, with their sizes.
+    too_large: BTreeMap<String, u64>,
     /// Each shoot file present: its last good routes (`None`: never good).
     shoots: BTreeMap<String, Option<ShootRoutes>>,
+    /// The shoot files whose current version is refused.
+    broken: BTreeSet<String>,
+    /// Each shoot file's server names the ownership rule does not grant it, as last
+    /// reported.
+    claims_refused: BTreeMap<String, BTreeSet<ServerName>>,
 }
 
 /// A new configuration read from the directory.
@@ -108,10 +135,20 @@ impl DirLoader {
     /// Reads `dir` the first time: `seed.toml` must be good; shoot files that are refused
     /// are reported in the log and `files`. Returns the loader and the configuration.
     pub fn open(dir: &Path, files: &ConfigFiles) -> Result<(DirLoader, RouterConfig), DirError> {
-        let (found, version) = scan_version(dir).map_err(|source| DirError::Scan {
+        let Snapshot {
+            files: found,
+            too_large,
+            version,
+        } = scan_version(dir).map_err(|source| DirError::Scan {
             dir: dir.to_owned(),
             source,
         })?;
+        if let Some(&size) = too_large.get(SEED_FILE) {
+            return Err(DirError::TooLarge {
+                file: dir.join(SEED_FILE),
+                size,
+            });
+        }
         let Some(text) = found.get(SEED_FILE) else {
             return Err(DirError::NoSeed {
                 dir: dir.to_owned(),
@@ -124,9 +161,12 @@ impl DirLoader {
             seen: BTreeMap::from([(SEED_FILE.to_owned(), text.clone())]),
             version,
             seed,
+            too_large: BTreeMap::new(),
             shoots: BTreeMap::new(),
+            broken: BTreeSet::new(),
+            claims_refused: BTreeMap::new(),
         };
-        let change = loader.apply(found, files);
+        let change = loader.apply(found, too_large, files);
         Ok((loader, change.config))
     }
 
@@ -147,22 +187,33 @@ impl DirLoader {
         if !force && self.version.is_some() && volume::version(&self.dir) == self.version {
             return Ok(None);
         }
-        let (found, version) = scan_version(&self.dir).map_err(|source| DirError::Scan {
+        let Snapshot {
+            files: found,
+            too_large,
+            version,
+        } = scan_version(&self.dir).map_err(|source| DirError::Scan {
             dir: self.dir.clone(),
             source,
         })?;
         self.version = version;
-        if found == self.seen {
+        if found == self.seen && too_large == self.too_large {
             return Ok(None);
         }
-        Ok(Some(self.apply(found, files)))
+        Ok(Some(self.apply(found, too_large, files)))
     }
 
-    /// Takes the files of `found` that changed since the last read.
-    fn apply(&mut self, found: Files, files: &ConfigFiles) -> Change {
+    /// Takes the files of `found` that changed since the last read; those of `too_large`
+    /// are refused as a changed file that does not parse is.
+    fn apply(
+        &mut self,
+        found: Files,
+        too_large: BTreeMap<String, u64>,
+        files: &ConfigFiles,
+    ) -> Change {
         let mut seed_changed = false;
+        self.refuse_too_large(&too_large, files);
         match found.get(SEED_FILE) {
-            None if self.seen.contains_key(SEED_FILE) => {
+            None if self.seen.contains_key(SEED_FILE) && !too_large.contains_key(SEED_FILE) => {
                 warn!(
                     file = SEED_FILE,
                     "config file removed, keeping the last good seed settings"
@@ -188,16 +239,17 @@ impl DirLoader {
             if name == SEED_FILE || self.seen.get(name) == Some(text) {
                 continue;
             }
-            let stem = name.strip_suffix(".toml").unwrap_or(name);
-            let parsed = parse_shoot(&self.dir.join(name), stem, text)
-                .and_then(|routes| self.names_free(name, text, routes));
+            let parsed = parse_shoot(&self.dir.join(name), owners::shoot_of(name), text);
             let last = self.shoots.entry(name.clone()).or_insert(None);
             match parsed {
                 Ok(routes) => {
                     *last = Some(routes);
+                    self.broken.remove(name);
+                    self.claims_refused.remove(name);
                     files.set(name, true, false);
                 }
                 Err(e) => {
+                    self.broken.insert(name.clone());
                     let keeping = if last.is_some() {
                         "keeping its last good routes"
                     } else {
@@ -209,7 +261,7 @@ impl DirLoader {
             }
         }
         self.shoots.retain(|name, _| {
-            let keep = found.contains_key(name);
+            let keep = found.contains_key(name) || too_large.contains_key(name);
             if !keep {
                 info!(file = %name, "config file removed: its routes are gone for new connections");
                 files.remove(name);
@@ -217,62 +269,120 @@ impl DirLoader {
             keep
         });
         self.seen = found;
+        self.too_large = too_large;
+        self.claims_refused
+            .retain(|name, _| self.shoots.contains_key(name));
         let mut config = self.seed.clone();
         for routes in self.shoots.values().flatten() {
             config
                 .policy
                 .routes
                 .extend(routes.routes.iter().map(|(v, t)| (v.clone(), t.clone())));
-            // A name the seed file took since keeps the seed's route.
-            for (name, target) in &routes.sni_routes {
-                config
-                    .policy
-                    .sni_routes
-                    .entry(name.clone())
-                    .or_insert_with(|| target.clone());
-            }
         }
+        let granted = self.sni_owners(files);
+        config.policy.sni_routes.extend(granted);
         Change {
             config,
             seed_changed,
         }
     }
-}
 
-impl DirLoader {
-    /// `routes` of shoot file `file` unless one of its server names is another file's (a
-    /// shoot file or `seed.toml` in force): the first to claim a name keeps it.
-    fn names_free(
-        &self,
-        file: &str,
-        text: &[u8],
-        routes: ShootRoutes,
-    ) -> Result<ShootRoutes, DirError> {
-        let others = self
+    /// Refuses each file of `too_large` not refused for the same size last time: its last good
+    /// version stays in force.
+    fn refuse_too_large(&mut self, too_large: &BTreeMap<String, u64>, files: &ConfigFiles) {
+        for (name, &size) in too_large {
+            if self.too_large.get(name) == Some(&size) {
+                continue;
+            }
+            let e = DirError::TooLarge {
+                file: self.dir.join(name),
+                size,
+            };
+            if name == SEED_FILE {
+                refused(name, &e, "keeping the last good seed settings");
+            } else {
+                let last = self.shoots.entry(name.clone()).or_insert(None);
+                let keeping = if last.is_some() {
+                    "keeping its last good routes"
+                } else {
+                    "the shoot has no routes"
+                };
+                refused(name, &e, keeping);
+                self.broken.insert(name.clone());
+                self.claims_refused.remove(name);
+            }
+            files.set(name, false, true);
+        }
+    }
+
+    /// The SNI routes the shoot files hold by the ownership rule ([`owners`]); a claim the
+    /// rule does not grant is refused alone, logged (once per file version and name) with its
+    /// file and line and counted, and the file shows as not wholly in force.
+    fn sni_owners(&mut self, files: &ConfigFiles) -> Vec<(ServerName, Target)> {
+        let claims = self
             .shoots
             .iter()
-            .filter(|(other, _)| other.as_str() != file)
-            .filter_map(|(other, r)| Some((other.as_str(), r.as_ref()?)));
-        for name in routes.sni_routes.keys() {
-            let holder = if self.seed.policy.sni_routes.contains_key(name) {
-                Some(SEED_FILE)
-            } else {
-                others
-                    .clone()
-                    .find(|(_, r)| r.sni_routes.contains_key(name))
-                    .map(|(other, _)| other)
-            };
-            if let Some(holder) = holder {
-                let text = String::from_utf8_lossy(text);
-                return Err(DirError::TakenName {
-                    file: self.dir.join(file),
-                    line: line_of_value(&text, &name.to_string(), false),
-                    name: name.to_string(),
-                    holder: holder.to_owned(),
-                });
+            .filter_map(|(file, r)| {
+                Some((
+                    file.clone(),
+                    r.as_ref()?.sni_routes.keys().cloned().collect(),
+                ))
+            })
+            .collect();
+        let seed = &self.seed.policy.sni_routes;
+        let owners = owners::owners(&claims, |name| seed.contains_key(name));
+        let mut granted = Vec::new();
+        let mut refused_now: BTreeMap<String, BTreeSet<ServerName>> = BTreeMap::new();
+        for (file, routes) in &self.shoots {
+            for (name, target) in routes.iter().flat_map(|r| &r.sni_routes) {
+                match &owners[name] {
+                    Owner::File(owner) if owner == file => {
+                        granted.push((name.clone(), target.clone()));
+                    }
+                    owner => {
+                        let before = self.claims_refused.get(file);
+                        if !before.is_some_and(|b| b.contains(name)) {
+                            self.claim_refused(file, name, owner);
+                            files.set(file, false, true);
+                        }
+                        refused_now
+                            .entry(file.clone())
+                            .or_default()
+                            .insert(name.clone());
+                    }
+                }
             }
         }
-        Ok(routes)
+        for file in self.claims_refused.keys() {
+            if !refused_now.contains_key(file) && !self.broken.contains(file) {
+                info!(file = %file, "config file's server names all granted now");
+                files.set(file, true, false);
+            }
+        }
+        self.claims_refused = refused_now;
+        granted
+    }
+
+    /// Logs the refused claim of shoot file `file` on `name`, which `owner` holds.
+    fn claim_refused(&self, file: &str, name: &ServerName, owner: &Owner) {
+        let text = self
+            .seen
+            .get(file)
+            .map(|t| String::from_utf8_lossy(t))
+            .unwrap_or_default();
+        let e = DirError::TakenName {
+            file: self.dir.join(file),
+            line: line_of_value_caseless(&text, name.as_str(), false),
+            name: name.to_string(),
+            holder: match owner {
+                Owner::Seed => SEED_FILE.to_owned(),
+                Owner::File(owner) => owner.clone(),
+                Owner::Contested(all) => {
+                    format!("nobody: it names none of its claimants {}", all.join(", "))
+                }
+            },
+        };
+        warn!(file = %file, line = e.line(), "server name claim refused, the file's other routes apply: {}", chain(&e));
     }
 }
 
@@ -437,6 +547,14 @@ pub enum DirError {
         /// The directory.
         dir: PathBuf,
     },
+    /// A file has more than [`MAX_FILE_BYTES`]: not read.
+    #[error("config file {}: {size} bytes, more than the {MAX_FILE_BYTES} a config file may have", file.display())]
+    TooLarge {
+        /// The file.
+        file: PathBuf,
+        /// Its size.
+        size: u64,
+    },
     /// A file is not UTF-8.
     #[error("config file {}: not UTF-8", file.display())]
     NotUtf8 {
@@ -463,7 +581,7 @@ pub enum DirError {
         line: Option<usize>,
     },
     /// A shoot file routes a value of another namespace.
-    #[error("config file {}{}: route {value:?} is not shoot {shoot}'s; a shoot's file routes only values of its own namespace", file.display(), at(*line))]
+    #[error("config file {}{}: route {} is not shoot {shoot}'s; a shoot's file routes only values of its own namespace", file.display(), at(*line), quote(value))]
     ForeignRoute {
         /// The file.
         file: PathBuf,
@@ -487,7 +605,7 @@ pub enum DirError {
         shoot: String,
     },
     /// A shoot file routes a server name another file already routes.
-    #[error("config file {}{}: server name {name:?} is routed by {holder}; a name belongs to the first file that routes it", file.display(), at(*line))]
+    #[error("config file {}{}: server name {name:?} is {holder}'s by the ownership rule (`config_dir::owners`): the claim is refused, the file's other routes apply", file.display(), at(*line))]
     TakenName {
         /// The file.
         file: PathBuf,
@@ -495,7 +613,7 @@ pub enum DirError {
         line: Option<usize>,
         /// The name.
         name: String,
-        /// The file routing it.
+        /// Who holds it: `seed.toml`, a shoot file, or nobody (a contested name).
         holder: String,
     },
 }
@@ -517,6 +635,8 @@ impl DirError {
 fn at(line: Option<usize>) -> String {
     line.map(|l| format!(", line {l}")).unwrap_or_default()
 }
+
+mod owners;
 
 #[cfg(test)]
 mod tests;

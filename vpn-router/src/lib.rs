@@ -217,7 +217,7 @@ pub mod shoots;
 pub mod sni;
 
 pub use config::{
-    ConfigError, ListenerConfig, ListenerKind, RouterConfig, DEFAULT_CONNECT_TIMEOUT,
+    ConfigError, ListenerConfig, ListenerKind, RouterConfig, TomlError, DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PENDING,
 };
 pub use conn::relay;

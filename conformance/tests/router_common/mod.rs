@@ -14,7 +14,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,6 +72,21 @@ impl Lab {
     pub fn router(&self, dir: &tempfile::TempDir, config: &str) -> RouterGuard {
         let path = dir.path().join("router.toml");
         std::fs::write(&path, config).expect("write router config");
+        self.start(path.clone(), || Router::bind(&path))
+    }
+
+    /// Starts the router in SEED on the configuration directory `dir` (`--config-dir`,
+    /// polled every `[watch] poll_ms` of its `seed.toml`).
+    pub fn router_dir(&self, dir: &Path) -> RouterGuard {
+        self.start(dir.to_owned(), || Router::bind_dir(dir))
+    }
+
+    /// Starts the router `bind` makes, on a runtime whose threads live in SEED.
+    fn start<F, B>(&self, path: PathBuf, bind: B) -> RouterGuard
+    where
+        B: FnOnce() -> F + Send,
+        F: std::future::Future<Output = Result<Router, vpn_router::RouterError>>,
+    {
         let token = CancellationToken::new();
         let (rt, addrs, counters) = self
             .seed
@@ -81,7 +96,7 @@ impl Lab {
                     .enable_all()
                     .build()
                     .expect("runtime");
-                let router = rt.block_on(Router::bind(&path)).expect("router bind");
+                let router = rt.block_on(bind()).expect("router bind");
                 let addrs = router.local_addrs();
                 let counters = router.counters();
                 let run = token.clone();

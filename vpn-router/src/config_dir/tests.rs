@@ -407,12 +407,14 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
     let files = ConfigFiles::default();
     let mut v = Volume::new();
     let a = format!(
-        "{}[[sni_route]]\nserver_names = [\"api.a.example\"]\nupstream = \"10.0.0.1:443\"\n",
+        "{}[[sni_route]]\nserver_names = [\"api.a.p.example\"]\nupstream = \"10.0.0.1:443\"\n",
         shoot("shoot--p--a", "10.0.0.0/8")
     );
-    // shoot--p--b claims shoot--p--a's name beside one of its own: refused as a whole.
-    let b_bad = "[[sni_route]]\nserver_names = [\"api.b.example\"]\nupstream = \"10.0.0.2:443\"\n\
-         [[sni_route]]\nserver_names = [\"api.a.example\"]\nupstream = \"10.6.6.6:443\"\n";
+    // shoot--p--b claims shoot--p--a's name (Gardener's `api.<shoot>.<project>.` domain
+    // names shoot--p--a) beside one of its own: that claim alone is refused.
+    let b_bad =
+        "[[sni_route]]\nserver_names = [\"api.b.p.example\"]\nupstream = \"10.0.0.2:443\"\n\
+         [[sni_route]]\nserver_names = [\"api.a.p.example\"]\nupstream = \"10.6.6.6:443\"\n";
     v.write(&[
         ("seed.toml", SEED),
         ("shoot--p--a.toml", &a),
@@ -422,13 +424,17 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
     let upstream =
         |c: &RouterConfig, n: &str| c.policy.sni_routes.get(&sni(n)).map(|t| t.upstream.clone());
     assert_eq!(
-        upstream(&config, "api.a.example").as_deref(),
+        upstream(&config, "api.a.p.example").as_deref(),
         Some("10.0.0.1:443")
     );
-    assert_eq!(upstream(&config, "api.b.example"), None);
+    assert_eq!(
+        upstream(&config, "api.b.p.example").as_deref(),
+        Some("10.0.0.2:443")
+    );
     assert_eq!(files.state("shoot--p--b.toml"), Some((false, 1)));
     // Its good version routes its own name; shoot--p--a keeps its.
-    let b_good = "[[sni_route]]\nserver_names = [\"api.b.example\"]\nupstream = \"10.0.0.2:443\"\n";
+    let b_good =
+        "[[sni_route]]\nserver_names = [\"api.b.p.example\"]\nupstream = \"10.0.0.2:443\"\n";
     v.write(&[
         ("seed.toml", SEED),
         ("shoot--p--a.toml", &a),
@@ -436,11 +442,11 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
     ]);
     let config = loader.poll(&files, false).unwrap().expect("changed").config;
     assert_eq!(
-        upstream(&config, "api.a.example").as_deref(),
+        upstream(&config, "api.a.p.example").as_deref(),
         Some("10.0.0.1:443")
     );
     assert_eq!(
-        upstream(&config, "api.b.example").as_deref(),
+        upstream(&config, "api.b.p.example").as_deref(),
         Some("10.0.0.2:443")
     );
     assert_eq!(files.state("shoot--p--b.toml"), Some((true, 1)));
@@ -452,11 +458,11 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
             .and_then(|t| t.shoot.clone())
     };
     assert_eq!(
-        shoot_of(&config, "api.a.example").as_deref(),
+        shoot_of(&config, "api.a.p.example").as_deref(),
         Some("shoot--p--a")
     );
     assert_eq!(
-        shoot_of(&config, "api.b.example").as_deref(),
+        shoot_of(&config, "api.b.p.example").as_deref(),
         Some("shoot--p--b")
     );
     // A file naming another shoot for its route is refused at that line; it keeps its last
@@ -469,9 +475,12 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
     ]);
     if let Some(change) = loader.poll(&files, false).unwrap() {
         let c = &change.config;
-        assert_eq!(shoot_of(c, "api.b.example").as_deref(), Some("shoot--p--b"));
         assert_eq!(
-            upstream(c, "api.b.example").as_deref(),
+            shoot_of(c, "api.b.p.example").as_deref(),
+            Some("shoot--p--b")
+        );
+        assert_eq!(
+            upstream(c, "api.b.p.example").as_deref(),
             Some("10.0.0.2:443")
         );
     }
@@ -494,6 +503,110 @@ fn a_shoot_file_routes_its_sni_names_and_cannot_take_another_files() {
     // shoot--p--a's file gone: its name is free, and its CONNECT and SNI routes are gone.
     v.write(&[("seed.toml", SEED), ("shoot--p--b.toml", b_good)]);
     let config = loader.poll(&files, false).unwrap().expect("changed").config;
-    assert_eq!(upstream(&config, "api.a.example"), None);
+    assert_eq!(upstream(&config, "api.a.p.example"), None);
     assert_eq!(allow_of(&config, "shoot--p--a"), None);
+}
+
+#[test]
+fn sni_ownership_depends_on_the_files_alone() {
+    let a = format!(
+        "{}[[sni_route]]\nserver_names = [\"api.a.p.example\"]\nupstream = \"10.0.0.1:443\"\n",
+        shoot("shoot--p--a", "10.0.0.0/8")
+    );
+    let thief = "[[sni_route]]\nserver_names = [\"api.a.p.example\", \"api.x.a.example\"]\n\
+                 upstream = \"10.6.6.6:443\"\n";
+    let routes = |c: &RouterConfig| {
+        let mut r: Vec<(String, String)> = c
+            .policy
+            .sni_routes
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.upstream.clone()))
+            .collect();
+        r.sort();
+        (r, allow_of(c, "shoot--p--a"))
+    };
+    let want = (
+        vec![
+            ("api.a.p.example".to_owned(), "10.0.0.1:443".to_owned()),
+            ("api.x.a.example".to_owned(), "10.6.6.6:443".to_owned()),
+        ],
+        Some(rule("10.0.0.0/8")),
+    );
+    // The thief's file sorting before and after the rightful one; both in the first read,
+    // and each arriving after the other.
+    for thief_file in ["shoot--a--x.toml", "shoot--z--x.toml"] {
+        let all = [
+            ("seed.toml", SEED),
+            ("shoot--p--a.toml", a.as_str()),
+            (thief_file, thief),
+        ];
+        for first in [1, 2] {
+            let files = ConfigFiles::default();
+            let mut v = Volume::new();
+            v.write(&[all[0], all[first]]);
+            let (mut loader, _) = DirLoader::open(v.path(), &files).unwrap();
+            v.write(&all);
+            let late = loader.poll(&files, false).unwrap().expect("changed").config;
+            assert_eq!(routes(&late), want, "{thief_file} after {first}");
+            let (_, fresh) = DirLoader::open(v.path(), &ConfigFiles::default()).unwrap();
+            assert_eq!(routes(&fresh), want, "{thief_file} at start");
+            assert_eq!(files.state("shoot--p--a.toml"), Some((true, 0)));
+            assert_eq!(files.state(thief_file).map(|s| s.0), Some(false));
+        }
+    }
+}
+
+#[test]
+fn a_file_over_the_bound_is_refused_unread_and_keeps_its_last_good_routes() {
+    let files = ConfigFiles::default();
+    let mut v = Volume::new();
+    let a = shoot("shoot--p--a", "192.0.2.0/24");
+    v.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &a)]);
+    let (mut loader, _) = DirLoader::open(v.path(), &files).unwrap();
+    // The shoot's file grows past the bound (a comment padding it): refused with its size,
+    // the last good routes stay.
+    let big = format!(
+        "{a}#{}\n",
+        "x".repeat(usize::try_from(MAX_FILE_BYTES).unwrap())
+    );
+    v.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &big)]);
+    let c = loader.poll(&files, false).unwrap().expect("changed").config;
+    assert_eq!(allow_of(&c, "shoot--p--a"), Some(rule("192.0.2.0/24")));
+    assert_eq!(files.state("shoot--p--a.toml"), Some((false, 1)));
+    // Read again unchanged: not refused again.
+    assert!(loader.poll(&files, true).unwrap().is_none());
+    assert_eq!(files.state("shoot--p--a.toml"), Some((false, 1)));
+    // Back under the bound: taken.
+    v.write(&[("seed.toml", SEED), ("shoot--p--a.toml", &a)]);
+    loader.poll(&files, false).unwrap().expect("changed");
+    assert_eq!(files.state("shoot--p--a.toml"), Some((true, 1)));
+    // A seed file over the bound: the router does not start, the error names file and size.
+    let big_seed = format!(
+        "{SEED}#{}\n",
+        "x".repeat(usize::try_from(MAX_FILE_BYTES).unwrap())
+    );
+    v.write(&[("seed.toml", &big_seed)]);
+    let err = DirLoader::open(v.path(), &ConfigFiles::default()).unwrap_err();
+    let line = chain(&err);
+    assert!(matches!(err, DirError::TooLarge { .. }), "{line}");
+    assert!(
+        line.contains("seed.toml") && line.contains(" bytes, more than "),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_refused_shoot_file_is_quoted_by_a_prefix() {
+    let long = "x".repeat(500 << 10);
+    for text in [
+        format!("[[route]]\nvalue = {long}\n"),
+        format!("[[route]]\nvalue = \"outbound|1194||vpn-seed-server.{long}.svc\"\nupstream = \"a:1\"\n"),
+        format!("[[route]]\nvalue = \"{}\"\nupstream = \"{long}\"\n", vpn("shoot--p--a")),
+        format!("[[sni_route]]\nserver_names = [\"{long}\"]\nupstream = \"a:1\"\n"),
+    ] {
+        let err = parse_shoot(Path::new("shoot--p--a.toml"), "shoot--p--a", text.as_bytes())
+            .unwrap_err();
+        let line = chain(&err);
+        assert!(line.len() < 1024, "{} bytes: {}", line.len(), &line[..1024]);
+    }
 }

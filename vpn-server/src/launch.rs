@@ -32,8 +32,8 @@ pub struct Launch {
     /// tun device is up, owned by this process, removed when it stops.
     pub firewall: Option<Table>,
     /// GEP-21's cloud API endpoint (`--cloud-api-listen`); the server then holds
-    /// [`crate::cloud_api::endpoint_table`] for its device (`firewall` plus the forwarding
-    /// guard; without `firewall`, vpn2's non-HA seed rules).
+    /// [`crate::cloud_api::endpoint_table`] for its device (`firewall`; without it, the seed
+    /// table's INPUT and FORWARD guards).
     pub cloud_api: Option<CloudApiConfig>,
 }
 

@@ -49,7 +49,7 @@ fn spawn(ns: &Netns, dir: &Path, name: &str, program: &Path, args: &[&str]) -> u
 
 #[test]
 fn the_default_sidecar_listeners_of_a_config_start_are_not_reachable_from_the_tunnel() {
-    require_lab(&["nft", "openssl"]);
+    require_lab(&["nft", "openssl", "curl"]);
     let bins = Binaries::locate().expect("binaries (cargo build -p vpn-server -p vpn-client)");
     let pki = TestPki::generate().expect("pki");
     let dir = tempfile::tempdir().expect("dir");
@@ -132,7 +132,14 @@ fn the_default_sidecar_listeners_of_a_config_start_are_not_reachable_from_the_tu
     });
     // The seed side reaches both listeners.
     assert!(tcp_opens(&api, "10.2.0.1:9443"), "{}", log());
-    assert!(tcp_opens(&api, "10.2.0.1:15000"), "{}", log());
+    let metrics = api
+        .command("curl")
+        .args(["-sf", "--noproxy", "*", "--max-time", "5"])
+        .arg("http://10.2.0.1:15000/metrics")
+        .output()
+        .expect("curl");
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(metrics.contains("vpn_sidecar_"), "{metrics}\n{}", log());
     // The tunnel reaches neither, by the server's tunnel address nor by a seed-side address
     // routed into the tunnel.
     ip(&shoot, &["route", "add", "10.2.0.1/32", "dev", "tun0"]);

@@ -353,3 +353,35 @@ fn verb_filter(verb: u8) -> &'static str {
         _ => "trace",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults(args: &[&str]) -> (bool, bool) {
+        let matches = Cli::command().get_matches_from(args);
+        let d = SidecarDefaults::of(&matches);
+        (d.listen, d.metrics_listen)
+    }
+
+    #[test]
+    fn only_listeners_left_at_their_defaults_are_guarded() {
+        assert_eq!(
+            defaults(&["vpn-server", "--config", "f", "--sidecar"]),
+            (true, true)
+        );
+        assert_eq!(
+            defaults(&[
+                "vpn-server",
+                "--sidecar",
+                "--sidecar-metrics-listen",
+                "0.0.0.0:15000"
+            ]),
+            (true, false)
+        );
+        assert_eq!(
+            defaults(&["vpn-server", "--sidecar-listen", "[::]:9443"]),
+            (false, true)
+        );
+    }
+}

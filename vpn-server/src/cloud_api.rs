@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use netio::admin::{AdminState, Exposition, Kind};
-use netio::firewall::{priority, Chain, Hook, Table};
+use netio::firewall::Table;
 use netio::http::ConnectRequest;
 use netio::http_connect::{connect_over, ConnectError};
 use netio::ingress::{accept_connect, canonical_ip, Accepted, Deadlines, ProxyMode};
@@ -136,12 +136,11 @@ pub struct CloudApiConfig {
 }
 
 /// The firewall the server holds while the endpoint runs, in its table `vpn-seed-server`:
-/// `base` (in a config-file start, vpn2's non-HA seed rules for `device`: only replies in from
-/// the tunnel; in vpn2's environment mode, vpn2's whole table) plus the same for forwarding
-/// through this host.
+/// `base` (vpn2's environment mode: the whole seed table), else the seed rules for `device`
+/// without address mapping; either way only replies come in from the tunnel, to this host
+/// and through it (the seed table's INPUT and FORWARD guards).
 pub fn endpoint_table(base: Option<Table>, device: &str) -> Table {
     base.unwrap_or_else(|| crate::vpn2::seed_table(device, None, None))
-        .chain(Chain::filter("forward", Hook::Forward, priority::FILTER).replies_only_from(device))
 }
 
 /// A bound endpoint; [`CloudApiEndpoint::run`] serves.

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use netio::admin::{AdminBindError, AdminServer};
-use netio::firewall::{FirewallError, Installed, Table};
+use netio::firewall::{priority, Chain, FirewallError, Hook, Installed, Rule, Table};
 use netio::report::chain;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -32,9 +32,14 @@ pub struct Launch {
     /// tun device is up, owned by this process, removed when it stops.
     pub firewall: Option<Table>,
     /// GEP-21's cloud API endpoint (`--cloud-api-listen`); the server then holds
-    /// [`crate::cloud_api::endpoint_table`] for its device (`firewall` plus the forwarding
-    /// guard; without `firewall`, vpn2's non-HA seed rules).
+    /// [`crate::cloud_api::endpoint_table`] for its device (`firewall`; without it, the seed
+    /// table's INPUT and FORWARD guards).
     pub cloud_api: Option<CloudApiConfig>,
+    /// TCP ports of this process's listeners that bind every address only because nothing
+    /// else was asked for (the in-process sidecar's defaults in a config-file start): new
+    /// connections to them from the tun device are dropped, in the table `vpn-seed-server`
+    /// (chain `listener-guard`), so the tunnel's clients never reach them.
+    pub tunnel_guarded_ports: Vec<u16>,
 }
 
 /// Why the process could not serve.
@@ -68,6 +73,7 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         admin_listen,
         firewall,
         cloud_api,
+        tunnel_guarded_ports,
     } = launch;
     let Loaded {
         settings,
@@ -84,6 +90,7 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         Some(_) => Some(crate::cloud_api::endpoint_table(firewall, &dev)),
         None => firewall,
     };
+    let firewall = with_listener_guard(firewall, &dev, &tunnel_guarded_ports);
     let rules = firewall.as_ref().map(Installed::apply).transpose()?;
     let admin = AdminServer::bind(&admin_listen)?;
     let server_part = server.admin_state();
@@ -132,10 +139,54 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     Ok(())
 }
 
+/// `firewall` (or a table `vpn-seed-server` of its own) with the chain that drops new
+/// connections from the tun device `dev` to `ports`; no device (HA) or no ports: unchanged.
+pub fn with_listener_guard(firewall: Option<Table>, dev: &str, ports: &[u16]) -> Option<Table> {
+    if dev.is_empty() || ports.is_empty() {
+        return firewall;
+    }
+    let guard = Chain::filter("listener-guard", Hook::Input, priority::FILTER).rules(
+        ports.iter().map(|&port| {
+            Rule::new()
+                .iifname(dev)
+                .new_connection()
+                .tcp_dport(port)
+                .drop()
+        }),
+    );
+    Some(
+        firewall
+            .unwrap_or_else(|| Table::new(crate::vpn2::TABLE))
+            .chain(guard),
+    )
+}
+
 /// The in-process sidecar asks the server before dialing: a destination no connected client's
 /// address or iroute covers gets 503 at once.
 impl RouteCheck for ClientRoutes {
     fn has_route(&self, addr: IpAddr) -> bool {
         self.covers(addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listener_guard_needs_a_device_and_ports_and_keeps_the_table_it_joins() {
+        assert!(with_listener_guard(None, "", &[9443]).is_none());
+        assert!(with_listener_guard(None, "tun0", &[]).is_none());
+        let alone = format!("{:?}", with_listener_guard(None, "tun0", &[9443, 15000]));
+        assert!(
+            alone.contains("listener-guard") && alone.contains("TcpDport(15000)"),
+            "{alone}"
+        );
+        let seed = crate::vpn2::seed_table("tun0", None, None);
+        let joined = format!("{:?}", with_listener_guard(Some(seed), "tun0", &[9443]));
+        assert!(
+            joined.contains("\"forward\"") && joined.contains("listener-guard"),
+            "{joined}"
+        );
     }
 }

@@ -7,7 +7,9 @@
 //! `--cloud-api-listen` also runs GEP-21's cloud API endpoint (`vpn_server::cloud_api`).
 //!
 //! `--sidecar` (`VPN_SERVER_SIDECAR=true`) also runs the CONNECT sidecar in this process;
-//! `vpn-server sidecar` runs it alone. Started as `envoy` (a link named so: Gardener's
+//! `vpn-server sidecar` runs it alone. With `--config`, the server drops new connections from
+//! its tun device to the ports of the sidecar's listeners left at their defaults
+//! ([`SidecarDefaults`]; vpn2's environment mode has its seed table for that). Started as `envoy` (a link named so: Gardener's
 //! `envoy-proxy` image), or as `vpn-server envoy`, it runs in Envoy mode with Envoy's flags:
 //! the sidecar, or the shoot's apiserver-proxy, as the bootstrap file says
 //! (`sidecar::envoy`, in the `sidecar` crate).
@@ -22,7 +24,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use ipnet::IpNet;
 use netio::logging::Format;
 use netio::report::chain;
@@ -70,6 +73,9 @@ struct Cli {
     sidecar: bool,
     #[command(flatten)]
     sidecar_args: SidecarArgs,
+    /// Which of the sidecar's listen flags were left at their defaults (filled after parsing).
+    #[arg(skip)]
+    sidecar_defaults: SidecarDefaults,
     #[command(flatten)]
     cloud_api: vpn_server::cloud_api::CloudApiArgs,
     /// Another role of this binary; without one, the OpenVPN server. (The ingress router is
@@ -115,7 +121,9 @@ fn main() -> ExitCode {
     if envoy::invoked_as_envoy(std::env::args_os().next().as_deref()) {
         return exit(envoy_mode(&EnvoyCli::parse().args));
     }
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    cli.sidecar_defaults = SidecarDefaults::of(&matches);
     let result = match &cli.command {
         Some(Command::Readiness) => return probe(probes::readiness(std::env::vars())),
         Some(Command::Liveness) => {
@@ -232,6 +240,10 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
             )
         }
     };
+    let tunnel_guarded_ports = match (&sidecar, config) {
+        (Some(sidecar), Some(_)) => cli.sidecar_defaults.ports(sidecar),
+        _ => Vec::new(),
+    };
     let tunnel_networks = loaded
         .settings
         .pool_v4
@@ -246,7 +258,44 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
         admin_listen: cli.admin_listen.clone(),
         firewall,
         cloud_api,
+        tunnel_guarded_ports,
     })
+}
+
+/// Whether `--sidecar-listen` and `--sidecar-metrics-listen` were left at their defaults
+/// (every address of the host, so also the tunnel's). In a config-file start nothing else
+/// keeps the tunnel from them (vpn2's environment mode holds the seed table), so the server
+/// guards their ports on its device ([`Launch::tunnel_guarded_ports`]); addresses an operator
+/// names, by flag or variable, are served as named.
+#[derive(Debug, Clone, Copy, Default)]
+struct SidecarDefaults {
+    listen: bool,
+    metrics_listen: bool,
+}
+
+impl SidecarDefaults {
+    fn of(matches: &clap::ArgMatches) -> SidecarDefaults {
+        let defaulted = |id| matches.value_source(id) == Some(ValueSource::DefaultValue);
+        SidecarDefaults {
+            listen: defaulted("listen"),
+            metrics_listen: defaulted("metrics_listen"),
+        }
+    }
+
+    /// The ports of the defaulted listeners of `sidecar`.
+    fn ports(self, sidecar: &sidecar::SidecarConfig) -> Vec<u16> {
+        let mut ports: Vec<u16> = [
+            (self.listen, &sidecar.listen),
+            (self.metrics_listen, &sidecar.metrics_listen),
+        ]
+        .into_iter()
+        .filter(|(defaulted, _)| *defaulted)
+        .flat_map(|(_, addrs)| addrs.iter().map(SocketAddr::port))
+        .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
 }
 
 /// Runs `job` on a multi-thread runtime until it ends; SIGTERM / SIGINT cancel its token
@@ -302,5 +351,37 @@ fn verb_filter(verb: u8) -> &'static str {
         1..=4 => "info",
         5..=6 => "debug",
         _ => "trace",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults(args: &[&str]) -> (bool, bool) {
+        let matches = Cli::command().get_matches_from(args);
+        let d = SidecarDefaults::of(&matches);
+        (d.listen, d.metrics_listen)
+    }
+
+    #[test]
+    fn only_listeners_left_at_their_defaults_are_guarded() {
+        assert_eq!(
+            defaults(&["vpn-server", "--config", "f", "--sidecar"]),
+            (true, true)
+        );
+        assert_eq!(
+            defaults(&[
+                "vpn-server",
+                "--sidecar",
+                "--sidecar-metrics-listen",
+                "0.0.0.0:15000"
+            ]),
+            (true, false)
+        );
+        assert_eq!(
+            defaults(&["vpn-server", "--sidecar-listen", "[::]:9443"]),
+            (false, true)
+        );
     }
 }

@@ -4,8 +4,10 @@
 //! * [`setup`] (`vpn-server setup`, the privileged init container): IPv6 switched on in the
 //!   pod's network namespace if it was off.
 //! * [`seed_table`]: the rules of the vpn2 environment-mode start, in our nf_tables table
-//!   `vpn-seed-server` (`netio::firewall`): new connections from the VPN device refused
-//!   (only replies come in), the seed's pod network mapped to `241/8` on the device both ways,
+//!   `vpn-seed-server` (`netio::firewall`): new connections from the VPN device refused,
+//!   for the pod itself (INPUT) and, beyond vpn2, for whatever the pod would forward (FORWARD:
+//!   pods inherit `ip_forward=1` from the node, and vpn2 let the shoot reach other seed
+//!   addresses through it); only replies come in. The seed's pod network mapped to `241/8` on the device both ways,
 //!   and the connections of the proxy's group (`31415`) to the shoot's IPv4 networks mapped
 //!   into `242–244/8` (iptables `NETMAP`, as vpn2); beyond vpn2, that group's TCP connections
 //!   to the seed's own pod network, loopback and link-local addresses (cloud metadata) are
@@ -46,14 +48,17 @@ pub fn setup() -> Result<(), SysctlError> {
 /// network: loopback and link-local, both families.
 pub const PROXY_GUARDED: [&str; 4] = ["127.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10"];
 
-/// The seed side's rules for VPN device `device`: replies only in from the device; with an
-/// IPv4 `seed_pod` network, its 241/8 mapping on the device both ways. With `proxy` (the
+/// The seed side's rules for VPN device `device`: replies only in from the device, for this
+/// host (INPUT) and for what it forwards (FORWARD, both families: nothing of Gardener's is
+/// forwarded from the tunnel, since the seed's side reaches the shoot by connections it opens
+/// and the GEP-21 endpoint relays in the process); with an IPv4 `seed_pod` network, its 241/8 mapping on the device both ways. With `proxy` (the
 /// environment-mode start; the OpenVPN hook has none): for each IPv4 shoot network of the
 /// netmap, the proxy group's connections to it mapped into its reserved range, then that
 /// group's TCP connections to the seed pod network and [`PROXY_GUARDED`] refused.
 pub fn seed_table(device: &str, seed_pod: Option<IpNet>, proxy: Option<&Netmap>) -> Table {
     let mut table = Table::new(TABLE)
-        .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device));
+        .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device))
+        .chain(Chain::filter("forward", Hook::Forward, priority::FILTER).replies_only_from(device));
     if let Some(seed @ IpNet::V4(_)) = seed_pod {
         let mapped = IpNet::V4(MAPPED_SEED_POD_NETWORK);
         table = table
@@ -246,6 +251,21 @@ mod tests {
             !text.contains("\"output\"") && !text.contains("proxy-guard"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_seed_table_refuses_new_connections_forwarded_from_the_tunnel() {
+        let netmap = Netmap::none();
+        let guard =
+            Chain::filter("forward", Hook::Forward, priority::FILTER).replies_only_from("tun0");
+        for t in [
+            seed_table("tun0", None, None),
+            seed_table("tun0", Some(net("10.1.0.0/16")), None),
+            seed_table("tun0", Some(net("10.1.0.0/16")), Some(&netmap)),
+        ] {
+            let text = format!("{t:?}");
+            assert!(text.contains(&format!("{guard:?}")), "{text}");
+        }
     }
 
     #[test]

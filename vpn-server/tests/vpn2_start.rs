@@ -48,6 +48,12 @@ const SEED_TABLE: &str = "table inet vpn-seed-server { # progname vpn-server
 		iifname \"tun0\" drop
 	}
 
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		iifname \"tun0\" ct state established,related accept
+		iifname \"tun0\" drop
+	}
+
 	chain prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
 		iifname \"tun0\" ip daddr 241.0.0.0/8 dnat ip prefix to 10.1.0.0/16
@@ -269,7 +275,8 @@ fn the_firewall_hook_installs_and_removes_rules_and_routes() {
         assert!(out.status.success(), "{out:?}");
     }
     let table = stdout(&ns, &["nft", "list", "table", "inet", "vpn-seed-server"]);
-    assert_eq!(table.matches("iifname \"tun0\" drop").count(), 1, "{table}");
+    // One drop in INPUT and one in FORWARD: applied twice is applied once.
+    assert_eq!(table.matches("iifname \"tun0\" drop").count(), 2, "{table}");
     assert!(table.contains("dnat ip prefix to 10.1.0.0/16"), "{table}");
     assert!(!table.contains("flags owner"), "{table}");
     assert!(!table.contains("skgid"), "{table}");

@@ -450,6 +450,23 @@ pub fn vpn2_seed(seed_pod: &str, netmap: &[(&str, &str)]) -> Vec<Expected> {
     ]
 }
 
+/// Our addition in the seed pod ([DEVIATIONS] V6): the INPUT pair on `tun0` also guards
+/// what the pod forwards, so the shoot reaches no other seed address through it.
+///
+/// [DEVIATIONS]: ../../../DEVIATIONS.md
+pub fn forward_guard() -> Expected {
+    Expected::at(
+        "filter",
+        "forward",
+        0,
+        true,
+        &[
+            "meta iifname tun0 ct state {established,related} accept",
+            "meta iifname tun0 drop",
+        ],
+    )
+}
+
 /// Our addition in the seed pod ([DEVIATIONS] V3): the proxy group's new TCP connections to
 /// the seed pod network, loopback and link-local refused with a reset, after the mapping.
 ///

@@ -203,9 +203,11 @@ impl ServerSession {
     // Commands.
 
     /// Accepts the client identified by [`Event::ClientIdentified`]: negotiates the cipher,
-    /// derives the data keys, builds `PUSH_REPLY` in upstream's order ([`Self::push_items`])
-    /// and sends it now if the client asked for it or announced `REQUEST_PUSH`. With no
-    /// shared cipher the client gets `AUTH_FAILED` instead.
+    /// derives the data keys, builds `PUSH_REPLY` in upstream's order (reference 10.4: the
+    /// configuration's pushes, `settings.push`, `ping`/`ping-restart` from `keepalive`,
+    /// `ifconfig-ipv6`, `ifconfig`, then `peer-id`, `cipher`, `key-derivation` /
+    /// `protocol-flags`, `tun-mtu`) and sends it now if the client asked for it or announced
+    /// `REQUEST_PUSH`. With no shared cipher the client gets `AUTH_FAILED` instead.
     pub fn accept_client(&mut self, now: Instant, settings: ClientSettings) {
         let ServerPhase::Authorizing {
             identity,
@@ -284,10 +286,8 @@ impl ServerSession {
         }
     }
 
-    /// What one client is pushed, in upstream's order (reference 10.4): the configuration's
-    /// pushes, `settings.push`, `ping`/`ping-restart` from `keepalive`, `ifconfig-ipv6`,
-    /// `ifconfig`, then the protocol options (`peer-id`, `cipher`, `key-derivation` /
-    /// `protocol-flags`, `tun-mtu`).
+    /// What one client is pushed, in the order [`Self::accept_client`] describes: the
+    /// configuration's items as they are, the rest as typed options.
     fn push_items(&self, settings: ClientSettings, proto: &ProtocolPush) -> Vec<PushItem> {
         let mut items = self.config.push.clone();
         items.extend(settings.push);

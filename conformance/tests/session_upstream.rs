@@ -28,6 +28,7 @@ use protocol::data::DataCipher;
 use protocol::digest::Digest;
 use protocol::key::KeyDirection;
 use protocol::ncp::DataCiphers;
+use protocol::push::options::{RouteGatewayAddr, Topology};
 use protocol::push::PushedOption;
 use protocol::session::{
     ClientConfig, ClientSession, ClientSettings, ControlProtection, Event, Keepalive, ServerConfig,
@@ -195,8 +196,8 @@ fn upstream_client_with_our_server(cipher: &str, client_extra: &[&str], reneg: b
     let pki = TestPki::generate().expect("pki");
     let mut config = ServerConfig::new(session_config(&pki, true, cipher));
     config.push = vec![
-        "route-gateway 192.168.123.1".into(),
-        "topology subnet".into(),
+        PushedOption::RouteGateway(RouteGatewayAddr::Addr(Ipv4Addr::new(192, 168, 123, 1))).into(),
+        PushedOption::Topology(Topology::Subnet).into(),
     ];
     config.keepalive = Some(Keepalive {
         ping: 10,
@@ -232,7 +233,10 @@ fn upstream_client_with_our_server(cipher: &str, client_extra: &[&str], reneg: b
                 session.accept_client(
                     Instant::now(),
                     ClientSettings {
-                        ifconfig: Some("192.168.123.2 255.255.255.0".into()),
+                        ifconfig: Some((
+                            Ipv4Addr::new(192, 168, 123, 2),
+                            Ipv4Addr::new(255, 255, 255, 0),
+                        )),
                         ..ClientSettings::default()
                     },
                 );

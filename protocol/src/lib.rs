@@ -24,7 +24,7 @@
 //! | [`km2`] | key method 2 inside TLS: the key-exchange messages, peer-info, the OCC options string |
 //! | [`ncp`] | cipher negotiation and the protocol options a server pushes |
 //! | [`control_msg`] | the NUL-terminated text messages inside TLS: `PUSH_REQUEST`, `AUTH_FAILED`, `RESTART`, ... |
-//! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options, pull-filter, strict mode |
+//! | [`push`] | `PUSH_REPLY` building and continuation, the typed pushed options (parsed by the client, rendered by the server), pull-filter, strict mode |
 //! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
 //! | [`http`] | the HTTP/1.x CONNECT request and response heads (client, proxy and router sides) |
 //! | [`proxy_protocol`] | the PROXY protocol v1/v2 header a load balancer puts before a relayed TCP stream |

@@ -10,7 +10,8 @@
 //! * Client side, [`check_pushed_cipher`] and [`client_cipher_without_push`].
 //! * [`protocol_push`]: which of `peer-id`, `cipher`, `key-derivation tls-ekm`,
 //!   `protocol-flags ...` and `tun-mtu` a server pushes for a client's `IV_PROTO` bits and
-//!   the features we implement, as typed [`ProtocolOption`]s that print as upstream writes them.
+//!   the features we implement, as typed [`ProtocolOption`]s: each is a [`PushedOption`] and
+//!   prints as that one does, as upstream writes it.
 //!
 //! Cipher names are compared case-insensitively everywhere; OpenVPN compares its canonical
 //! names byte for byte, which gives the same result for every peer that sends canonical names
@@ -24,6 +25,8 @@ use crate::km2::peer_info::{
     IvProto, PeerInfo, IV_PROTO_CC_EXIT_NOTIFY, IV_PROTO_DATA_V2, IV_PROTO_DYN_TLS_CRYPT,
     IV_PROTO_REQUEST_PUSH, IV_PROTO_TLS_KEY_EXPORT,
 };
+use crate::push::options::{KeyDerivation, ProtocolFlags as PushedProtocolFlags};
+use crate::push::PushedOption;
 
 /// The reason text a server sends in `AUTH_FAILED` when no cipher is shared.
 pub const NO_SHARED_CIPHER_REASON: &str =
@@ -296,8 +299,8 @@ impl ProtocolFlags {
     }
 }
 
-/// A protocol option a server pushes (reference 9.4); `Display` renders it exactly as
-/// OpenVPN writes it in PUSH_REPLY.
+/// A protocol option a server pushes (reference 9.4): the [`PushedOption`] it converts to, and
+/// whose `Display` it shares (exactly as OpenVPN writes it in PUSH_REPLY).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProtocolOption {
     /// `peer-id N`.
@@ -313,27 +316,30 @@ pub enum ProtocolOption {
     TunMtu(u16),
 }
 
+impl From<ProtocolOption> for PushedOption {
+    fn from(option: ProtocolOption) -> PushedOption {
+        match option {
+            ProtocolOption::PeerId(id) => PushedOption::PeerId(id),
+            ProtocolOption::Cipher(c) => PushedOption::Cipher(c.name().to_owned()),
+            ProtocolOption::KeyDerivationTlsEkm => {
+                PushedOption::KeyDerivation(KeyDerivation::TlsEkm)
+            }
+            ProtocolOption::ProtocolFlags(flags) => {
+                PushedOption::ProtocolFlags(PushedProtocolFlags {
+                    cc_exit: flags.cc_exit,
+                    tls_ekm: flags.tls_ekm,
+                    dyn_tls_crypt: flags.dyn_tls_crypt,
+                    unknown: Vec::new(),
+                })
+            }
+            ProtocolOption::TunMtu(mtu) => PushedOption::TunMtu(mtu),
+        }
+    }
+}
+
 impl fmt::Display for ProtocolOption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProtocolOption::PeerId(id) => write!(f, "peer-id {}", id.get()),
-            ProtocolOption::Cipher(c) => write!(f, "cipher {c}"),
-            ProtocolOption::KeyDerivationTlsEkm => f.write_str("key-derivation tls-ekm"),
-            ProtocolOption::ProtocolFlags(flags) => {
-                f.write_str("protocol-flags")?;
-                for (on, name) in [
-                    (flags.cc_exit, "cc-exit"),
-                    (flags.tls_ekm, "tls-ekm"),
-                    (flags.dyn_tls_crypt, "dyn-tls-crypt"),
-                ] {
-                    if on {
-                        write!(f, " {name}")?;
-                    }
-                }
-                Ok(())
-            }
-            ProtocolOption::TunMtu(mtu) => write!(f, "tun-mtu {mtu}"),
-        }
+        PushedOption::from(*self).fmt(f)
     }
 }
 

@@ -12,8 +12,8 @@ use protocol::push::options::{
     CompLzo, DhcpOption, ProtocolFlags, Route, RouteGatewayAddr, Topology,
 };
 use protocol::push::{
-    build_push_reply, DropReason, PullPolicy, PushBuildError, PushCollector, PushedOption,
-    PUSH_BUNDLE_SIZE, PUSH_REPLY_SAFE_CAP,
+    build_push_reply, DropReason, PullPolicy, PushBuildError, PushCollector, PushItem,
+    PushedOption, PUSH_BUNDLE_SIZE, PUSH_REPLY_SAFE_CAP,
 };
 
 /// Observed from `openvpn` 2.6.14, `server 192.168.123.0 255.255.255.0`, `topology subnet`,
@@ -138,6 +138,32 @@ fn our_builder_reproduces_the_observed_text() {
         ["PUSH_REPLY"],
         "an empty push is a bare PUSH_REPLY"
     );
+}
+
+#[test]
+fn our_typed_push_reproduces_the_observed_text() {
+    let typed = |options: Vec<PushedOption>| options.into_iter().map(PushItem::Typed);
+    let tail = |cipher: &str| {
+        vec![
+            PushedOption::Cipher(cipher.into()),
+            flags(),
+            PushedOption::TunMtu(1500),
+        ]
+    };
+    let mut items: Vec<PushItem> = typed(common_head()).collect();
+    items.extend(typed(tail("AES-256-GCM")));
+    assert_eq!(build_push_reply(&items).unwrap(), [OBSERVED_GCM]);
+    // The configuration's push lines go first, as written.
+    let mut items: Vec<PushItem> = [
+        "comp-lzo no",
+        "route 10.99.0.0 255.255.0.0",
+        "dhcp-option DNS 192.168.123.1",
+    ]
+    .map(|line| PushItem::Verbatim(line.into()))
+    .into();
+    items.extend(typed(common_head()));
+    items.extend(typed(tail("AES-256-CBC")));
+    assert_eq!(build_push_reply(&items).unwrap(), [OBSERVED_CBC_EXTRA]);
 }
 
 #[test]

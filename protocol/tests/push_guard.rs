@@ -26,7 +26,7 @@ use ipnet::IpNet;
 use proptest::prelude::*;
 use protocol::push::{
     DropReason, FilterAction, GuardRefusal, OptionKind, PathGuard, PullFilter, PullPolicy,
-    PushCollector, PushOutcome, PushedOption, StrictPolicy, PING_RESTART_FLOOR,
+    PushCollector, PushItem, PushOutcome, PushedOption, StrictPolicy, PING_RESTART_FLOOR,
 };
 use protocol::session::{CloseReason, Event};
 use session_util::Setup;
@@ -375,7 +375,7 @@ fn a_pushed_ping_restart_0_leaves_the_clients_own_in_force() {
     setup
         .server
         .push
-        .extend(["ping 0".to_owned(), "ping-restart 0".to_owned()]);
+        .extend(["ping 0", "ping-restart 0"].map(|line| PushItem::Verbatim(line.into())));
     setup.client.ping = Some(Duration::from_secs(3));
     setup.client.ping_restart = Some(Duration::from_secs(12));
     let mut pair = setup.build();
@@ -402,7 +402,7 @@ fn a_pushed_ping_restart_below_twice_the_ping_fires_at_twice_the_ping() {
     setup
         .server
         .push
-        .extend(["ping 4".to_owned(), "ping-restart 1".to_owned()]);
+        .extend(["ping 4", "ping-restart 1"].map(|line| PushItem::Verbatim(line.into())));
     let mut pair = setup.build();
     pair.connect();
     let push = connected_push(&pair.client_events);

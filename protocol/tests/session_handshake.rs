@@ -124,3 +124,24 @@ fn push_reply_in_upstream_order() {
         ]
     );
 }
+
+/// The options of our `PUSH_REPLY`, byte for byte as the client received them: upstream's
+/// text for this setup (the configuration's pushes, keepalive, `ifconfig`, the protocol
+/// options; compare `push_golden.rs`).
+#[test]
+fn push_reply_text_is_upstreams() {
+    let mut setup = Setup::new(7);
+    setup.server.keepalive = Some(protocol::session::Keepalive {
+        ping: 10,
+        ping_restart: 60,
+    });
+    let mut pair = setup.build();
+    pair.connect();
+    let c = connected_info(&pair.client_events);
+    assert_eq!(
+        c.push.accepted_texts.join(","),
+        "route-gateway 10.8.0.1,topology subnet,ping 10,ping-restart 60,\
+         ifconfig 10.8.0.2 255.255.255.0,peer-id 0,cipher AES-256-GCM,\
+         protocol-flags cc-exit tls-ekm dyn-tls-crypt,tun-mtu 1500"
+    );
+}

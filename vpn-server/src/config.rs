@@ -37,6 +37,8 @@ use protocol::config::{
     TlsVersion, TlsWrapConfig, Warning, X509NameType,
 };
 use protocol::km2::occ::DevType as OccDevType;
+use protocol::push::options::SocketFlags;
+use protocol::push::{PushItem, PushedOption};
 use protocol::session::{ControlProtection, Keepalive};
 use protocol::static_key::{self, StaticKeyError};
 
@@ -403,10 +405,14 @@ fn apply_clients(
     o: &ServerOptions,
     warnings: &mut Warnings<'_>,
 ) -> Result<(), LoadError> {
-    s.push = o.push.clone();
+    s.push = o.push.iter().cloned().map(PushItem::Verbatim).collect();
     if o.common.tcp_nodelay {
         // Our sockets always have TCP_NODELAY; upstream's server also pushes it.
-        s.push.push("socket-flags TCP_NODELAY".into());
+        let flags = SocketFlags {
+            tcp_nodelay: true,
+            unknown: Vec::new(),
+        };
+        s.push.push(PushedOption::SocketFlags(flags).into());
     }
     s.client_to_client = o.client_to_client;
     s.duplicate_cn = o.duplicate_cn;
@@ -1211,7 +1217,9 @@ mod tests {
         assert!(!s.is_tap());
         assert_eq!(s.keepalive, Some(HA_KEEPALIVE));
         assert!(
-            s.push_for(None).iter().all(|p| !p.starts_with("route")),
+            s.push_for(None)
+                .iter()
+                .all(|p| !p.to_string().starts_with("route")),
             "{:?}",
             s.push_for(None)
         );

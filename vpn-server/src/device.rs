@@ -13,6 +13,7 @@ use ipnet::IpNet;
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::tun::{PacketLayout, RecvPool, Tun};
 use protocol::data::DATA_TAILROOM;
+use protocol::push::PushedOption;
 use protocol::session::SEND_HEADROOM;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -119,7 +120,9 @@ pub(crate) async fn apply_auto_mtu(settings: &mut Settings) -> Result<(), SetupE
     })?;
     if let Some(link) = link {
         settings.tun_mtu = protocol::config::env::vpn2_auto_mtu(link);
-        settings.push.push(format!("tun-mtu {}", settings.tun_mtu));
+        settings
+            .push
+            .push(PushedOption::TunMtu(settings.tun_mtu).into());
     }
     info!(link_mtu = ?link, mtu = settings.tun_mtu, "OPENVPN_AUTO_MTU: tun MTU from the default route's link");
     Ok(())

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use protocol::session::{ClientIdentity, ClientSettings};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -492,7 +492,7 @@ impl Registry {
             settings: ClientSettings {
                 push: settings.push_for(Some(&opts)),
                 ifconfig_ipv6,
-                ifconfig: v4.zip(v4_mask).map(|(a, m)| format!("{a} {m}")),
+                ifconfig: v4.zip(v4_mask),
             },
             filter: SourceFilter::new(addresses, opts.iroutes.clone()),
         })
@@ -671,21 +671,19 @@ impl Registry {
         }
     }
 
-    /// The client's IPv6 address and the pushed `ifconfig-ipv6` arguments: its
-    /// `ifconfig-ipv6-push`, else (without `ifconfig-push`, as upstream) the pool's.
+    /// The client's IPv6 address and what its pushed `ifconfig-ipv6` says (its address with
+    /// the prefix length, and the server's): its `ifconfig-ipv6-push`, else (without
+    /// `ifconfig-push`, as upstream) the pool's. Nothing is pushed without a server address.
     fn ipv6_for(
         &self,
         opts: &ClientOptions,
         lease: Option<u32>,
-    ) -> (Option<Ipv6Addr>, Option<String>) {
+    ) -> (Option<Ipv6Addr>, Option<(Ipv6Net, Option<Ipv6Addr>)>) {
         let server_v6 = self.pool.as_ref().and_then(Pool::server_v6);
         match (opts.ifconfig_ipv6_push, opts.ifconfig_push) {
             (Some(p), _) => {
                 let remote = p.remote.or(server_v6.map(|n| n.addr()));
-                (
-                    Some(p.local.addr()),
-                    remote.map(|r| format!("{} {r}", p.local)),
-                )
+                (Some(p.local.addr()), remote.map(|r| (p.local, Some(r))))
             }
             // ifconfig-push without ifconfig-ipv6-push: no pool IPv6 (as upstream).
             (None, Some(_)) => (None, None),
@@ -696,7 +694,8 @@ impl Registry {
                 });
                 match (v6, server_v6) {
                     (Some((a, len)), Some(srv)) => {
-                        (Some(a), Some(format!("{a}/{len} {}", srv.addr())))
+                        let local = Ipv6Net::new(a, len).ok();
+                        (Some(a), local.map(|l| (l, Some(srv.addr()))))
                     }
                     _ => (None, None),
                 }

@@ -13,6 +13,8 @@ use protocol::data::{Compression, DataCipher, PacketIdLimits};
 use protocol::digest::Digest;
 use protocol::km2::occ::DevType;
 use protocol::ncp::DataCiphers;
+use protocol::push::options::{RouteGatewayAddr, Topology};
+use protocol::push::{PushItem, PushedOption};
 use protocol::session::{
     ControlProtection, Keepalive, ServerConfig, SessionConfig, DEFAULT_HAND_WINDOW,
     DEFAULT_RENEG_SEC, DEFAULT_TRAN_WINDOW,
@@ -79,7 +81,8 @@ pub struct ClientOptions {
     pub ifconfig_push: Option<IfconfigPush>,
     /// `ifconfig-ipv6-push`.
     pub ifconfig_ipv6_push: Option<IfconfigIpv6Push>,
-    /// `push "..."` lines for this client (after the server's).
+    /// `push "..."` lines for this client (after the server's), sent as written
+    /// ([`PushItem::Verbatim`]).
     pub push: Vec<String>,
     /// `push-reset`: drop the server's own `push` lines for this client.
     pub push_reset: bool,
@@ -157,8 +160,10 @@ pub struct Settings {
     pub pool_v4_range: Option<(Ipv4Addr, Ipv4Addr)>,
     /// `server-ipv6 P/len`.
     pub pool_v6: Option<Ipv6Net>,
-    /// The configuration's `push "..."` lines, in order.
-    pub push: Vec<String>,
+    /// What every client is pushed first: the configuration's `push "..."` lines as written,
+    /// and the options the server adds to them (`socket-flags TCP_NODELAY`, the `tun-mtu` of
+    /// [`Settings::auto_mtu`]), in order.
+    pub push: Vec<PushItem>,
     /// `client-config-dir`, by certificate CN.
     pub clients: HashMap<String, ClientOptions>,
     /// `client-config-dir/DEFAULT`: for a CN without its own file.
@@ -325,33 +330,44 @@ impl Settings {
     }
 
     /// The `push` part of one client's `PUSH_REPLY` (before keepalive and the per-client
-    /// options): the configuration's `push` lines, what the `server` helper adds
-    /// (`route-gateway NET+1`, and `topology subnet` for tun only) and `tun-ipv6` for `server-ipv6`
-    /// (reference 10.4, 10.5), then the client's own `push` lines. `push-reset` drops the
+    /// options): [`Settings::push`], what the `server` helper adds (`route-gateway NET+1`,
+    /// and `topology subnet` for tun only) and `tun-ipv6` for `server-ipv6` (reference 10.4,
+    /// 10.5), then the client's own `push` lines. `push-reset` drops the
     /// inherited part, `push-remove OPT` the inherited lines containing OPT; a pushed
     /// `route` equal to one of the client's own iroutes is left out (reference 10.6).
-    pub fn push_for(&self, client: Option<&ClientOptions>) -> Vec<String> {
+    pub fn push_for(&self, client: Option<&ClientOptions>) -> Vec<PushItem> {
         let mut push = Vec::new();
         if !client.is_some_and(|c| c.push_reset) {
             push.extend(self.push.iter().cloned());
-            if let Some(net) = self.pool_v4 {
-                let gateway = Ipv4Addr::from(u32::from(net.network()) + 1);
-                push.push(format!("route-gateway {gateway}"));
-                // Upstream's helper pushes the topology for tun only: tap has none.
-                if self.dev_type != DevType::Tap {
-                    push.push("topology subnet".into());
-                }
-            }
-            if self.pool_v6.is_some() {
-                push.push("tun-ipv6".into());
-            }
+            push.extend(self.helper_push().into_iter().map(PushItem::Typed));
             if let Some(c) = client {
-                push.retain(|line| !c.push_remove.iter().any(|p| push_option_matches(line, p)));
+                push.retain(|item| {
+                    let text = item.to_string();
+                    !c.push_remove.iter().any(|p| push_option_matches(&text, p))
+                });
             }
         }
         if let Some(c) = client {
-            push.extend(c.push.iter().cloned());
-            push.retain(|line| !c.iroutes.iter().any(|n| is_route_to(line, *n)));
+            push.extend(c.push.iter().cloned().map(PushItem::Verbatim));
+            push.retain(|item| !c.iroutes.iter().any(|n| routes_to(item, *n)));
+        }
+        push
+    }
+
+    /// What the `server` / `server-ipv6` helpers add to the pushes: `route-gateway NET+1` and,
+    /// for tun only, `topology subnet` for an IPv4 pool; `tun-ipv6` for an IPv6 pool.
+    fn helper_push(&self) -> Vec<PushedOption> {
+        let mut push = Vec::new();
+        if let Some(net) = self.pool_v4 {
+            let gateway = Ipv4Addr::from(u32::from(net.network()) + 1);
+            push.push(PushedOption::RouteGateway(RouteGatewayAddr::Addr(gateway)));
+            // Upstream's helper pushes the topology for tun only: tap has none.
+            if self.dev_type != DevType::Tap {
+                push.push(PushedOption::Topology(Topology::Subnet));
+            }
+        }
+        if self.pool_v6.is_some() {
+            push.push(PushedOption::TunIpv6);
         }
         push
     }
@@ -361,6 +377,18 @@ impl Settings {
 /// whole option text (upstream's documented rule, so `route` also removes `route-ipv6`).
 fn push_option_matches(line: &str, opt: &str) -> bool {
     line.contains(opt)
+}
+
+/// Whether a pushed item is a route to exactly `net` (the iroute rule of [`Settings::push_for`]).
+fn routes_to(item: &PushItem, net: IpNet) -> bool {
+    match (item, net) {
+        (PushItem::Verbatim(line), _) => is_route_to(line, net),
+        (PushItem::Typed(PushedOption::Route(r)), IpNet::V4(n)) => r.net().trunc() == n.trunc(),
+        (PushItem::Typed(PushedOption::RouteIpv6(r)), IpNet::V6(n)) => {
+            r.network.trunc() == n.trunc()
+        }
+        _ => false,
+    }
 }
 
 /// Whether a push line is `route NET MASK` / `route-ipv6 NET/LEN` for exactly `net`.
@@ -407,8 +435,8 @@ mod tests {
     fn pushes_in_upstream_order() {
         let mut s = settings();
         s.push = vec![
-            "route 10.99.0.0 255.255.0.0".into(),
-            "route 10.98.0.0 255.255.0.0".into(),
+            PushItem::Verbatim("route 10.99.0.0 255.255.0.0".into()),
+            PushItem::Verbatim("route 10.98.0.0 255.255.0.0".into()),
         ];
         assert_eq!(
             s.push_for(None),

@@ -7,7 +7,9 @@
 //!  command    option (may contain spaces, never a comma)               more parts follow
 //! ```
 //!
-//! Server side: [`build_push_reply`] turns an ordered list of option strings into one or more
+//! Server side: the server lists what it pushes as [`PushItem`]s (typed [`PushedOption`]s,
+//! whose `Display` writes the option text, and the configuration's `push` lines as written);
+//! [`build_push_reply`] renders an ordered list of options into one or more
 //! `PUSH_REPLY` messages with upstream's continuation rules: a message is at most
 //! [`PUSH_BUNDLE_SIZE`] bytes; a new one is started when adding the next option would reach
 //! [`PUSH_REPLY_SAFE_CAP`] bytes; all but the last end with `,push-continuation 2`, and when
@@ -39,6 +41,7 @@
 
 pub mod filter;
 pub mod guard;
+pub mod item;
 pub mod options;
 pub mod outcome;
 pub mod strict;
@@ -46,6 +49,7 @@ pub mod tokenize;
 
 pub use self::filter::{FilterAction, PartOutcome, PullFilter, PullPolicy, PushError};
 pub use self::guard::{PathGuard, PING_RESTART_FLOOR};
+pub use self::item::PushItem;
 pub use self::options::{OptionClass, OptionError, OptionKind, PushedOption};
 pub use self::outcome::{AdjustedOption, DropReason, DroppedOption, GuardRefusal, PushOutcome};
 pub use self::strict::{StrictPolicy, StrictRefusal};
@@ -102,11 +106,14 @@ pub enum PushBuildError {
     },
 }
 
-/// Builds the `PUSH_REPLY` message texts (without NUL) for `options`, in order. An empty list
-/// gives a bare `PUSH_REPLY`. Each message is sent as its own control message.
-pub fn build_push_reply<S: AsRef<str>>(options: &[S]) -> Result<Vec<String>, PushBuildError> {
+/// Builds the `PUSH_REPLY` message texts (without NUL) for `options`, in order, each option
+/// written by its `Display` ([`PushItem`], or plain text). An empty list gives a bare
+/// `PUSH_REPLY`. Each message is sent as its own control message.
+pub fn build_push_reply<S: std::fmt::Display>(
+    options: &[S],
+) -> Result<Vec<String>, PushBuildError> {
+    let options: Vec<String> = options.iter().map(ToString::to_string).collect();
     for (index, option) in options.iter().enumerate() {
-        let option = option.as_ref();
         if option.contains(',') {
             return Err(PushBuildError::OptionContainsComma {
                 index,
@@ -127,8 +134,7 @@ pub fn build_push_reply<S: AsRef<str>>(options: &[S]) -> Result<Vec<String>, Pus
     let mut messages = Vec::new();
     let mut current = String::with_capacity(PUSH_BUNDLE_SIZE);
     current.push_str(PUSH_REPLY);
-    for option in options {
-        let option = option.as_ref();
+    for option in &options {
         if current.len() + option.len() >= PUSH_REPLY_SAFE_CAP {
             current.push(',');
             current.push_str(PUSH_CONTINUATION_MORE);

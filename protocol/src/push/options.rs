@@ -1,5 +1,6 @@
-//! The typed model of pushed options, and how one tokenised option line becomes one
-//! ([`PushedOption::from_tokens`], one small parser per option, by family, in `parse`).
+//! The typed model of pushed options, how one tokenised option line becomes one
+//! ([`PushedOption::from_tokens`], one small parser per option, by family, in `parse`), and
+//! how one becomes text again (its `Display`, in `render`: what our server pushes).
 //!
 //! Option names are matched **case-sensitively**, exactly as upstream does (`streq` on the
 //! first token): `ROUTE` or `Redirect-Gateway` are not `route` / `redirect-gateway` but unknown
@@ -16,6 +17,7 @@ use super::tokenize::TokenizeError;
 use crate::ids::PeerId;
 
 mod parse;
+mod render;
 
 /// One pushed option that we understand.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::digest::Digest;
 use crate::key::{Key2, KeyDirection, Role};
 use crate::km2::occ::{DevType, OccSettings};
 use crate::ncp::{DataCiphers, ServerCapabilities};
-use crate::push::PullPolicy;
+use crate::push::{PullPolicy, PushItem};
 use crate::reliable::{PayloadLimits, PeerFamily, TlsMtu, WrapOverhead, DEFAULT_TLS_TIMEOUT};
 use crate::tls::{AcceptAnyPeer, PeerVerifier};
 use crate::wrap::{ControlWrap, TlsAuth, TlsCrypt};
@@ -241,7 +241,7 @@ pub struct ServerConfig {
     pub session: SessionConfig,
     /// The configuration's `push "..."` lines and what the `server` helper adds
     /// (`route-gateway`, `topology`), in order: the first part of every `PUSH_REPLY`.
-    pub push: Vec<String>,
+    pub push: Vec<PushItem>,
     /// `--keepalive`.
     pub keepalive: Option<Keepalive>,
     /// Protocol features we offer.

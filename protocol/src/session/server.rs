@@ -6,10 +6,12 @@
 //! and pushes the configuration.
 
 use std::collections::BTreeSet;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use ipnet::Ipv6Net;
 use openssl::nid::Nid;
 use rand_core::CryptoRngCore;
 
@@ -19,8 +21,10 @@ use crate::key::Role;
 use crate::km2::occ::OccOptions;
 use crate::km2::peer_info::PeerInfo;
 use crate::km2::ClientKeyMethod2;
-use crate::ncp::{protocol_push, select_server_cipher, NO_SHARED_CIPHER_REASON};
-use crate::push::{build_push_reply, PullPolicy, PushCollector, PushOutcome};
+use crate::ncp::{protocol_push, select_server_cipher, ProtocolPush, NO_SHARED_CIPHER_REASON};
+use crate::push::{
+    build_push_reply, PullPolicy, PushCollector, PushItem, PushOutcome, PushedOption,
+};
 
 use super::config::ServerConfig;
 use super::conn::{Conn, DataSettings, Km2Template};
@@ -80,14 +84,14 @@ impl ServerEndpoint {
 /// options.
 #[derive(Debug, Clone, Default)]
 pub struct ClientSettings {
-    /// Per-client `push` lines (client-config-dir), after the configuration's.
-    pub push: Vec<String>,
-    /// The arguments of the pushed `ifconfig-ipv6` (e.g. `fd00::1000/64 fd00::1`), in the
-    /// per-client part.
-    pub ifconfig_ipv6: Option<String>,
-    /// The arguments of the pushed `ifconfig` (e.g. `192.168.123.2 255.255.255.0`), in the
-    /// per-client part.
-    pub ifconfig: Option<String>,
+    /// Per-client pushes (client-config-dir `push` lines), after the configuration's.
+    pub push: Vec<PushItem>,
+    /// The client's IPv6 address with the prefix length, and the server's, pushed as
+    /// `ifconfig-ipv6 fd00::1000/64 fd00::1` in the per-client part.
+    pub ifconfig_ipv6: Option<(Ipv6Net, Option<Ipv6Addr>)>,
+    /// The client's IPv4 address and the netmask (`topology subnet`) or peer address, pushed
+    /// as `ifconfig 192.168.123.2 255.255.255.0` in the per-client part.
+    pub ifconfig: Option<(Ipv4Addr, Ipv4Addr)>,
 }
 
 /// One client connection on the server. The driving contract is in the
@@ -234,16 +238,7 @@ impl ServerSession {
             cipher,
             cfg.tun_mtu,
         );
-        let mut options: Vec<String> = self.config.push.clone();
-        options.extend(settings.push);
-        if let Some(k) = self.config.keepalive {
-            options.push(format!("ping {}", k.ping));
-            options.push(format!("ping-restart {}", k.ping_restart));
-        }
-        options.extend(settings.ifconfig_ipv6.map(|s| format!("ifconfig-ipv6 {s}")));
-        options.extend(settings.ifconfig.map(|s| format!("ifconfig {s}")));
-        options.extend(proto.options.iter().map(ToString::to_string));
-        let reply = match build_push_reply(&options) {
+        let reply = match build_push_reply(&self.push_items(settings, &proto)) {
             Ok(r) => r,
             Err(_) => {
                 self.fail(
@@ -289,6 +284,30 @@ impl ServerSession {
         if push_requested || proto.request_push {
             self.send_push_reply(now);
         }
+    }
+
+    /// What one client is pushed, in the order [`Self::accept_client`] describes: the
+    /// configuration's items as they are, the rest as typed options.
+    fn push_items(&self, settings: ClientSettings, proto: &ProtocolPush) -> Vec<PushItem> {
+        let mut items = self.config.push.clone();
+        items.extend(settings.push);
+        let mut typed = Vec::new();
+        if let Some(k) = self.config.keepalive {
+            typed.push(PushedOption::Ping(k.ping));
+            typed.push(PushedOption::PingRestart(k.ping_restart));
+        }
+        if let Some((local, remote)) = settings.ifconfig_ipv6 {
+            typed.push(PushedOption::IfconfigIpv6 { local, remote });
+        }
+        if let Some((local, remote_netmask)) = settings.ifconfig {
+            typed.push(PushedOption::Ifconfig {
+                local,
+                remote_netmask,
+            });
+        }
+        typed.extend(proto.options.iter().map(|&o| PushedOption::from(o)));
+        items.extend(typed.into_iter().map(PushItem::Typed));
+        items
     }
 
     /// Refuses the client identified by [`Event::ClientIdentified`]: it gets

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses a different part
 
 use std::collections::VecDeque;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,8 @@ use protocol::framing::FrameDecoder;
 use protocol::key::{Key2, KeyDirection, KEY2_LEN};
 use protocol::ncp::DataCiphers;
 use protocol::opcode::{P_DATA_V1, P_DATA_V2, P_OPCODE_SHIFT};
+use protocol::push::options::{RouteGatewayAddr, Topology};
+use protocol::push::PushedOption;
 use protocol::session::{
     ClientConfig, ClientSession, ClientSettings, ControlProtection, Event, ServerConfig,
     ServerEndpoint, ServerSession, SessionConfig, SessionError, SEND_HEADROOM,
@@ -62,8 +65,8 @@ impl Setup {
             protection(KeyDirection::Normal),
         ));
         server.push = vec![
-            "route-gateway 10.8.0.1".to_owned(),
-            "topology subnet".to_owned(),
+            PushedOption::RouteGateway(RouteGatewayAddr::Addr(Ipv4Addr::new(10, 8, 0, 1))).into(),
+            PushedOption::Topology(Topology::Subnet).into(),
         ];
         let client = ClientConfig::new(SessionConfig::new(
             client_tls,
@@ -73,7 +76,7 @@ impl Setup {
             client,
             server,
             decision: Ok(ClientSettings {
-                ifconfig: Some("10.8.0.2 255.255.255.0".to_owned()),
+                ifconfig: Some((Ipv4Addr::new(10, 8, 0, 2), Ipv4Addr::new(255, 255, 255, 0))),
                 ..ClientSettings::default()
             }),
             seed,

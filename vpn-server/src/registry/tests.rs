@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use openssl::ssl::{SslContext, SslMethod};
 use protocol::km2::peer_info::PeerInfo;
+use protocol::push::PushedOption;
 use protocol::session::ControlProtection;
 use protocol::tls::AcceptAnyPeer;
 
@@ -21,6 +22,28 @@ fn settings(pool: &str) -> Settings {
     let mut s = Settings::new(tls, Arc::new(AcceptAnyPeer), ControlProtection::None);
     s.pool_v4 = Some(Ipv4Net::from_str(pool).expect("pool"));
     s
+}
+
+/// The arguments of the pushed `ifconfig`, as the client reads them.
+fn ifconfig_args(settings: &ClientSettings) -> Option<String> {
+    let (local, remote_netmask) = settings.ifconfig?;
+    let option = PushedOption::Ifconfig {
+        local,
+        remote_netmask,
+    };
+    Some(option.to_string().strip_prefix("ifconfig ")?.to_owned())
+}
+
+/// The arguments of the pushed `ifconfig-ipv6`, as the client reads them.
+fn ifconfig_ipv6_args(settings: &ClientSettings) -> Option<String> {
+    let (local, remote) = settings.ifconfig_ipv6?;
+    let option = PushedOption::IfconfigIpv6 { local, remote };
+    Some(
+        option
+            .to_string()
+            .strip_prefix("ifconfig-ipv6 ")?
+            .to_owned(),
+    )
 }
 
 fn registry(s: &Settings) -> Registry {
@@ -85,7 +108,7 @@ fn an_exhausted_pool_refuses_and_never_reuses_a_live_address() {
         let want = Ipv4Addr::new(10, 8, 0, 2 + id as u8);
         assert_eq!(v4(&reg, id), Some(want));
         assert_eq!(
-            admitted.settings.ifconfig.as_deref(),
+            ifconfig_args(&admitted.settings).as_deref(),
             Some(format!("{want} 255.255.255.248").as_str())
         );
     }
@@ -177,7 +200,7 @@ fn a_ccd_entry_disables_fixes_the_address_and_adds_iroutes_and_pushes() {
     let admitted = admit(&mut reg, &s, 2, "vpn-shoot-client").expect("admitted");
     assert_eq!(v4(&reg, 2), Some(Ipv4Addr::new(10, 8, 0, 100)));
     assert_eq!(
-        admitted.settings.ifconfig.as_deref(),
+        ifconfig_args(&admitted.settings).as_deref(),
         Some("10.8.0.100 255.255.255.0")
     );
     assert!(admitted
@@ -231,7 +254,7 @@ fn the_ipv6_pool_comes_with_the_ipv4_lease() {
     let v6 = reg.get(1).and_then(|c| c.v6).expect("an IPv6 address");
     assert_eq!(v6, "fd8f:6d53:b97a:1::1000".parse::<Ipv6Addr>().unwrap());
     assert_eq!(
-        admitted.settings.ifconfig_ipv6.as_deref(),
+        ifconfig_ipv6_args(&admitted.settings).as_deref(),
         Some("fd8f:6d53:b97a:1::1000/96 fd8f:6d53:b97a:1::1")
     );
 }
@@ -530,7 +553,7 @@ fn tap_mode_switches_by_learned_mac_addresses_and_keeps_no_ip_routes() {
     let a = admit(&mut reg, &s, 1, "a").expect("a");
     admit(&mut reg, &s, 2, "b").expect("b");
     assert_eq!(
-        a.settings.ifconfig.as_deref(),
+        ifconfig_args(&a.settings).as_deref(),
         Some("10.8.0.2 255.255.255.0")
     );
     // No host routes, no iroutes: nothing is routed by IP.
@@ -617,7 +640,10 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
         (None, None)
     );
     assert!(
-        a.settings.push.iter().all(|p| !p.starts_with("route")),
+        a.settings
+            .push
+            .iter()
+            .all(|p| !p.to_string().starts_with("route")),
         "{:?}",
         a.settings.push
     );

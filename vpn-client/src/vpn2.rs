@@ -26,8 +26,8 @@
 //! the seed side and the transfer network); the rest of a push is taken as from a config file
 //! without pull-filters.
 //!
-//! Left out on purpose: `verb 3` (the log level is `--log`) and `management` (we have no
-//! management interface).
+//! Left out on purpose: `verb 3` (the default log level, info, is the same) and `management`
+//! (we have no management interface).
 //!
 //! HA (`IS_HA=true`, `docs/ha.md`): no tap, no bond, no address lease. A kube-apiserver pod's
 //! `vpn-client-<i>` dials `vpn-seed-server-<i>` with `tun<i>`, routes the shoot networks

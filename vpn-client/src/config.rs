@@ -9,7 +9,7 @@
 //! What we do not act on is returned as a warning (to be logged at start), never dropped:
 //! the parser's own warnings (`management`, `user`, ...) plus these of the mapping:
 //! `local`, `mssfix`, `sndbuf`, `rcvbuf`, `replay-window`, `tls-version-min` above 1.2,
-//! `status`, a client-side `route` / `route-ipv6` and the lower bound of `reneg-sec`.
+//! `status`, a client-side `route` / `route-ipv6`.
 //!
 //! `verb` sets the default log level ([`Loaded::verb`], mapped by [`verb_log_filter`] as the
 //! server maps its own); `--log` / `VPN_CLIENT_LOG` overrides it.
@@ -211,7 +211,7 @@ fn settings_from_options(
     s.data_ciphers_fallback = c.data_ciphers_fallback;
     s.auth = c.auth;
     s.compression = c.compression;
-    apply_timers(&mut s, c, lines, &mut warnings);
+    apply_timers(&mut s, c);
     s.pull = o.pull_policy();
     s.tun = tun_settings(c, s.tun.mtu, lines)?;
     s.connect_retry = secs(o.connect_retry.initial);
@@ -281,21 +281,10 @@ fn control_protection(c: &CommonOptions) -> Result<ControlProtection, LoadError>
 }
 
 /// Renegotiation, the handshake windows and the keepalive.
-fn apply_timers(
-    s: &mut Settings,
-    c: &CommonOptions,
-    lines: &Lines<'_>,
-    warnings: &mut Vec<String>,
-) {
+fn apply_timers(s: &mut Settings, c: &CommonOptions) {
     if let Some(r) = c.reneg_sec {
         s.reneg_sec = (r.max > 0).then(|| secs(r.max));
-        if r.min.is_some() {
-            lines.warn(
-                warnings,
-                "reneg-sec",
-                "the MIN bound is ignored; renegotiation runs at MAX",
-            );
-        }
+        s.reneg_sec_min = r.min.map(secs);
     }
     s.reneg_bytes = c.reneg_bytes;
     s.reneg_pkts = c.reneg_pkts;
@@ -569,6 +558,23 @@ pub(crate) mod tests {
                 "{:?}",
                 loaded.warnings
             );
+        }
+    }
+
+    #[test]
+    fn reneg_sec_min_is_taken_quietly() {
+        let dir = secrets();
+        let base = fixture_in(dir.path());
+        for (line, min) in [("reneg-sec 30 10", Some(10)), ("reneg-sec 30", None)] {
+            let loaded = load_text("client.conf", &format!("{base}{line}\n")).expect("loads");
+            assert!(
+                !loaded.warnings.iter().any(|w| w.contains("reneg-sec")),
+                "{:?}",
+                loaded.warnings
+            );
+            let session = loaded.settings.client_config().expect("config").session;
+            assert_eq!(session.reneg_sec, Some(secs(30)));
+            assert_eq!(session.reneg_sec_min, min.map(secs));
         }
     }
 

@@ -291,7 +291,8 @@ const FUZZ_PATH: [IpAddr; 2] = [
 /// Runs `data` as the options of pushes (one `PUSH_REPLY` part per NUL-separated piece)
 /// through a client's policy, without filters and in strict mode, and the path guard for
 /// [`FUZZ_PATH`]; whatever a complete push accepts must keep the guard's promises (no route
-/// wider than pushed, none over the path, keepalive never off or below its floor).
+/// wider than pushed, none amounting to a default route, none over the path, keepalive never
+/// off or below its floor).
 pub fn pushed_options(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let strict = StrictPolicy::new()
@@ -329,6 +330,10 @@ fn assert_guarded(outcome: &PushOutcome) {
             PushedOption::Route(r) => {
                 let net = r.net();
                 assert_eq!(net.trunc().addr(), r.network, "wider than pushed: {r:?}");
+                assert!(
+                    net.prefix_len() >= crate::push::guard::WIDEST_IPV4_ROUTE,
+                    "a default route: {r:?}"
+                );
                 let via_tunnel =
                     !matches!(r.gateway, Some(RouteVia::NetGateway | RouteVia::RemoteHost));
                 assert!(
@@ -338,6 +343,11 @@ fn assert_guarded(outcome: &PushOutcome) {
             }
             PushedOption::RouteIpv6(r) => {
                 assert_eq!(r.network.trunc(), r.network, "wider than pushed: {r:?}");
+                assert!(
+                    r.network.prefix_len() >= crate::push::guard::WIDEST_IPV6_ROUTE
+                        || crate::push::guard::UNIQUE_LOCAL.contains(&r.network),
+                    "a default route: {r:?}"
+                );
                 assert!(
                     !FUZZ_PATH.iter().any(|a| IpNet::V6(r.network).contains(a)),
                     "route over the path: {r:?}"

@@ -6,6 +6,9 @@
 //!
 //! * a misaligned `route` / `route-ipv6` is never accepted, an aligned one always is (no
 //!   filters), so the property is not met by refusing everything;
+//! * a route that amounts to a default route (IPv4 wider than a /8, IPv6 wider than a /16
+//!   outside `fc00::/7`) is never accepted, whatever the filters or strict mode let through,
+//!   and vpn2's own routes always are;
 //! * `ping 0` / `ping-restart 0` are never accepted, a `ping-restart` below the floor or below
 //!   twice the `ping` pushed with it (in the same part or another) is accepted raised to that,
 //!   any other value as pushed;
@@ -24,6 +27,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use proptest::prelude::*;
+use protocol::push::guard::{UNIQUE_LOCAL, WIDEST_IPV4_ROUTE};
 use protocol::push::{
     DropReason, FilterAction, GuardRefusal, OptionKind, PathGuard, PullFilter, PullPolicy,
     PushCollector, PushItem, PushOutcome, PushedOption, StrictPolicy, PING_RESTART_FLOOR,
@@ -151,7 +155,45 @@ proptest! {
         let net = Ipv4Addr::from(raw & u32::from(mask(bits)));
         let text = route_text(how, net, bits, metric);
         let out = receive(&PullPolicy::default(), &text);
-        prop_assert_eq!(out.accepted.len(), 1, "{:?}: {:?}", text, out.dropped);
+        if bits < u32::from(WIDEST_IPV4_ROUTE) {
+            // Wider than a /8: a default route, refused (the next property).
+            prop_assert!(out.accepted.is_empty(), "{:?} accepted", text);
+        } else {
+            prop_assert_eq!(out.accepted.len(), 1, "{:?}: {:?}", text, out.dropped);
+        }
+    }
+
+    #[test]
+    fn a_route_that_amounts_to_a_default_route_is_never_accepted(
+        how in spelling(),
+        raw in any::<u32>(),
+        bits in 0u32..8,
+        raw6 in any::<u128>(),
+        bits6 in 0u8..16,
+    ) {
+        let net = Ipv4Addr::from(raw & u32::from(mask(bits)));
+        let v4 = route_text(how, net, bits, false);
+        let net6 = ipnet::Ipv6Net::new(Ipv6Addr::from(raw6), bits6).unwrap().trunc();
+        let (l, q, s1, _) = how;
+        let v6 = format!("{l}{}{s1}{}", spell("route-ipv6", q), spell(&net6.to_string(), q / 3));
+        let unique_local = UNIQUE_LOCAL.contains(&net6);
+        for policy in modes() {
+            for text in [&v4, &v6] {
+                let out = receive(&policy, text);
+                if text == &v6 && unique_local {
+                    continue;
+                }
+                prop_assert!(out.accepted.is_empty(), "{:?} accepted", text);
+                if matches!(out.dropped[0].reason, DropReason::IgnoredByFilter { .. }) {
+                    continue;
+                }
+                let refused: Vec<_> = out.refused_by_guard().collect();
+                prop_assert!(
+                    matches!(refused[..], [(_, GuardRefusal::DefaultRoute { .. })]),
+                    "{:?}: {:?}", text, out.dropped
+                );
+            }
+        }
     }
 
     #[test]
@@ -308,6 +350,43 @@ fn names_in_another_case_are_unknown_and_never_applied() {
             );
         }
     }
+}
+
+#[test]
+fn a_redirect_spelled_as_routes_is_refused_in_vpn2s_mode_and_vpn2s_routes_kept() {
+    // vpn2's client renders no pull-filters: the default policy.
+    let out = receive(
+        &PullPolicy::default(),
+        "route-ipv6 2000::/3,route 0.0.0.0 128.0.0.0,route 128.0.0.0 128.0.0.0,\
+         route-ipv6 2000::/4,route-ipv6 3000::/4,route-ipv6 ::/0,\
+         route 241.0.0.0 255.0.0.0,route 100.64.0.0 255.255.0.0,\
+         route-ipv6 fd8f:6d53:b97a:1::/96,route-ipv6 2001:db8:10::/48",
+    );
+    let refused: Vec<&str> = out
+        .refused_by_guard()
+        .filter(|(_, r)| matches!(r, GuardRefusal::DefaultRoute { .. }))
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            "route-ipv6 2000::/3",
+            "route 0.0.0.0 128.0.0.0",
+            "route 128.0.0.0 128.0.0.0",
+            "route-ipv6 2000::/4",
+            "route-ipv6 3000::/4",
+            "route-ipv6 ::/0"
+        ]
+    );
+    assert_eq!(
+        out.accepted_texts,
+        [
+            "route 241.0.0.0 255.0.0.0",
+            "route 100.64.0.0 255.255.0.0",
+            "route-ipv6 fd8f:6d53:b97a:1::/96",
+            "route-ipv6 2001:db8:10::/48"
+        ]
+    );
 }
 
 #[test]

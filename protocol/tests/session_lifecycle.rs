@@ -1,5 +1,6 @@
 //! Sessions over time: renegotiation (forced, by `reneg-sec`, both initiators) with data
-//! flowing across every key switch, keepalive pings and `ping-restart`.
+//! flowing across every key switch, `reneg-sec MAX [MIN]` drawn per session as upstream 2.6
+//! does, keepalive pings and `ping-restart`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -134,6 +135,63 @@ fn reneg_sec_and_keepalive_over_time() {
     pair.advance(Duration::from_secs(60));
     assert!(!pair.client_closed() && !pair.server_closed());
     assert_all_delivered(&pair, sent);
+}
+
+/// When the first renegotiation of each of `sessions` pairs started together completes, on
+/// the virtual clock: `server` / `client` give each side's `reneg-sec` (`MAX`, `MIN`), `None`
+/// off.
+fn first_renegotiations(
+    sessions: u64,
+    server: Option<(u64, Option<u64>)>,
+    client: Option<(u64, Option<u64>)>,
+) -> Vec<Duration> {
+    let secs = Duration::from_secs;
+    (0..sessions)
+        .map(|i| {
+            let mut setup = Setup::new(4000 + i);
+            setup.server.session.reneg_sec = server.map(|(max, _)| secs(max));
+            setup.server.session.reneg_sec_min = server.and_then(|(_, min)| min.map(secs));
+            setup.client.session.reneg_sec = client.map(|(max, _)| secs(max));
+            setup.client.session.reneg_sec_min = client.and_then(|(_, min)| min.map(secs));
+            let mut pair = setup.build();
+            pair.connect();
+            assert!(
+                pair.run_until(secs(120), |p| renegotiated(&p.client_events) >= 1
+                    && renegotiated(&p.server_events) >= 1)
+            );
+            pair.elapsed
+        })
+        .collect()
+}
+
+fn spread(times: &[Duration]) -> (Duration, Duration) {
+    (*times.iter().min().unwrap(), *times.iter().max().unwrap())
+}
+
+#[test]
+fn reneg_sec_is_drawn_per_session_between_min_and_max() {
+    let secs = Duration::from_secs;
+    // A server without MIN: MAX less up to a tenth, spread over the sessions.
+    let server = first_renegotiations(24, Some((30, None)), None);
+    let (low, high) = spread(&server);
+    assert!(low >= secs(27) && high <= secs(30), "{server:?}");
+    assert!(high - low >= secs(2), "not spread: {server:?}");
+
+    // `reneg-sec 30 10` on the server: above 10 s, at most 30 s, spread over the range.
+    let server = first_renegotiations(24, Some((30, Some(10))), None);
+    let (low, high) = spread(&server);
+    assert!(low > secs(10) && high <= secs(30), "{server:?}");
+    assert!(low < secs(16) && high > secs(24), "not spread: {server:?}");
+
+    // The same on the client, the server renegotiating never.
+    let client = first_renegotiations(24, None, Some((30, Some(10))));
+    let (low, high) = spread(&client);
+    assert!(low > secs(10) && high <= secs(30), "{client:?}");
+    assert!(low < secs(16) && high > secs(24), "not spread: {client:?}");
+
+    // A client without MIN renegotiates at MAX, as upstream's.
+    let client = first_renegotiations(8, None, Some((30, None)));
+    assert!(client.iter().all(|t| *t == secs(30)), "{client:?}");
 }
 
 #[test]

@@ -9,8 +9,10 @@
 //! What we do not act on is returned as a warning (to be logged at start), never dropped:
 //! the parser's own warnings (`management`, `user`, ...) plus these of the mapping:
 //! `local`, `mssfix`, `sndbuf`, `rcvbuf`, `replay-window`, `tls-version-min` above 1.2,
-//! `status`, a client-side `route` / `route-ipv6`, a `verb` other than the default (the log
-//! level comes from `--log`) and the lower bound of `reneg-sec`.
+//! `status`, a client-side `route` / `route-ipv6`.
+//!
+//! `verb` sets the default log level ([`Loaded::verb`], mapped by [`verb_log_filter`] as the
+//! server maps its own); `--log` / `VPN_CLIENT_LOG` overrides it.
 //!
 //! Directives that are satisfied by how the client always works need no warning:
 //! `nobind` (the client never binds), `persist-tun` (the device is kept across reconnects),
@@ -46,6 +48,20 @@ pub struct Loaded {
     pub settings: Settings,
     /// One line per directive accepted without effect (`file:line: 'directive': why`).
     pub warnings: Vec<String>,
+    /// `verb` (0 to 11, upstream's default 1): the default log level, see [`verb_log_filter`].
+    pub verb: u8,
+}
+
+/// The log filter for upstream's `verb`, when no `--log` is given: 0 errors only, 1 to 4 info
+/// (upstream's normal output), 5 and 6 debug (a line per packet upstream), above that trace.
+/// The same table as the server's.
+pub fn verb_log_filter(verb: u8) -> &'static str {
+    match verb {
+        0 => "error",
+        1..=4 => "info",
+        5..=6 => "debug",
+        _ => "trace",
+    }
 }
 
 /// Why a config cannot be used.
@@ -195,7 +211,7 @@ fn settings_from_options(
     s.data_ciphers_fallback = c.data_ciphers_fallback;
     s.auth = c.auth;
     s.compression = c.compression;
-    apply_timers(&mut s, c, lines, &mut warnings);
+    apply_timers(&mut s, c);
     s.pull = o.pull_policy();
     s.tun = tun_settings(c, s.tun.mtu, lines)?;
     s.connect_retry = secs(o.connect_retry.initial);
@@ -207,6 +223,7 @@ fn settings_from_options(
     Ok(Loaded {
         settings: s,
         warnings,
+        verb: c.verb,
     })
 }
 
@@ -264,21 +281,10 @@ fn control_protection(c: &CommonOptions) -> Result<ControlProtection, LoadError>
 }
 
 /// Renegotiation, the handshake windows and the keepalive.
-fn apply_timers(
-    s: &mut Settings,
-    c: &CommonOptions,
-    lines: &Lines<'_>,
-    warnings: &mut Vec<String>,
-) {
+fn apply_timers(s: &mut Settings, c: &CommonOptions) {
     if let Some(r) = c.reneg_sec {
         s.reneg_sec = (r.max > 0).then(|| secs(r.max));
-        if r.min.is_some() {
-            lines.warn(
-                warnings,
-                "reneg-sec",
-                "the MIN bound is ignored; renegotiation runs at MAX",
-            );
-        }
+        s.reneg_sec_min = r.min.map(secs);
     }
     s.reneg_bytes = c.reneg_bytes;
     s.reneg_pkts = c.reneg_pkts;
@@ -372,12 +378,6 @@ fn warn_not_acted_on(c: &CommonOptions, lines: &Lines<'_>, warnings: &mut Vec<St
         warn(
             "route-ipv6",
             "only pushed routes are installed on the client; ignored",
-        );
-    }
-    if c.verb != 1 {
-        warn(
-            "verb",
-            "the log level comes from --log / VPN_CLIENT_LOG; ignored",
         );
     }
 }
@@ -534,6 +534,51 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn verb_sets_the_default_log_level_without_a_warning() {
+        let dir = secrets();
+        let base: String = fixture_in(dir.path())
+            .lines()
+            .filter(|l| !l.starts_with("verb"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        for (verb, filter) in [(None, "info"), (Some(0), "error"), (Some(4), "info")]
+            .into_iter()
+            .chain([(Some(5), "debug"), (Some(6), "debug"), (Some(7), "trace")])
+            .chain([(Some(11), "trace")])
+        {
+            let text = match verb {
+                Some(v) => format!("{base}verb {v}\n"),
+                None => base.clone(),
+            };
+            let loaded = load_text("client.conf", &text).expect("loads");
+            assert_eq!(loaded.verb, verb.unwrap_or(1));
+            assert_eq!(verb_log_filter(loaded.verb), filter, "verb {verb:?}");
+            assert!(
+                !loaded.warnings.iter().any(|w| w.contains("'verb'")),
+                "{:?}",
+                loaded.warnings
+            );
+        }
+    }
+
+    #[test]
+    fn reneg_sec_min_is_taken_quietly() {
+        let dir = secrets();
+        let base = fixture_in(dir.path());
+        for (line, min) in [("reneg-sec 30 10", Some(10)), ("reneg-sec 30", None)] {
+            let loaded = load_text("client.conf", &format!("{base}{line}\n")).expect("loads");
+            assert!(
+                !loaded.warnings.iter().any(|w| w.contains("reneg-sec")),
+                "{:?}",
+                loaded.warnings
+            );
+            let session = loaded.settings.client_config().expect("config").session;
+            assert_eq!(session.reneg_sec, Some(secs(30)));
+            assert_eq!(session.reneg_sec_min, min.map(secs));
+        }
+    }
+
+    #[test]
     fn dev_tun_lets_the_kernel_number_the_device() {
         let dir = secrets();
         let text = fixture_in(dir.path()).replace("dev tun0", "dev tun");
@@ -599,7 +644,7 @@ pub(crate) mod tests {
         );
         assert!(s.scripts.down.is_none());
         assert_eq!((s.ping, s.ping_restart), (None, None));
-        // `management` and `verb 3` are reported, with their lines.
+        // `management` is reported, with its line; `verb 3` sets the log level, quietly.
         assert!(
             loaded
                 .warnings
@@ -608,7 +653,13 @@ pub(crate) mod tests {
             "{:?}",
             loaded.warnings
         );
-        assert!(loaded.warnings.iter().any(|w| w.contains("'verb'")));
+        assert!(
+            !loaded.warnings.iter().any(|w| w.contains("'verb'")),
+            "{:?}",
+            loaded.warnings
+        );
+        assert_eq!(loaded.verb, 3);
+        assert_eq!(verb_log_filter(loaded.verb), "info");
         s.client_config().expect("a usable session config");
     }
 

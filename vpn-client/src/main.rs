@@ -29,9 +29,10 @@ struct Cli {
     /// `IS_SHOOT_CLIENT`, ...) describe the client.
     #[arg(long, env = "VPN_CLIENT_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Log filter (`LEVEL` and `target=LEVEL` directives), e.g. `info` or `info,vpn_client=debug`.
-    #[arg(long, env = "VPN_CLIENT_LOG", default_value = "info")]
-    log: String,
+    /// Log filter (`LEVEL` and `target=LEVEL` directives), e.g. `info` or `info,vpn_client=debug`;
+    /// default from the config's `verb` (info without one).
+    #[arg(long, env = "VPN_CLIENT_LOG")]
+    log: Option<String>,
     /// Log line format: openvpn, ctime, envoy, json or full (`netio::logging`); default full on
     /// a terminal, else ctime (the layout Gardener's `vpn-shoot` log parser reads).
     #[arg(long, env = "VPN_CLIENT_LOG_FORMAT")]
@@ -76,57 +77,21 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let format = cli
-        .log_format
-        .unwrap_or_else(|| Format::default_for(Format::Ctime));
-    netio::logging::init(&cli.log, format).context("--log")?;
-    if let Some(Command::Setup) = &cli.command {
-        let shoot = std::env::var("IS_SHOOT_CLIENT").is_ok_and(|v| v == "true");
-        if shoot {
-            vpn2::setup()?;
-        } else {
-            vpn2::setup_seed()?;
-        }
-        return Ok(());
+    if let Some(command) = &cli.command {
+        init_logging(&cli, "info")?;
+        return run_command(command);
     }
-    if let Some(Command::PathController) = &cli.command {
-        // The path controller's container has the networks and POD_IP, not the clients'
-        // variables (gardener-pods.md §3.9).
-        let env = Vpn2ClientEnv::parse(std::env::vars().filter(|(k, _)| {
-            k.starts_with("SHOOT_") || k == "SEED_POD_NETWORK" || k == "VPN_NETWORK"
-        }))?;
-        let networks = vpn2::ha_seed_routes(&env)?;
-        let pod_ip = std::env::var("POD_IP").ok();
-        return block_on_signals(|shutdown| async move {
-            Ok(vpn_client::ha::path_controller(pod_ip.as_deref(), &networks, shutdown).await?)
-        });
+    // The config's `verb` gives the log level unless `--log` does, so logging starts once the
+    // config is read (a config error goes to stderr without it).
+    let Loaded {
+        settings,
+        warnings,
+        verb,
+    } = load(&cli)?;
+    init_logging(&cli, vpn_client::config::verb_log_filter(verb))?;
+    if cli.config.is_none() {
+        tracing::info!(secrets = %cli.vpn2_secrets_dir.display(), "vpn2 environment mode");
     }
-    if let Some(Command::TunnelController { port }) = &cli.command {
-        let port = *port;
-        return block_on_signals(|shutdown| async move {
-            Ok(vpn_client::ha::tunnel_controller(port, shutdown).await?)
-        });
-    }
-    if let Some(Command::ApiserverProxy(args)) = &cli.command {
-        let config = args.to_config()?;
-        let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
-        return runtime.block_on(async {
-            let shutdown = CancellationToken::new();
-            tokio::spawn(cancel_on_signals(shutdown.clone())?);
-            let proxy = sidecar::apiserver_proxy::ApiserverProxy::bind(config).await?;
-            proxy.run(shutdown).await;
-            Ok(())
-        });
-    }
-    if let Some(Command::CloudApi(args)) = &cli.command {
-        let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
-        return runtime.block_on(async {
-            let shutdown = CancellationToken::new();
-            tokio::spawn(cancel_on_signals(shutdown.clone())?);
-            Ok(vpn_client::cloud_api::run(args.clone(), shutdown).await?)
-        });
-    }
-    let Loaded { settings, warnings } = load(&cli)?;
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
@@ -143,6 +108,66 @@ fn run() -> anyhow::Result<()> {
     match stopped {
         Stopped::Shutdown => Ok(()),
         Stopped::Halted { message } => bail!("the server halted the client: {message}"),
+    }
+}
+
+/// Logging with `--log`, else `default`.
+fn init_logging(cli: &Cli, default: &str) -> anyhow::Result<()> {
+    let format = cli
+        .log_format
+        .unwrap_or_else(|| Format::default_for(Format::Ctime));
+    netio::logging::init(cli.log.as_deref().unwrap_or(default), format).context("--log")
+}
+
+/// A subcommand instead of the tunnel.
+fn run_command(command: &Command) -> anyhow::Result<()> {
+    match command {
+        Command::Setup => {
+            let shoot = std::env::var("IS_SHOOT_CLIENT").is_ok_and(|v| v == "true");
+            if shoot {
+                vpn2::setup()?;
+            } else {
+                vpn2::setup_seed()?;
+            }
+            Ok(())
+        }
+        Command::PathController => {
+            // The path controller's container has the networks and POD_IP, not the clients'
+            // variables (gardener-pods.md §3.9).
+            let env = Vpn2ClientEnv::parse(std::env::vars().filter(|(k, _)| {
+                k.starts_with("SHOOT_") || k == "SEED_POD_NETWORK" || k == "VPN_NETWORK"
+            }))?;
+            let networks = vpn2::ha_seed_routes(&env)?;
+            let pod_ip = std::env::var("POD_IP").ok();
+            block_on_signals(|shutdown| async move {
+                Ok(vpn_client::ha::path_controller(pod_ip.as_deref(), &networks, shutdown).await?)
+            })
+        }
+        Command::TunnelController { port } => {
+            let port = *port;
+            block_on_signals(|shutdown| async move {
+                Ok(vpn_client::ha::tunnel_controller(port, shutdown).await?)
+            })
+        }
+        Command::ApiserverProxy(args) => {
+            let config = args.to_config()?;
+            let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
+            runtime.block_on(async {
+                let shutdown = CancellationToken::new();
+                tokio::spawn(cancel_on_signals(shutdown.clone())?);
+                let proxy = sidecar::apiserver_proxy::ApiserverProxy::bind(config).await?;
+                proxy.run(shutdown).await;
+                Ok(())
+            })
+        }
+        Command::CloudApi(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("tokio runtime")?;
+            runtime.block_on(async {
+                let shutdown = CancellationToken::new();
+                tokio::spawn(cancel_on_signals(shutdown.clone())?);
+                Ok(vpn_client::cloud_api::run(args.clone(), shutdown).await?)
+            })
+        }
     }
 }
 
@@ -172,6 +197,5 @@ fn load(cli: &Cli) -> anyhow::Result<Loaded> {
         bail!("nothing to run: give --config FILE, or set the vpn2 variables (ENDPOINT, IS_SHOOT_CLIENT, ...)");
     }
     let env = Vpn2ClientEnv::parse(std::env::vars())?;
-    tracing::info!(secrets = %cli.vpn2_secrets_dir.display(), "vpn2 environment mode");
     Ok(vpn2::load_env(&env, &cli.vpn2_secrets_dir)?)
 }

@@ -50,8 +50,11 @@ pub struct Settings {
     pub data_ciphers_fallback: Option<DataCipher>,
     /// `auth`.
     pub auth: Digest,
-    /// `reneg-sec` (`None`: 0, off).
+    /// `reneg-sec MAX` (`None`: 0, off).
     pub reneg_sec: Option<Duration>,
+    /// `reneg-sec MAX MIN` (`None`: upstream's default for a client, `MAX`; see
+    /// [`protocol::session::reneg_interval`]).
+    pub reneg_sec_min: Option<Duration>,
     /// `hand-window`.
     pub hand_window: Duration,
     /// `pull-filter`, `route-nopull` and strict mode.
@@ -114,6 +117,7 @@ impl Settings {
             data_ciphers_fallback: None,
             auth: Digest::Sha1,
             reneg_sec: Some(DEFAULT_RENEG_SEC),
+            reneg_sec_min: None,
             hand_window: DEFAULT_HAND_WINDOW,
             pull: PullPolicy::default(),
             credentials: None,
@@ -150,6 +154,7 @@ impl Settings {
         session.data_ciphers_fallback = self.data_ciphers_fallback;
         session.auth = self.auth;
         session.reneg_sec = self.reneg_sec;
+        session.reneg_sec_min = self.reneg_sec_min;
         session.hand_window = self.hand_window;
         session.tun_mtu = self.tun.mtu;
         session.dev_type = if self.tun.tap {

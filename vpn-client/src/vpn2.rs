@@ -22,8 +22,12 @@
 //! `OPENVPN_AUTO_MTU` sets the tun MTU from the default route's link. [`setup`] is the init
 //! container's `vpn-client setup`.
 //!
-//! Left out on purpose: `verb 3` (the log level is `--log`) and `management` (we have no
-//! management interface).
+//! Pushed routes are taken only inside the networks a vpn2 server pushes ([`pushed_networks`]:
+//! the seed side and the transfer network); the rest of a push is taken as from a config file
+//! without pull-filters.
+//!
+//! Left out on purpose: `verb 3` (the default log level, info, is the same) and `management`
+//! (we have no management interface).
 //!
 //! HA (`IS_HA=true`, `docs/ha.md`): no tap, no bond, no address lease. A kube-apiserver pod's
 //! `vpn-client-<i>` dials `vpn-seed-server-<i>` with `tun<i>`, routes the shoot networks
@@ -40,6 +44,7 @@ use netio::firewall::{priority, Chain, Hook, Rule, Table};
 use netio::sysctl::{self, SysctlError};
 use protocol::config::env::Vpn2ClientEnv;
 use protocol::config::netmap::{Netmap, NetmapError, MAPPED_SEED_POD_NETWORK};
+use protocol::push::{OptionKind, StrictPolicy};
 
 use crate::config::{load_text, LoadError, Loaded};
 use crate::settings::HaRoutes;
@@ -150,6 +155,11 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
     let text = render_client_config(env, secrets)?;
     let mut loaded = load_text(VPN2_CONFIG_NAME, &text)?;
     let role = ha_role(env)?;
+    loaded.settings.pull.strict = Some(
+        StrictPolicy::new()
+            .allow(OptionKind::ALL)
+            .allow_networks(pushed_networks(env)?),
+    );
     let dev = device(env)?;
     let tun = &mut loaded.settings.tun;
     tun.auto_mtu = env.auto_mtu;
@@ -213,6 +223,26 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
         }
     }
     Ok(loaded)
+}
+
+/// The networks a vpn2 server may push routes into: the seed side (the seed's pod network,
+/// and `241.0.0.0/8` where vpn2 maps it), vpn2's transfer network (`VPN_NETWORK`), and for
+/// a kube-apiserver's HA client the shoot networks its server lets through
+/// ([`ha_seed_routes`]). In environment mode the client takes pushed routes inside these only
+/// (strict mode with every option kind allowed); any other route is dropped and logged.
+pub fn pushed_networks(env: &Vpn2ClientEnv) -> Result<Vec<IpNet>, Vpn2Error> {
+    let mut out = vec![
+        IpNet::V4(MAPPED_SEED_POD_NETWORK),
+        IpNet::V6(env.vpn_network.trunc()),
+    ];
+    if let Some(seed) = env.seed_pod_network {
+        out.push(seed.trunc());
+    }
+    if let Some(HaRole::Seed { .. }) = ha_role(env)? {
+        out.extend(ha_seed_routes(env)?);
+    }
+    out.dedup();
+    Ok(out)
 }
 
 /// The shoot networks a kube-apiserver's HA client routes into its tunnel, as the server lets
@@ -563,6 +593,69 @@ mod tests {
         assert!(s.http_proxy.is_none() && s.scripts.up.is_none());
         assert!(s.tun.routes.is_empty() && s.firewall.is_none());
         assert_eq!(s.remotes, [crate::Remote::new("vpn-seed-server-0", 1194)]);
+    }
+
+    #[test]
+    fn only_routes_inside_vpn2s_networks_are_taken() {
+        use protocol::push::{DropReason, PushCollector, StrictRefusal};
+        let dir = secrets();
+        let e = env(&[
+            ("IS_SHOOT_CLIENT", "true"),
+            ("ENDPOINT", "api.example.com"),
+            ("SEED_POD_NETWORK", "10.96.0.0/16"),
+        ]);
+        let pull = load_env(&e, dir.path()).expect("env").settings.pull;
+        let out = PushCollector::new()
+            .push_part(
+                &pull,
+                "route 241.1.0.0 255.255.0.0,route 10.96.0.0 255.255.0.0,\
+                 route-ipv6 fd8f:6d53:b97a:1::/96,route 10.97.0.0 255.255.0.0,\
+                 route 192.168.0.0 255.255.0.0,route-ipv6 fd00:10::/64,\
+                 route-ipv6 2001:db8::/32,topology subnet,ping 10,ping-restart 30,tun-mtu 1400",
+            )
+            .expect("push")
+            .expect("complete");
+        assert_eq!(
+            out.accepted_texts,
+            [
+                "route 241.1.0.0 255.255.0.0",
+                "route 10.96.0.0 255.255.0.0",
+                "route-ipv6 fd8f:6d53:b97a:1::/96",
+                "topology subnet",
+                "ping 10",
+                "ping-restart 30",
+                "tun-mtu 1400"
+            ]
+        );
+        let outside: Vec<&str> = out
+            .dropped
+            .iter()
+            .filter(|d| {
+                matches!(
+                    d.reason,
+                    DropReason::Strict(StrictRefusal::RouteOutsideAllowedNetworks { .. })
+                )
+            })
+            .map(|d| d.text.as_str())
+            .collect();
+        assert_eq!(
+            outside,
+            [
+                "route 10.97.0.0 255.255.0.0",
+                "route 192.168.0.0 255.255.0.0",
+                "route-ipv6 fd00:10::/64",
+                "route-ipv6 2001:db8::/32"
+            ]
+        );
+        // A kube-apiserver's HA client also takes the shoot networks its server lets through.
+        let ha = env(&[
+            ("ENDPOINT", "vpn-seed-server-0"),
+            ("IS_HA", "true"),
+            ("VPN_SERVER_INDEX", "0"),
+            ("SHOOT_POD_NETWORKS", "100.96.0.0/11"),
+        ]);
+        let nets = pushed_networks(&ha).expect("ha");
+        assert!(nets.contains(&"100.96.0.0/11".parse().unwrap()), "{nets:?}");
     }
 
     #[test]

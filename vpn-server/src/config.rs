@@ -314,12 +314,7 @@ fn apply_timers(s: &mut Settings, c: &CommonOptions, warnings: &mut Warnings<'_>
     }
     if let Some(r) = c.reneg_sec {
         s.reneg_sec = (r.max > 0).then(|| secs(r.max));
-        if r.min.is_some() {
-            warnings.add(
-                "reneg-sec",
-                "the MIN argument is ignored: renegotiation after exactly MAX seconds",
-            );
-        }
+        s.reneg_sec_min = r.min.map(secs);
     }
     s.reneg_bytes = c.reneg_bytes;
     s.reneg_pkts = c.reneg_pkts;
@@ -1118,6 +1113,30 @@ mod tests {
         }
         assert!(l.up.is_none());
         assert_eq!(l.settings.routes, [net("10.1.0.0/16")]);
+    }
+
+    #[test]
+    fn reneg_sec_min_is_taken_quietly() {
+        let dir = secrets();
+        for (line, max, min) in [
+            ("reneg-sec 30 10", 30, Some(10)),
+            ("reneg-sec 30", 30, None),
+        ] {
+            let text = fixture("gep14-server.conf", dir.path())
+                .replace("client-config-dir", "# client-config-dir")
+                + line
+                + "\n";
+            let parsed = ServerOptions::parse("r.conf", &text).unwrap();
+            let l = from_options("r.conf", &parsed.config).unwrap();
+            assert!(
+                !l.warnings.iter().any(|w| w.contains("reneg-sec")),
+                "{:?}",
+                l.warnings
+            );
+            let session = l.settings.server_config().session;
+            assert_eq!(session.reneg_sec, Some(Duration::from_secs(max)));
+            assert_eq!(session.reneg_sec_min, min.map(Duration::from_secs));
+        }
     }
 
     fn env(vars: &[(&str, &str)]) -> Vpn2ServerEnv {

@@ -121,8 +121,11 @@ pub struct Settings {
     pub auth: Digest,
     /// `keepalive N M`.
     pub keepalive: Option<Keepalive>,
-    /// `reneg-sec` (`None`: 0, off).
+    /// `reneg-sec MAX` (`None`: 0, off).
     pub reneg_sec: Option<Duration>,
+    /// `reneg-sec MAX MIN` (`None`: upstream's default, see
+    /// [`protocol::session::reneg_interval`]).
+    pub reneg_sec_min: Option<Duration>,
     /// `hand-window`.
     pub hand_window: Duration,
     /// `tran-window`.
@@ -257,6 +260,7 @@ impl Settings {
             auth: Digest::Sha1,
             keepalive: None,
             reneg_sec: Some(DEFAULT_RENEG_SEC),
+            reneg_sec_min: None,
             hand_window: DEFAULT_HAND_WINDOW,
             tran_window: DEFAULT_TRAN_WINDOW,
             tls_timeout: None,
@@ -312,6 +316,7 @@ impl Settings {
         session.data_ciphers_fallback = self.data_ciphers_fallback;
         session.auth = self.auth;
         session.reneg_sec = self.reneg_sec;
+        session.reneg_sec_min = self.reneg_sec_min;
         session.hand_window = self.hand_window;
         session.tran_window = self.tran_window;
         if let Some(t) = self.tls_timeout {

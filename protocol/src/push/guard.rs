@@ -3,13 +3,14 @@
 //! environment, strict).
 //!
 //! Nothing the server pushes may give the client a route wider than the server literally
-//! named, put the path to the server or the proxy into the tunnel, or switch the client's
+//! named, redirect the client's traffic to the internet by routes, put the path to the server or the proxy into the tunnel, or switch the client's
 //! liveness check off:
 //!
 //! | rule | decided by | upstream 2.6 with the same push |
 //! |---|---|---|
 //! | a `route` whose NETWORK has bits outside its NETMASK (`route 10.252.9.9 255.0.0.0`) is refused | [`check`], inside [`super::PullPolicy::process`] | the kernel refuses the route (`EINVAL`): not installed |
 //! | a `route-ipv6` whose address has bits outside its prefix (`route-ipv6 fd00::1/64`) is refused | [`check`] | masked and installed (`fd00::/64`) |
+//! | a `route` wider than [`WIDEST_IPV4_ROUTE`] (`0.0.0.0/1`, `128.0.0.0/1`, `0.0.0.0/0`), or a `route-ipv6` wider than [`WIDEST_IPV6_ROUTE`] outside the unique-local `fc00::/7` (`::/0`, `2000::/3`, `2000::/4`), is refused: it amounts to a default route | [`check`] | installed into the tunnel |
 //! | `ping 0` and `ping-restart 0` are refused: the client keeps its own value, or none | [`check`] | applied: pings, or the restart on silence, switched off |
 //! | a pushed `ping-restart` below [`PING_RESTART_FLOOR`] seconds, or below twice the `ping` pushed with it, is raised to that | [`check`], then [`finish`] on the complete push | applied as pushed |
 //! | a `route`, `route-ipv6`, or the subnet of an `ifconfig` / `ifconfig-ipv6`, that contains an address the client dials (the server, or the HTTP proxy) is refused | [`PathGuard::apply`], by the client's driver with the addresses it dialed | IPv4: installed, and the tunnel carries its own packets until it dies; IPv6: installed with a host route to the server via the old gateway |
@@ -32,12 +33,26 @@
 //! pushed `ping-restart`) satisfied, and a lowered `ping-restart` could fire between the pings
 //! of a server that pings rarely; either could cut a healthy tunnel.
 //!
+//! Why "wider than a /8" is a default route: `redirect-gateway` never takes effect on our
+//! client (DEVIATIONS P7), and the same redirect spelled as routes (`0.0.0.0/1` plus
+//! `128.0.0.0/1`, `2000::/3`, `2000::/4` plus `3000::/4`) must meet the same refusal. The
+//! networks a Gardener tunnel carries are a cluster's pod, service and node networks and vpn2's
+//! mappings of them: private or reserved IPv4 ranges no wider than `10.0.0.0/8` (`100.64/10`,
+//! `172.16/12`, `192.168/16`, vpn2's `241/8` to `244/8`), and IPv6 networks of a /48 or longer,
+//! global or unique-local (the transfer network `fd8f:6d53:b97a:1::/96`). A /8 is the widest
+//! any of them is, and every IPv4 route wider than that takes in public address space; no
+//! organisation is allocated a global IPv6 network as wide as a /16 (regional registries are
+//! given /12s), while `fc00::/7` is unique-local space, never routed on the internet. Each
+//! route is judged alone: a push of many /8s that together cover the internet is not
+//! recognised (strict mode and vpn2's environment mode, which accept only routes inside
+//! their allowed networks, are the answer to that).
+//!
 //! `redirect-gateway`, `redirect-private` and routes via `net_gateway` / `remote_host` never take
 //! effect on our client at all (DEVIATIONS P7), so they are not the guard's business.
 
 use std::net::IpAddr;
 
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use super::options::{OptionKind, PushedOption, RouteVia, Topology};
 use super::outcome::{AdjustedOption, DropReason, DroppedOption, GuardRefusal, PushOutcome};
@@ -45,6 +60,19 @@ use super::outcome::{AdjustedOption, DropReason, DroppedOption, GuardRefusal, Pu
 /// The least `ping-restart` a push may set, in seconds (twice the shortest `ping`, 1 s); a lower
 /// pushed value is raised to it.
 pub const PING_RESTART_FLOOR: u32 = 2;
+
+/// The widest pushed `route` taken, as a prefix length: `10.0.0.0/8`, the widest private
+/// range; a wider one amounts to a default route (module docs).
+pub const WIDEST_IPV4_ROUTE: u8 = 8;
+
+/// The widest pushed `route-ipv6` taken outside [`UNIQUE_LOCAL`], as a prefix length; a wider
+/// one amounts to a default route (module docs).
+pub const WIDEST_IPV6_ROUTE: u8 = 16;
+
+/// `fc00::/7`, IPv6 unique-local space: never routed on the internet, so a route inside it may
+/// be of any length.
+pub const UNIQUE_LOCAL: Ipv6Net =
+    Ipv6Net::new_assert(std::net::Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7);
 
 /// What [`check`] decided for one option.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +92,7 @@ pub enum Verdict {
     Refuse(GuardRefusal),
 }
 
-/// The rules that need nothing but the option itself (the first four of the module docs).
+/// The rules that need nothing but the option itself (the first five of the module docs).
 pub fn check(option: PushedOption) -> Verdict {
     let refuse = Verdict::Refuse;
     match &option {
@@ -75,6 +103,16 @@ pub fn check(option: PushedOption) -> Verdict {
         }
         PushedOption::RouteIpv6(r) if r.network.addr() != r.network.network() => {
             refuse(GuardRefusal::Misaligned {
+                network: IpNet::V6(r.network),
+            })
+        }
+        PushedOption::Route(r) if r.net().prefix_len() < WIDEST_IPV4_ROUTE => {
+            refuse(GuardRefusal::DefaultRoute {
+                network: IpNet::V4(r.net()),
+            })
+        }
+        PushedOption::RouteIpv6(r) if amounts_to_default_v6(r.network) => {
+            refuse(GuardRefusal::DefaultRoute {
                 network: IpNet::V6(r.network),
             })
         }
@@ -218,6 +256,12 @@ impl PathGuard {
     }
 }
 
+/// Whether a pushed IPv6 route is wider than [`WIDEST_IPV6_ROUTE`] and not inside
+/// [`UNIQUE_LOCAL`].
+fn amounts_to_default_v6(network: Ipv6Net) -> bool {
+    network.prefix_len() < WIDEST_IPV6_ROUTE && !UNIQUE_LOCAL.contains(&network)
+}
+
 fn host4(addr: std::net::Ipv4Addr) -> Ipv4Net {
     Ipv4Net::from(addr)
 }
@@ -263,13 +307,63 @@ mod tests {
             "route 10.252.0.0 255.255.0.0",
             "route 10.1.2.3",
             "route 10.1.2.3 default vpn_gateway",
-            "route 0.0.0.0 0.0.0.0",
+            "route 10.0.0.0 255.0.0.0",
             "route-ipv6 fd00::/64",
             "route-ipv6 fd00::1",
-            "route-ipv6 ::/0",
+            "route-ipv6 fc00::/7",
         ] {
             let out = one(aligned);
             assert_eq!(out.accepted.len(), 1, "{aligned}: {:?}", out.dropped);
+        }
+    }
+
+    #[test]
+    fn routes_that_amount_to_a_default_route_are_refused() {
+        for wide in [
+            "route 0.0.0.0 0.0.0.0",
+            "route 0.0.0.0 128.0.0.0",
+            "route 128.0.0.0 128.0.0.0 vpn_gateway",
+            "route 64.0.0.0 192.0.0.0",
+            "route 8.0.0.0 254.0.0.0",
+            "route-ipv6 ::/0",
+            "route-ipv6 ::/1",
+            "route-ipv6 2000::/3",
+            "route-ipv6 2000::/4",
+            "route-ipv6 3000::/4",
+            "route-ipv6 2000::/15",
+            "route-ipv6 fc00::/6",
+        ] {
+            let refused = refusal(wide);
+            assert!(
+                matches!(refused, Some(GuardRefusal::DefaultRoute { .. })),
+                "{wide}: {refused:?}"
+            );
+        }
+        let out = one("route 0.0.0.0 128.0.0.0,route 128.0.0.0 128.0.0.0,route-ipv6 2000::/4");
+        assert!(out.accepted.is_empty(), "{:?}", out.accepted);
+        assert_eq!(
+            out.refused_by_guard().next().map(|(_, r)| r.to_string()),
+            Some(
+                "0.0.0.0/1 is wider than any network a tunnel carries: it amounts to a default \
+                 route, and this client never redirects its gateway"
+                    .to_owned()
+            )
+        );
+        // What Gardener's tunnels carry: private ranges up to a /8, vpn2's mappings, IPv6
+        // networks of a /16 and longer, and anything unique-local.
+        for narrow in [
+            "route 10.0.0.0 255.0.0.0",
+            "route 241.0.0.0 255.0.0.0",
+            "route 100.64.0.0 255.192.0.0",
+            "route 172.16.0.0 255.240.0.0",
+            "route 192.168.0.0 255.255.0.0",
+            "route-ipv6 fd8f:6d53:b97a:1::/96",
+            "route-ipv6 fd00::/8",
+            "route-ipv6 2001:db8::/32",
+            "route-ipv6 2a05::/16",
+        ] {
+            let out = one(narrow);
+            assert_eq!(out.accepted.len(), 1, "{narrow}: {:?}", out.dropped);
         }
     }
 
@@ -355,8 +449,8 @@ mod tests {
         );
         let mut out = one(
             "topology subnet,route 10.200.0.0 255.255.0.0,route 10.250.0.0 255.255.0.0,\
-             route 10.200.2.2 255.255.255.255 net_gateway,route 0.0.0.0 128.0.0.0,\
-             route 0.0.0.0 0.0.0.0 vpn_gateway,route-ipv6 fd00:200::/64,route-ipv6 fd00:201::/64,\
+             route 10.200.2.2 255.255.255.255 net_gateway,route 10.0.0.0 255.0.0.0,\
+             route 10.192.0.0 255.192.0.0 vpn_gateway,route-ipv6 fd00:200::/64,route-ipv6 fd00:201::/64,\
              ifconfig 10.200.1.5 255.255.255.0,ifconfig-ipv6 fd00:200::1000/96 fd00:200::1",
         );
         guard.apply(&mut out);
@@ -394,7 +488,7 @@ mod tests {
         guard.apply(&mut out);
         assert_eq!(out.accepted.len(), 1);
         // No path known: nothing to guard.
-        let mut out = one("route 0.0.0.0 0.0.0.0");
+        let mut out = one("route 10.0.0.0 255.0.0.0");
         PathGuard::default().apply(&mut out);
         assert_eq!(out.accepted.len(), 1);
     }

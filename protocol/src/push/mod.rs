@@ -18,8 +18,8 @@
 //! Client side: [`PushCollector`] takes the options text of each `PUSH_REPLY` part (from
 //! [`crate::control_msg::ControlMessage::PushReply`]) and runs it through a [`PullPolicy`]:
 //! upstream's `pull-filter` and permission mask, then the typed model ([`PushedOption`]), then
-//! our push guard ([`guard`]: in every mode, no route wider than pushed, none over the path to
-//! the server, keepalive never switched off), then optionally our strict mode
+//! our push guard ([`guard`]: in every mode, no route wider than pushed, none that amounts to a
+//! default route, none over the path to the server, keepalive never switched off), then optionally our strict mode
 //! ([`StrictPolicy`]); see [`filter`] for the exact order. Nothing
 //! takes effect until the last part arrived: the collector hands out one [`PushOutcome`], the
 //! accepted typed options plus what was dropped and why ([`outcome`], the types every step
@@ -35,7 +35,9 @@
 //!   never half-applied;
 //! * an option of 256 bytes or more is dropped whole instead of being cut into pieces;
 //! * a push may have at most [`MAX_PUSH_REPLY_PARTS`] parts;
-//! * the push guard ([`guard`]) refuses misaligned routes, routes over the path to the server,
+//! * the push guard ([`guard`]) refuses misaligned routes, routes that amount to a default
+//!   route (IPv4 wider than a /8, IPv6 wider than a /16 outside `fc00::/7`), routes over the
+//!   path to the server,
 //!   `ping 0` / `ping-restart 0`, and raises a `ping-restart` below 2 s or below twice the
 //!   pushed `ping`.
 

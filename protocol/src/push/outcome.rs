@@ -93,6 +93,13 @@ pub enum GuardRefusal {
         /// The network as pushed, host bits included.
         network: IpNet,
     },
+    /// A route so wide it amounts to a default route: IPv4 wider than a /8, IPv6 wider than a
+    /// /16 outside `fc00::/7` ([`super::guard`]).
+    #[error("{network} is wider than any network a tunnel carries: it amounts to a default route, and this client never redirects its gateway")]
+    DefaultRoute {
+        /// The route's destination.
+        network: IpNet,
+    },
     /// `ping 0` or `ping-restart 0`.
     #[error("{option} 0 would switch the client's keepalive off")]
     KeepaliveOff {

@@ -22,8 +22,8 @@
 //! Strict mode runs after upstream's pull-filters, permission mask and the push guard
 //! ([`super::PullPolicy`]); an option must pass all of them.
 //!
-//! The push guard ([`super::guard`]) holds in every mode: misaligned routes and keepalive
-//! switched off are refused before strict mode; routes over the path to the server are
+//! The push guard ([`super::guard`]) holds in every mode: misaligned routes, routes that
+//! amount to a default route and keepalive switched off are refused before strict mode; routes over the path to the server are
 //! refused after it, by the client's driver ([`super::guard::PathGuard`]).
 //!
 //! Not covered: `ifconfig`/`ifconfig-ipv6` with a wide netmask or prefix also make the kernel

@@ -26,6 +26,30 @@ pub const DEFAULT_HAND_WINDOW: Duration = Duration::from_secs(60);
 pub const DEFAULT_TRAN_WINDOW: Duration = Duration::from_secs(3600);
 /// Default `--reneg-sec`.
 pub const DEFAULT_RENEG_SEC: Duration = Duration::from_secs(3600);
+/// A session's renegotiation interval for `reneg-sec max [min]` (`min` `None`: not given),
+/// as upstream 2.6 draws it once per session: `max` less a random part of `max - min`, so
+/// above `min` and at most `max`; without `min` a server takes up to a tenth of `max` off
+/// and a client uses `max` as it is. `random` is called only when there is a range to draw
+/// from. Our unit is the millisecond (upstream's the second), so sessions started together
+/// spread even over a short range.
+pub fn reneg_interval(
+    max: Duration,
+    min: Option<Duration>,
+    role: Role,
+    random: impl FnOnce() -> u64,
+) -> Duration {
+    let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+    let range = match (min, role) {
+        (Some(min), _) => max_ms.saturating_sub(u64::try_from(min.as_millis()).unwrap_or(0)),
+        (None, Role::Server) => max_ms / 10,
+        (None, Role::Client) => 0,
+    };
+    if range == 0 {
+        return max;
+    }
+    max.saturating_sub(Duration::from_millis(random() % range))
+}
+
 /// How often a client repeats `PUSH_REQUEST` until a reply arrives (reference 10.2).
 pub const PUSH_REQUEST_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -105,8 +129,12 @@ pub struct SessionConfig {
     pub hand_window: Duration,
     /// `--tran-window`.
     pub tran_window: Duration,
-    /// `--reneg-sec` (`None`: 0, off).
+    /// `--reneg-sec MAX` (`None`: 0, off): the longest a data key is used.
     pub reneg_sec: Option<Duration>,
+    /// `--reneg-sec MAX MIN`: the shortest. Each session renegotiates after its own interval,
+    /// drawn once from the session's RNG, above `MIN` and at most `MAX` ([`reneg_interval`]).
+    /// `None` takes upstream's default: a server `MAX` less up to a tenth, a client `MAX`.
+    pub reneg_sec_min: Option<Duration>,
     /// `--reneg-bytes` (bytes sent plus received on one key).
     pub reneg_bytes: Option<u64>,
     /// `--reneg-pkts` (packets sent plus received on one key).
@@ -145,6 +173,7 @@ impl SessionConfig {
             hand_window: DEFAULT_HAND_WINDOW,
             tran_window: DEFAULT_TRAN_WINDOW,
             reneg_sec: Some(DEFAULT_RENEG_SEC),
+            reneg_sec_min: None,
             reneg_bytes: None,
             reneg_pkts: None,
             data_ciphers: DataCiphers::default_2_6(),

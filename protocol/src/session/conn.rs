@@ -27,7 +27,7 @@ use crate::reliable::Reliable;
 use crate::tls::EXPORT_DYNAMIC_TLS_CRYPT_LABEL;
 use crate::wrap::{ControlWrap, TlsCrypt};
 
-use super::config::SessionConfig;
+use super::config::{reneg_interval, SessionConfig};
 use super::event::{CloseReason, Event, SessionError};
 use super::key_state::{KeyEvent, KeyState, KeyStateError};
 use super::link::ControlLink;
@@ -101,6 +101,8 @@ pub(crate) struct Conn {
     pub(crate) ping: Option<Duration>,
     pub(crate) ping_restart: Option<Duration>,
     pub(crate) data: Option<DataSettings>,
+    /// This session's `reneg-sec` interval, drawn at its first data key.
+    reneg_interval: Option<Duration>,
     events: VecDeque<Event>,
     /// Framed packets made outside `poll_transmit` (pings).
     pending: BytesMut,
@@ -157,6 +159,7 @@ impl Conn {
             ping: None,
             ping_restart: None,
             data: None,
+            reneg_interval: None,
             events: VecDeque::new(),
             pending: BytesMut::new(),
             closed: false,
@@ -377,17 +380,14 @@ impl Conn {
         };
         let key = DataKey::from_key2(&params, &key2, self.role).map_err(CloseReason::DataKey)?;
         self.primary.install(key);
-        if let Some(reneg) = self.cfg.reneg_sec {
-            let jitter = match self.role {
-                // A server takes a random 0..10% off (reference 12.2).
-                Role::Server => {
-                    let tenth = reneg.as_millis() as u64 / 10;
-                    Duration::from_millis(self.rng.next_u64() % tenth.max(1))
-                }
-                Role::Client => Duration::ZERO,
-            };
-            self.timers
-                .set(Timer::Renegotiate, now + reneg.saturating_sub(jitter));
+        if let Some(max) = self.cfg.reneg_sec {
+            // Drawn once, at the first data key (reference 12.2): every key of the session
+            // lives as long.
+            let rng = &mut self.rng;
+            let interval = *self.reneg_interval.get_or_insert_with(|| {
+                reneg_interval(max, self.cfg.reneg_sec_min, self.role, || rng.next_u64())
+            });
+            self.timers.set(Timer::Renegotiate, now + interval);
         }
         Ok(())
     }

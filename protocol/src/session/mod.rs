@@ -50,8 +50,9 @@
 //!   their key id; a key id with no data key is dropped silently ([`SessionError::NoKey`]).
 //! * **Lame duck.** A soft reset (ours or the peer's) moves the current key to lame duck; it
 //!   decrypts until `tran-window` after the reset or the next soft reset replaces it.
-//! * **Renegotiation** starts when the current key has its data key and `reneg-sec` (a server
-//!   takes 0..10% off at random), `reneg-bytes`, `reneg-pkts` or the packet-id trigger is
+//! * **Renegotiation** starts when the current key has its data key and `reneg-sec` (drawn
+//!   once per session from its RNG between `MIN` and `MAX`; without `MIN` a server takes
+//!   0..10% off at random, a client none: [`reneg_interval`]), `reneg-bytes`, `reneg-pkts` or the packet-id trigger is
 //!   reached, or on `renegotiate`. A peer's soft reset is answered only in the same state.
 //!   Key ids go 1..=7 and wrap to 1.
 //! * **hand-window** bounds every key negotiation (until both key-method-2 messages are
@@ -70,6 +71,7 @@ mod server;
 mod timers;
 
 pub use client::ClientSession;
+pub use config::reneg_interval;
 pub use config::{
     ClientConfig, ControlProtection, Keepalive, ServerConfig, SessionConfig, DEFAULT_HAND_WINDOW,
     DEFAULT_RENEG_SEC, DEFAULT_TRAN_WINDOW, PUSH_REQUEST_INTERVAL,

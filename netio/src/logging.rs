@@ -179,6 +179,18 @@ where
     }
 }
 
+/// The default log filter for upstream's `verb N` (both binaries, when no log flag is given):
+/// 0 errors only, 1 to 4 info (upstream's normal output), 5 and 6 debug (a line per packet
+/// upstream), above that trace.
+pub fn verb_filter(verb: u8) -> &'static str {
+    match verb {
+        0 => "error",
+        1..=4 => "info",
+        5..=6 => "debug",
+        _ => "trace",
+    }
+}
+
 /// Parses a `--log` filter: `LEVEL` and `target=LEVEL` directives separated by commas.
 pub fn parse(filter: &str) -> Result<Targets, ParseError> {
     filter.parse()

@@ -52,16 +52,10 @@ pub struct Loaded {
     pub verb: u8,
 }
 
-/// The log filter for upstream's `verb`, when no `--log` is given: 0 errors only, 1 to 4 info
-/// (upstream's normal output), 5 and 6 debug (a line per packet upstream), above that trace.
-/// The same table as the server's.
+/// The log filter for upstream's `verb`, when no `--log` is given
+/// ([`netio::logging::verb_filter`], the server's table too).
 pub fn verb_log_filter(verb: u8) -> &'static str {
-    match verb {
-        0 => "error",
-        1..=4 => "info",
-        5..=6 => "debug",
-        _ => "trace",
-    }
+    netio::logging::verb_filter(verb)
 }
 
 /// Why a config cannot be used.

@@ -168,7 +168,7 @@ fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
         cli.log_format(),
         cli.log
             .as_deref()
-            .unwrap_or(verb_filter(launch.loaded.verb)),
+            .unwrap_or(netio::logging::verb_filter(launch.loaded.verb)),
     )?;
     for w in &launch.loaded.warnings {
         tracing::warn!("{w}");
@@ -341,16 +341,6 @@ impl Cli {
     fn log_format(&self) -> Format {
         self.log_format
             .unwrap_or_else(|| Format::default_for(Format::Openvpn))
-    }
-}
-
-/// The default log filter for upstream's `verb`.
-fn verb_filter(verb: u8) -> &'static str {
-    match verb {
-        0 => "error",
-        1..=4 => "info",
-        5..=6 => "debug",
-        _ => "trace",
     }
 }
 

@@ -41,7 +41,7 @@ use conformance::gardener::pods::{
     vpn_shoot_spec, Binaries, Container, Mounts, SidecarMode, SERVER_ADMIN_PORT, SERVER_READY,
     SIDECAR_IDS, SIDECAR_READY,
 };
-use conformance::gardener::rules::{self, vpn2_seed, vpn2_shoot, Expected};
+use conformance::gardener::rules::{self, forward_guard, vpn2_seed, vpn2_shoot, Expected};
 use conformance::gardener::verdict::{self, our_seed_rules};
 use conformance::gardener::vpn2_upstream::{
     ccd_vpn_shoot_client, client_config, install_seed_proxy_nat, install_shoot_rules,
@@ -294,7 +294,11 @@ fn upstream_server_with_our_client_passes_the_checks() {
     check("tunnel up", logs, checks::wait_tunnel(&l, TUNNEL));
 
     traffic_checks(&l, &egress, logs, &[1194, 9443, 15000]);
-    let seed = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
+    // Our `firewall` hook installs vpn2's rules and the forward guard (DEVIATIONS V6); vpn2's
+    // start NAT (`vpn2[3..]`) is not the hook's and stays after a clean exit.
+    let vpn2 = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
+    let mut seed = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
+    seed.push(forward_guard());
     let shoot = vpn2_shoot(&rules::LANDSCAPE_NETMAP);
     rules_are(&l, logs, "after start", &seed, &shoot);
 
@@ -332,7 +336,7 @@ fn upstream_server_with_our_client_passes_the_checks() {
         checks::kubelet(&l, &egress, Family::V4),
     );
     drop(server);
-    rules_are(&l, logs, "after a clean exit", &seed[3..], &shoot);
+    rules_are(&l, logs, "after a clean exit", &vpn2[3..], &shoot);
 }
 
 /// Runs an nft script in `ns`.
@@ -463,7 +467,9 @@ fn checks_fail_when_what_they_check_is_broken() {
             &handle,
         ]),
     );
-    let seed = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
+    // What our `firewall` hook installs: vpn2's rules and the forward guard (DEVIATIONS V6).
+    let mut seed = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
+    seed.push(forward_guard());
     let e = fails("no INPUT drop", checks::rules(&l.seed_pod, "seed", &seed));
     assert!(
         matches!(&e, CheckError::Rules { diff, .. } if diff.missing.len() == 1),

@@ -1,15 +1,6 @@
 //! Min / median / max over rounds, and ratios between cases of the same round.
 
-/// The median of `values` (sorted in place); 0 for none.
-pub fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => 0.0,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
+pub use conformance::flood::median;
 
 /// Min, median and max of a set of measurements.
 #[derive(Debug, Clone, Copy, PartialEq)]

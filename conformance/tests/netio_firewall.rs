@@ -209,6 +209,58 @@ fn a_destination_port_reads_back_as_nft_writes_it() {
     );
 }
 
+/// The tunnel-only chain (`Chain::tunnel_only`): a device prefix (`tun*`) and the proxy
+/// group's rules read back as nft writes them; and in the kernel, a packet to a guarded
+/// network that would leave by another interface is dropped (the UDP send fails, nothing is
+/// counted on the way out), while one to another network leaves.
+#[test]
+fn tunnel_only_rules_read_back_and_drop_what_would_leave_by_another_interface() {
+    require_lab(&["nft", "ip"]);
+    let ns = Netns::new().expect("namespace");
+    let other = Netns::new().expect("far side");
+    Netns::veth_pair(&ns, "eth0", &other, "eth0").expect("veth");
+    for cmd in [
+        "ip addr add 10.9.0.1/24 dev eth0",
+        "ip route add default via 10.9.0.2",
+    ] {
+        ns.run(cmd.split_whitespace()).expect(cmd);
+    }
+    other
+        .run("ip addr add 10.9.0.2/24 dev eth0".split_whitespace())
+        .expect("far address");
+    let table = Table::new("vpnt-tunnel-only").chain(Chain::tunnel_only(
+        "tun*",
+        &[net("244.0.0.0/8"), net("fd00:250::/64")],
+        &[net("100.96.0.0/11")],
+    ));
+    ns.run_in(|| {
+        Firewall::open()
+            .expect("netfilter socket")
+            .apply(&table, false)
+            .expect("table")
+    })
+    .expect("in namespace");
+    let listed = nft(&ns, &["list", "table", "inet", "vpnt-tunnel-only"]);
+    for line in [
+        "type filter hook postrouting priority filter; policy accept;",
+        "oifname \"tun*\" accept",
+        "ip daddr 244.0.0.0/8 drop",
+        "ip6 daddr fd00:250::/64 drop",
+        "meta skgid 31415 ip daddr 100.96.0.0/11 drop",
+    ] {
+        assert!(listed.contains(line), "{line} missing: {listed}");
+    }
+    let sends = |dst: &str| {
+        ns.run_in(|| {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").expect("socket");
+            s.send_to(b"x", (dst, 9)).is_ok()
+        })
+        .expect("in namespace")
+    };
+    assert!(!sends("244.1.2.3"), "a guarded network by eth0: dropped");
+    assert!(sends("203.0.113.9"), "any other network leaves");
+}
+
 /// The HA shoot pod's return path (`vpn_client::vpn2::return_mark_chain`): marks as nft
 /// writes them, and a packet really carrying the mark (counted by a rule matching it).
 #[test]

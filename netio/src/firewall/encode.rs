@@ -571,10 +571,18 @@ fn l4proto_tcp(out: &mut Vec<Expr>) {
     });
 }
 
+/// `iifname NAME` / `oifname NAME`; a name ending in `*` (`tun*`, iptables' `tun+`) matches
+/// every interface whose name starts with the rest: nft compares only those bytes.
 fn iface(out: &mut Vec<Expr>, key: u32, name: &str) {
-    let mut data = vec![0u8; IFNAMSIZ];
-    let n = name.len().min(IFNAMSIZ - 1);
-    data[..n].copy_from_slice(&name.as_bytes()[..n]);
+    let data = match name.strip_suffix('*') {
+        Some(prefix) => prefix.as_bytes()[..prefix.len().min(IFNAMSIZ - 1)].to_vec(),
+        None => {
+            let mut data = vec![0u8; IFNAMSIZ];
+            let n = name.len().min(IFNAMSIZ - 1);
+            data[..n].copy_from_slice(&name.as_bytes()[..n]);
+            data
+        }
+    };
     out.push(Expr::Meta { key });
     out.push(Expr::Cmp {
         op: NFT_CMP_EQ,

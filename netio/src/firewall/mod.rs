@@ -199,6 +199,26 @@ impl Chain {
         )
         .rule(Rule::new().iifname(device).drop())
     }
+
+    /// A chain that keeps the tunnel's networks in the tunnel (`tunnel-only`, filter, at
+    /// postrouting, where the outgoing interface is final): a packet to one of `nets`, or from
+    /// the proxy group ([`VPN2_PROXY_GID`]) to one of `proxy_nets`, that would leave by an
+    /// interface other than `devices` (a name, or a prefix with `*`) is dropped. It is what
+    /// stops such packets following the pod's default route into the seed's network while
+    /// the tunnel's routes are gone (a server or client process restarting, both HA tunnels
+    /// down). A dropped SYN is retried by the sender's kernel, so a connection started in
+    /// that moment completes once the tunnel is back. `proxy_nets` are the shoot networks
+    /// that overlap the pod's own (only the proxy group means the shoot by them).
+    pub fn tunnel_only(devices: &str, nets: &[IpNet], proxy_nets: &[IpNet]) -> Chain {
+        Chain::filter("tunnel-only", Hook::Postrouting, priority::FILTER)
+            .rule(Rule::new().oifname(devices).accept())
+            .rules(nets.iter().map(|net| Rule::new().daddr(*net).drop()))
+            .rules(
+                proxy_nets
+                    .iter()
+                    .map(|net| Rule::new().skgid(VPN2_PROXY_GID).daddr(*net).drop()),
+            )
+    }
 }
 
 impl Rule {
@@ -207,12 +227,12 @@ impl Rule {
         Rule::default()
     }
 
-    /// `iifname NAME`.
+    /// `iifname NAME`; `NAME*` matches every interface whose name starts with `NAME`.
     pub fn iifname(self, name: &str) -> Rule {
         self.with(Match::InIface(name.to_owned()))
     }
 
-    /// `oifname NAME`.
+    /// `oifname NAME`; `NAME*` matches every interface whose name starts with `NAME`.
     pub fn oifname(self, name: &str) -> Rule {
         self.with(Match::OutIface(name.to_owned()))
     }

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use netio::admin::{AdminBindError, AdminServer};
-use netio::firewall::{priority, Chain, FirewallError, Hook, Installed, Rule, Table};
+use netio::firewall::{priority, Chain, Firewall, FirewallError, Hook, Installed, Rule, Table};
 use netio::report::chain;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -31,6 +31,9 @@ pub struct Launch {
     /// Firewall and NAT rules to hold while serving (vpn2 environment mode): applied once the
     /// tun device is up, owned by this process, removed when it stops.
     pub firewall: Option<Table>,
+    /// Rules that outlive the process (vpn2 environment mode: `crate::vpn2::seed_guard`),
+    /// applied before the device exists and never removed.
+    pub guard: Option<Table>,
     /// GEP-21's cloud API endpoint (`--cloud-api-listen`); the server then holds
     /// [`crate::cloud_api::endpoint_table`] for its device (`firewall`; without it, the seed
     /// table's INPUT and FORWARD guards).
@@ -72,9 +75,17 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         sidecar,
         admin_listen,
         firewall,
+        guard,
         cloud_api,
         tunnel_guarded_ports,
     } = launch;
+    if let Some(guard) = &guard {
+        Firewall::open()?.apply(guard, false)?;
+        info!(
+            table = guard.name(),
+            "tunnel-only rules in place (they outlive this process)"
+        );
+    }
     let Loaded {
         settings,
         up,

@@ -36,7 +36,7 @@ use sidecar::cli::ShootNetworks;
 use sidecar::envoy::{self, EnvoyArgs};
 use sidecar::SidecarArgs;
 use tokio_util::sync::CancellationToken;
-use vpn_server::config::VPN2_SECRETS_DIR;
+use vpn_server::config::{vpn2_shoot_iroutes, VPN2_SECRETS_DIR};
 use vpn_server::exporter::{self, ExporterArgs, ExporterConfig};
 use vpn_server::launch::{self, Launch};
 use vpn_server::probes::{self, ProbeError};
@@ -210,8 +210,8 @@ fn exporter(args: &ExporterArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
 /// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's
 /// shoot networks from the same source.
 fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
-    let (loaded, firewall) = match config {
-        Some(path) => (load_file(path)?, None),
+    let (loaded, firewall, guard) = match config {
+        Some(path) => (load_file(path)?, None, None),
         None => {
             let env = Vpn2ServerEnv::parse(std::env::vars())?;
             // vpn2's rules, in a table the server owns for as long as it runs.
@@ -224,7 +224,15 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
             // process and hands no packet to its kernel).
             let table = (!env.is_ha)
                 .then(|| vpn2::seed_table(env.device(), env.seed_pod_network, Some(&netmap)));
-            (from_vpn2_env(&env, &cli.secrets_dir)?, table)
+            // And what keeps the shoot's networks in the tunnel while the server restarts.
+            let guard = (!env.is_ha).then(|| {
+                vpn2::seed_guard(
+                    env.device(),
+                    &vpn2_shoot_iroutes(&env),
+                    &env.shoot_networks(),
+                )
+            });
+            (from_vpn2_env(&env, &cli.secrets_dir)?, table, guard)
         }
     };
     let sidecar = match cli.sidecar {
@@ -257,6 +265,7 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
         sidecar,
         admin_listen: cli.admin_listen.clone(),
         firewall,
+        guard,
         cloud_api,
         tunnel_guarded_ports,
     })

@@ -44,6 +44,27 @@ pub fn setup() -> Result<(), SysctlError> {
     Ok(())
 }
 
+/// Our second table on the seed side (vpn2 environment mode, non-HA): **not** owned, so it
+/// outlives the server process. While the server restarts its device and routes are gone,
+/// and so is the owned table's mapping of the proxy's connections; without this table the
+/// proxy's (Envoy's) connections to the shoot would follow the pod's default route into the
+/// seed's network, where overlapping addresses can exist. Applied at every start (replacing
+/// the last one); nothing removes it, as it only ever drops what would leave by the wrong
+/// interface.
+pub const GUARD_TABLE: &str = "vpn-seed-server-guard";
+
+/// [`GUARD_TABLE`] for `device`: packets to the networks routed into the tunnel (`tunnel`:
+/// the mapped ranges and IPv6 shoot networks) and the proxy group's packets to the real IPv4
+/// shoot networks (`shoot_v4`) leave by `device` or not at all ([`Chain::tunnel_only`]).
+pub fn seed_guard(device: &str, tunnel: &[IpNet], shoot_v4: &[IpNet]) -> Table {
+    let shoot_v4: Vec<IpNet> = shoot_v4
+        .iter()
+        .filter(|n| n.addr().is_ipv4())
+        .map(IpNet::trunc)
+        .collect();
+    Table::new(GUARD_TABLE).chain(Chain::tunnel_only(device, tunnel, &shoot_v4))
+}
+
 /// The networks the proxy group may never reach after the mapping, besides the seed's pod
 /// network: loopback and link-local, both families.
 pub const PROXY_GUARDED: [&str; 4] = ["127.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10"];

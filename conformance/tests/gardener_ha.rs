@@ -14,7 +14,9 @@
 //! Probe streams run from each kube-apiserver replica to the shoot node for the whole test:
 //! sequence-numbered UDP at 100/s and a long-lived TCP echo session. The test kills a server
 //! (`kill -9`), black-holes the path to a server, kills a shoot pod, restarts a kube-apiserver
-//! replica 20 times (alternating its pod IP), and checks readiness on both sides and that the
+//! replica 20 times (alternating its pod IP), kills both servers and then both clients of a
+//! replica (a connection started meanwhile waits in a standby device; nothing to the shoot
+//! leaves a kube-apiserver pod by `eth0`), and checks readiness on both sides and that the
 //! shoot can open nothing into the seed. The figures it prints go into `docs/ha.md`.
 
 // A long test here is one scenario read top to bottom; split up, its steps would scatter.
@@ -28,10 +30,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use conformance::gardener::capture::Capture;
 use conformance::gardener::ha::{
-    self as ha, gateway, routes6_via, routes_via, HaLandscape, INGRESS_LB, KAPI, NODE, NODE_V6,
-    SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD,
-    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    self as ha, gateway, routes6_via, routes_via, standby_routes_via, HaLandscape, INGRESS_LB,
+    KAPI, NODE, NODE_V6, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6,
+    SHOOT_POD, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
@@ -874,6 +877,121 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     }
     let msg = record(&mut figures, format!("20 kube-apiserver restarts (pod IP alternating): tunnels up and routed within {:.0} ms at worst, a connection through each time", worst.as_secs_f64() * 1e3));
     assert!(worst < Duration::from_secs(1), "{}", msg);
+
+    // 6. Both servers down, then back: a connection a kube-apiserver starts meanwhile waits in
+    // a standby device and completes once a tunnel is back; then both clients of a replica
+    // gone as well. In none of these states does a packet addressed to the shoot leave a
+    // kube-apiserver pod by its eth0 (the tunnel-only rules; without them, and without the
+    // standby routes, such packets followed the pod's default route into the seed).
+    let to_shoot = format!(
+        "dst net {SHOOT_SERVICE_NETWORKS} or dst net {SHOOT_POD_NETWORKS} or dst net \
+         {SHOOT_NODE_NETWORK} or dst net {SHOOT_NODE_NETWORK_V6}"
+    );
+    let captures: Vec<Capture<'_>> = l
+        .kapi
+        .iter()
+        .map(|ns| Capture::start(ns, "eth0", &to_shoot).expect("capture on eth0"))
+        .collect();
+    for s in &servers {
+        s.signal("KILL").expect("kill server");
+    }
+    for ns in &l.kapi {
+        wait_until(
+            "both tunnels' routes withdrawn",
+            Duration::from_secs(5),
+            || {
+                !routes_via(ns, "tun0").contains(SHOOT_SERVICE_NETWORKS)
+                    && !routes_via(ns, "tun1").contains(SHOOT_SERVICE_NETWORKS)
+            },
+        );
+        let standby = standby_routes_via(ns, "tun0");
+        assert!(
+            standby.contains(SHOOT_SERVICE_NETWORKS) && standby.contains("metric 1000"),
+            "the standby routes stay while the tunnel is down: {standby}"
+        );
+    }
+    let (waited, tunnels_back) = std::thread::scope(|scope| {
+        let start = Instant::now();
+        let replica = &l.kapi[1];
+        let waiting = scope.spawn(move || {
+            let ok = connects(replica, Duration::from_secs(30));
+            (ok, start.elapsed())
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        for s in &mut servers {
+            s.restart(logs).expect("server again");
+        }
+        // When each of replica 1's tunnels carries traffic again, from the connection's start.
+        let mut carries: [Option<Duration>; 2] = [None, None];
+        wait_until("both tunnels of replica 1 back", UP, || {
+            for (i, at) in carries.iter_mut().enumerate() {
+                if at.is_none()
+                    && routes_via(&l.kapi[1], &format!("tun{i}")).contains(SHOOT_SERVICE_NETWORKS)
+                {
+                    *at = Some(start.elapsed());
+                }
+            }
+            carries.iter().all(Option::is_some)
+        });
+        let (ok, waited) = waiting.join().expect("connecting thread");
+        assert!(
+            ok,
+            "a connection started with both servers down completes once one is back"
+        );
+        let [tun0, tun1] = carries.map(|at| at.unwrap_or_default());
+        (waited, (tun0, tun1))
+    });
+    let back = tunnels_back.0.min(tunnels_back.1);
+    let msg = record(
+        &mut figures,
+        format!(
+            "both servers killed, restarted 2 s later: a connection started then completed after {:.2} s; tun0 carried again after {:.2} s, tun1 after {:.2} s",
+            waited.as_secs_f64(),
+            tunnels_back.0.as_secs_f64(),
+            tunnels_back.1.as_secs_f64()
+        ),
+    );
+    assert!(waited < back + Duration::from_secs(1), "{}", msg);
+    for c in &kapi_clients[1] {
+        c.signal("KILL").expect("kill seed client");
+    }
+    wait_until("replica 1's devices gone", Duration::from_secs(5), || {
+        standby_routes_via(&l.kapi[1], "tun0").is_empty()
+            && standby_routes_via(&l.kapi[1], "tun1").is_empty()
+    });
+    assert!(
+        !connects(&l.kapi[1], Duration::from_secs(2)),
+        "no tunnel, no connection"
+    );
+    let guard = String::from_utf8_lossy(
+        &l.kapi[1]
+            .run(["nft", "list", "table", "inet", "vpn-seed-client-guard"])
+            .expect("nft")
+            .stdout,
+    )
+    .into_owned();
+    assert!(
+        guard.contains("oifname \"tun*\" accept"),
+        "the tunnel-only rules outlive the clients: {guard}"
+    );
+    for c in &mut kapi_clients[1] {
+        c.restart(logs).expect("seed client again");
+    }
+    wait_until("replica 1 routed again", UP, || {
+        routes_via(&l.kapi[1], "tun0").contains(SHOOT_SERVICE_NETWORKS)
+    });
+    assert!(connects(&l.kapi[1], Duration::from_secs(2)));
+    for (r, capture) in captures.into_iter().enumerate() {
+        let leaked = capture.finish().expect("capture");
+        assert!(
+            leaked.is_empty(),
+            "kube-apiserver replica {r} sent packets to the shoot by eth0: {leaked:?}"
+        );
+    }
+    record(
+        &mut figures,
+        "both servers down, a replica's clients gone: no packet to the shoot left either kube-apiserver pod by eth0".to_owned(),
+    );
 
     let _ = controllers;
     let _ = &ingress;

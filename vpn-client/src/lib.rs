@@ -50,7 +50,7 @@
 use std::io;
 use std::time::Duration;
 
-use netio::firewall::{FirewallError, Installed};
+use netio::firewall::{Firewall, FirewallError, Installed};
 use netio::report::chain;
 use protocol::session::{ClientConfig, ClientSession};
 pub use tokio_util::sync::CancellationToken;
@@ -124,6 +124,13 @@ pub async fn run(mut settings: Settings, shutdown: CancellationToken) -> Result<
         settings.tun.mtu = tunnel::auto_mtu(settings.tun.mtu).await?;
     }
     let config = settings.client_config()?;
+    if let Some(guard) = &settings.guard {
+        Firewall::open()?.apply(guard, false)?;
+        tracing::info!(
+            table = guard.name(),
+            "tunnel-only rules in place (they outlive this process)"
+        );
+    }
     let rules = settings
         .firewall
         .as_ref()

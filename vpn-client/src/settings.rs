@@ -102,6 +102,10 @@ pub struct Settings {
     /// Firewall and NAT rules held while the client runs (vpn2 mode: the shoot side's
     /// forwarding, NAT and MSS clamping), owned by the process (gone when it ends).
     pub firewall: Option<Table>,
+    /// Rules applied at start that outlive the process, never removed (vpn2 mode, a
+    /// kube-apiserver's HA client: `crate::vpn2::ha_seed_guard`, so the shoot's networks
+    /// never leave the pod by another interface while the tunnels are down).
+    pub guard: Option<Table>,
 }
 
 impl Settings {
@@ -138,6 +142,7 @@ impl Settings {
             tls_ekm: true,
             scripts: Scripts::default(),
             firewall: None,
+            guard: None,
         }
     }
 
@@ -328,8 +333,9 @@ pub struct TunSettings {
 /// How an HA client holds its routes ([`TunSettings::ha`]): `routes` go into the device with
 /// `metric` (and, with `source_from_socket`, the source address of the connection to the
 /// server) once the tunnel is up, `hold_down` later if an earlier tunnel of this process went
-/// down; they are withdrawn the moment a connection ends, so the kernel moves the traffic to
-/// the other server's device (a higher metric).
+/// down (unless no other tunnel carries the traffic then); they are withdrawn the moment a
+/// connection ends, so the kernel moves the traffic to the other server's device (a higher
+/// metric), or, with `standby_metric`, to the device of the first server to come back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HaRoutes {
     /// The routes' metric: `100 + VPN_SERVER_INDEX`.
@@ -349,6 +355,12 @@ pub struct HaRoutes {
     /// in it whose low 32 bits are the pod IP goes on the device and is the IPv6 routes'
     /// source (the server owns it for this pod).
     pub transfer_v6: Option<ipnet::Ipv6Net>,
+    /// Kube-apiserver side: the routes' metric while the tunnel is down (`1000 +
+    /// VPN_SERVER_INDEX`). They stay in the device with it for as long as the process runs,
+    /// so a connection the kube-apiserver starts while both tunnels are down waits in the
+    /// device's queue and leaves the moment this client's tunnel is back, rather than being
+    /// dropped by the pod's tunnel-only rules and retried seconds later.
+    pub standby_metric: Option<u32>,
 }
 
 impl Default for TunSettings {

@@ -30,6 +30,7 @@ use protocol::push::options::{RouteGatewayAddr, RouteVia, Topology};
 use protocol::push::PushedOption;
 
 use crate::settings::TunSettings;
+use crate::vpn2::HA_STANDBY_METRIC_BASE;
 
 /// What one push asks of the device.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -190,6 +191,11 @@ pub(crate) struct Tunnel {
     ha_source: Option<IpAddr>,
     /// HA: a tunnel of this process was up before (so the next one waits out the hold-down).
     was_up: bool,
+    /// HA: the end of the running hold-down, if one runs.
+    ha_hold_until: Option<Instant>,
+    /// HA, kube-apiserver side: the standby routes (`HaRoutes::standby_metric`), kept while
+    /// the device lives.
+    ha_standby: Vec<Route>,
 }
 
 impl Tunnel {
@@ -211,6 +217,8 @@ impl Tunnel {
             ha_retry: HA_RETRY_FIRST,
             ha_source: None,
             was_up: false,
+            ha_hold_until: None,
+            ha_standby: Vec::new(),
         })
     }
 
@@ -219,26 +227,68 @@ impl Tunnel {
         self.ha_due
     }
 
-    /// HA: the tunnel is up (over a connection from `local`): its routes go in now, or after
-    /// the hold-down if an earlier tunnel of this process went down.
+    /// HA: the tunnel is up (over a connection from `local`): its routes go in now, or, if
+    /// an earlier tunnel of this process went down and another tunnel carries the traffic
+    /// meanwhile, after the hold-down ([`Tunnel::ha_install`] decides).
     pub fn ha_up(&mut self, local: Option<IpAddr>) {
         let Some(ha) = &self.settings.ha else {
             return;
         };
         self.ha_source = local.filter(|_| ha.source_from_socket);
-        let wait = if self.was_up {
-            ha.hold_down
-        } else {
-            Duration::ZERO
+        let now = Instant::now();
+        self.ha_hold_until = (self.was_up && !ha.hold_down.is_zero()).then(|| now + ha.hold_down);
+        self.was_up = true;
+        self.ha_due = Some(now);
+    }
+
+    /// HA: whether the hold-down keeps the routes out now: it runs, and another tunnel
+    /// carries the traffic meanwhile (with none, nothing is gained by waiting: the traffic
+    /// waits in a standby device or is dropped). Reschedules the install for its end.
+    async fn ha_held_down(&mut self, dev: &str) -> bool {
+        let Some(until) = self.ha_hold_until else {
+            return false;
         };
-        if !wait.is_zero() {
+        if Instant::now() >= until {
+            self.ha_hold_until = None;
+            return false;
+        }
+        if self.other_tunnel_carries(dev).await {
             tracing::info!(
-                hold_down_s = wait.as_secs_f32(),
+                hold_down_s = until
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f32(),
                 "tunnel back up: its routes return after the hold-down"
             );
+            self.ha_due = Some(until);
+            return true;
         }
-        self.was_up = true;
-        self.ha_due = Some(Instant::now() + wait);
+        tracing::info!("tunnel back up and no other tunnel carries the traffic: routes in now");
+        self.ha_hold_until = None;
+        false
+    }
+
+    /// Whether a `tun` device other than `dev` has an active HA route (a metric below the
+    /// standby ones) to one of our networks.
+    async fn other_tunnel_carries(&self, dev: &str) -> bool {
+        let mut routes = Vec::new();
+        for family in [Family::V4, Family::V6] {
+            match self.netlink.routes(family).await {
+                Ok(found) => routes.extend(found),
+                // Unknown: keep the hold-down, as without this check.
+                Err(_) => return true,
+            }
+        }
+        routes.iter().any(|r| {
+            r.dev
+                .as_deref()
+                .is_some_and(|d| d != dev && d.starts_with("tun"))
+                && r.metric.is_some_and(|m| m < HA_STANDBY_METRIC_BASE)
+                && self
+                    .settings
+                    .routes
+                    .iter()
+                    .any(|n| IpPrefix::from(n.trunc()) == r.dst)
+        })
     }
 
     /// HA: installs the routes that are due (the tunnel stayed up through the hold-down).
@@ -251,6 +301,9 @@ impl Tunnel {
         };
         self.ha_due = None;
         let dev = tun.name().to_owned();
+        if self.ha_held_down(&dev).await {
+            return;
+        }
         // The IPv6 routes' source on an IPv4 pod: its transfer-network address.
         let source_v6 = match (self.ha_source, ha.transfer_v6) {
             (Some(IpAddr::V4(pod)), Some(net)) => {
@@ -288,6 +341,9 @@ impl Tunnel {
                 }
             })
             .collect();
+        if let Some(standby) = ha.standby_metric {
+            self.ha_add_standby(&wanted, standby).await;
+        }
         let mut refused = self.ha_add_routes(wanted).await;
         if let Some(mark) = ha.return_by_mark {
             refused += self.ha_install_return_path(&dev, mark).await;
@@ -313,6 +369,29 @@ impl Tunnel {
             );
             self.ha_due = Some(Instant::now() + self.ha_retry);
             self.ha_retry = (self.ha_retry * 2).min(HA_RETRY_MAX);
+        }
+    }
+
+    /// HA, kube-apiserver side: copies of `active` with metric `standby`, which stay while the
+    /// device lives. One the kernel refuses is logged and tried again at the next install.
+    async fn ha_add_standby(&mut self, active: &[Route], standby: u32) {
+        for route in active {
+            let route = Route {
+                metric: Some(standby),
+                ..route.clone()
+            };
+            if self.ha_standby.contains(&route) {
+                continue;
+            }
+            match self.netlink.add_route(&route).await {
+                Ok(()) => {}
+                Err(e) if e.already_exists() => {}
+                Err(e) => {
+                    tracing::warn!(dst = %route.dst, error = %chain(&e), "standby route not added");
+                    continue;
+                }
+            }
+            self.ha_standby.push(route);
         }
     }
 
@@ -378,6 +457,7 @@ impl Tunnel {
     /// higher metric, takes the traffic), and a pending install is cancelled.
     pub async fn ha_withdraw(&mut self) {
         self.ha_due = None;
+        self.ha_hold_until = None;
         self.ha_retry = HA_RETRY_FIRST;
         if self.ha_routes.is_empty() && self.ha_rules.is_empty() {
             return;

@@ -204,6 +204,7 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                 hold_down: HA_HOLD_DOWN,
                 return_by_mark: Some(HA_METRIC_BASE + server),
                 transfer_v6: None,
+                standby_metric: None,
             });
         }
         Some(HaRole::Seed { server }) => {
@@ -218,8 +219,17 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                 hold_down: HA_HOLD_DOWN,
                 return_by_mark: None,
                 transfer_v6: Some(env.vpn_network),
+                standby_metric: Some(HA_STANDBY_METRIC_BASE + server),
             });
             loaded.settings.firewall = Some(ha_seed_table(&format!("{TABLE}-{dev}"), &dev));
+            let shoot: Vec<IpNet> = env
+                .shoot_service_networks
+                .iter()
+                .chain(&env.shoot_pod_networks)
+                .chain(&env.shoot_node_networks)
+                .copied()
+                .collect();
+            loaded.settings.guard = Some(ha_seed_guard(&tun.routes, &shoot));
         }
     }
     Ok(loaded)
@@ -282,6 +292,9 @@ pub fn ha_seed_routes(env: &Vpn2ClientEnv) -> Result<Vec<IpNet>, Vpn2Error> {
 /// HA: the metric of server 0's routes; server *i*'s are `100 + i`, so the lowest index up
 /// carries the traffic.
 pub const HA_METRIC_BASE: u32 = 100;
+/// HA, kube-apiserver side: the metric of server 0's routes while its tunnel is down
+/// (`HaRoutes::standby_metric`); above every active one.
+pub const HA_STANDBY_METRIC_BASE: u32 = 1000;
 /// HA: how long a tunnel that came back must stay up before it takes its routes back
 /// (`docs/ha.md` §4: a path going up and down does not drag traffic with it).
 pub const HA_HOLD_DOWN: std::time::Duration = std::time::Duration::from_secs(10);
@@ -366,6 +379,25 @@ pub fn ha_seed_table(name: &str, device: &str) -> Table {
     Table::new(name)
         .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device))
 }
+
+/// The kube-apiserver pod's table that outlives its HA clients (both apply the same one):
+/// packets to the networks the clients route into their tunnels (`routed`), and the proxy
+/// group's packets to the real IPv4 shoot networks (`shoot`; they overlap the pod's own
+/// network where vpn2 maps them), leave by a `tun` device or not at all
+/// ([`Chain::tunnel_only`]). While both tunnels are down (their routes withdrawn), or both
+/// client processes restart (their devices gone), the kube-apiserver's packets to the shoot
+/// would otherwise follow the pod's default route into the seed's network.
+pub fn ha_seed_guard(routed: &[IpNet], shoot: &[IpNet]) -> Table {
+    let shoot_v4: Vec<IpNet> = shoot
+        .iter()
+        .filter(|n| n.addr().is_ipv4())
+        .map(IpNet::trunc)
+        .collect();
+    Table::new(GUARD_TABLE).chain(Chain::tunnel_only("tun*", routed, &shoot_v4))
+}
+
+/// The kube-apiserver pod's table of [`ha_seed_guard`].
+pub const GUARD_TABLE: &str = "vpn-seed-client-guard";
 
 /// The tun device vpn2's shoot client uses.
 pub const DEVICE: &str = "tun0";
@@ -687,6 +719,7 @@ mod tests {
                 hold_down: HA_HOLD_DOWN,
                 return_by_mark: None,
                 transfer_v6: Some("fd8f:6d53:b97a:1::/96".parse().expect("net")),
+                standby_metric: Some(1001),
             })
         );
         let table = format!("{:?}", s.firewall.expect("INPUT rules"));

@@ -192,22 +192,41 @@ impl HaLandscape {
     }
 }
 
-/// The `ip route` lines of `ns` through `dev` (empty when there is no such device).
+/// The `ip route` lines of `ns` through `dev` that carry traffic while a tunnel is up (empty
+/// when there is no such device): a kube-apiserver client's standby routes (metric 1000 and
+/// up, kept while its tunnel is down) are left out; [`standby_routes_via`] has them.
 pub fn routes_via(ns: &Netns, dev: &str) -> String {
-    route_lines(ns, "-4", dev)
+    route_lines(ns, "-4", dev, false)
 }
 
-/// The `ip -6 route` lines of `ns` through `dev` (empty when there is no such device).
+/// The `ip -6 route` lines of [`routes_via`].
 pub fn routes6_via(ns: &Netns, dev: &str) -> String {
-    route_lines(ns, "-6", dev)
+    route_lines(ns, "-6", dev, false)
 }
 
-fn route_lines(ns: &Netns, family: &str, dev: &str) -> String {
+/// The standby routes of `ns` through `dev`, both families (`vpn_client`'s
+/// `HaRoutes::standby_metric`).
+pub fn standby_routes_via(ns: &Netns, dev: &str) -> String {
+    route_lines(ns, "-4", dev, true) + &route_lines(ns, "-6", dev, true)
+}
+
+fn route_lines(ns: &Netns, family: &str, dev: &str, standby: bool) -> String {
     let out = ns
         .run(["ip", family, "route", "show", "dev", dev])
         .map(|o| o.stdout)
         .unwrap_or_default();
-    String::from_utf8_lossy(&out).into_owned()
+    let is_standby = |line: &str| {
+        line.split_whitespace()
+            .skip_while(|w| *w != "metric")
+            .nth(1)
+            .and_then(|m| m.parse::<u32>().ok())
+            .is_some_and(|m| m >= vpn_client::vpn2::HA_STANDBY_METRIC_BASE)
+    };
+    String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|line| is_standby(line) == standby)
+        .map(|line| format!("{line}\n"))
+        .collect()
 }
 
 /// The longest time without an arrival between `from` and `to`, from the arrival times of a

@@ -20,7 +20,9 @@
 //!   one while it waits gets 503 at once (over the one-waiter limit); both counted.
 //!
 //! Then the client stops for good: a direct TCP connect is held for the server's bound (4 s)
-//! and then refused by ICMP host unreachable (`EHOSTUNREACH`), not before.
+//! and then refused by ICMP host unreachable (`EHOSTUNREACH`), not before. A CONNECT through
+//! "alone" now meets that refusal at once and dials again until its own bound: the client
+//! started 1 s later carries it, within 1 s of its return.
 
 #![allow(clippy::too_many_lines)]
 
@@ -254,7 +256,7 @@ fn requests_started_while_the_tunnel_reconnects_wait_for_it_and_fail_only_at_the
         .recv_timeout(WAIT)
         .expect("server and sidecars bound");
 
-    // POD: answers every connection with HELLO (three are expected; bounded in time).
+    // POD: answers every connection with HELLO (four are expected; bounded in time).
     let listener = pod
         .run_in(|| TcpListener::bind((POD_ADDR, POD_PORT)))
         .expect("run in pod")
@@ -396,10 +398,29 @@ fn requests_started_while_the_tunnel_reconnects_wait_for_it_and_fail_only_at_the
         "refused after {took:?}; the server's bound is {SERVER_HOLD:?}"
     );
 
+    // Past the server's bound it answers at once; the sidecar alone dials again until its
+    // own bound, so a client back meanwhile still carries the CONNECT.
+    let (alone, back) = std::thread::scope(|sc| {
+        let alone = sc.spawn(|| seed.run_in(|| connect_through(&good, 9444)).expect("seed"));
+        std::thread::sleep(Duration::from_secs(1));
+        let client = start_client(&shoot_rt, &pki, &tls_auth);
+        let back = wait_route(&routes, true);
+        ((alone.join().expect("alone"), client), back)
+    });
+    let ((status, got, answered), client) = alone;
+    assert_eq!(status, Some(200), "alone, past the server's bound");
+    assert_eq!(got, HELLO);
+    let after = answered.saturating_duration_since(back);
+    assert!(
+        after < AFTER_RETURN,
+        "alone, past the server's bound: answered {after:?} after the tunnel was back"
+    );
+    stop_client(&shoot_rt, client);
+
     pod_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
         pod_server.join().expect("pod server"),
-        3,
+        4,
         "connections the pod served"
     );
     seed_token.cancel();

@@ -123,6 +123,7 @@ fn render_every_part() -> Rendered {
 
     let mut out = Exposition::new();
     vpn_server::ServerMetrics::default().render(0, 0, &mut out);
+    vpn_server::metrics::render_hold(&vpn_server::registry::hold::HoldCounts::default(), &mut out);
     r.add("vpn-server", out.as_str());
     r.add(
         "GEP-21 seed endpoint",

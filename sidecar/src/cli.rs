@@ -100,6 +100,23 @@ pub struct SidecarArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub connect_timeout_secs: u64,
+    /// How long a CONNECT to the shoot waits for a route (the tunnel) when none is there,
+    /// in milliseconds (Envoy mode: the cluster's `connect_timeout`); 503 at the bound. 0:
+    /// no wait.
+    #[arg(
+        long = "sidecar-hold-timeout-ms",
+        env = "SIDECAR_HOLD_TIMEOUT_MS",
+        default_value_t = 20_000
+    )]
+    pub hold_timeout_ms: u64,
+    /// CONNECTs waiting for a route at once, at least 1; the next gets 503 at once.
+    #[arg(
+        long = "sidecar-max-held",
+        env = "SIDECAR_MAX_HELD",
+        default_value_t = 1024,
+        value_parser = clap::value_parser!(u64).range(1..).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+    )]
+    pub max_held: usize,
     /// Idle timeout of a tunnel in seconds (no bytes either way); at least 1.
     #[arg(
         long = "sidecar-idle-timeout",
@@ -231,6 +248,8 @@ impl SidecarArgs {
             ClientCertArg::Optional => ClientCertMode::Optional,
         };
         config.connect_timeout = Duration::from_secs(self.connect_timeout_secs);
+        config.hold_timeout = Duration::from_millis(self.hold_timeout_ms);
+        config.max_held = self.max_held;
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
         config.max_connections = self.max_connections;
         Ok(config)

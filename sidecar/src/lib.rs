@@ -13,6 +13,7 @@
 //! | [`policy`] | which destinations may be dialed; vpn2's address mapping ([`Netmap`]) |
 //! | `proxy` | one connection: TLS, CONNECT head, policy, dial, relay, access log line |
 //! | [`dns`] | names in CONNECT targets: Envoy's DNS cache (`max_hosts`, refresh, TTL) |
+//! | `hold` | CONNECTs waiting for a route: `max_held`, the reconnect window's log lines |
 //! | [`metrics`] | the sidecar's counters under Envoy's series names (`docs/metrics.md`) |
 //! | [`access_log`] | Envoy's access log: format strings, filters, one line per request |
 //! | [`envoy`] | Envoy mode: Envoy's flags, Gardener's envoy.yaml read ([`envoy::bootstrap`], [`envoy::tunnel`], [`envoy::yaml`]), the apiserver-proxy's Envoy series ([`envoy::tcp_stats`]) |
@@ -30,7 +31,9 @@
 //!     503/504  a name did not resolve (pod resolver, `dns` cache) / cache full
 //!     403  policy: loopback / link-local / seed, or outside the shoot networks when external
 //!          destinations are denied, or an address of this host (no connect attempt)
-//!     503  no connected client routes the destination (in-process: asked the server)
+//!     wait while no connected client routes the destination (in process: the server's
+//!          routes; alone: the connect's "no route"), up to `hold_timeout`
+//!     503  still no route at `hold_timeout`, or `max_held` already waiting (at once)
 //!     503  `max_connections` tunnels already open
 //!     503/504  connect failed / took longer than `connect_timeout`
 //!     200  then one relay (netio::relay): half-close both ways, `idle_timeout`
@@ -43,14 +46,23 @@
 //! container it runs in **Envoy mode** ([`envoy`]): invoked as `envoy` with Envoy's flags, it
 //! takes everything from Gardener's envoy.yaml and writes Envoy's access log ([`access_log`]).
 //!
-//! **No route to the shoot.** Inside the vpn-server process the sidecar gets a [`RouteCheck`]
-//! (the server's `vpn_server::ClientRoutes`) and answers 503 before dialing when no
-//! connected client's address or iroute covers the destination. Run alone (`vpn-server
-//! sidecar`) it has no such view and dials: the kernel sends the SYN into the tun device, and
-//! our server answers a packet no client routes with ICMP "host unreachable"
-//! (`vpn_server::unreachable`), so the connect fails at once (`EHOSTUNREACH`) and the sidecar
-//! answers 503. Against a server that drops such packets silently (upstream OpenVPN), the
-//! standalone sidecar answers 504 only after `connect_timeout`.
+//! **No route to the shoot: hold, don't fail.** A CONNECT to the shoot that finds no route
+//! (a client reconnecting, the tunnel down) waits for it up to `hold_timeout` (Envoy mode: the
+//! bootstrap's `connect_timeout`, which Gardener set to 20 s so that Envoy's SYN retransmits
+//! ride out a reconnect; else `--sidecar-hold-timeout-ms`, default 20 s), then proceeds; only
+//! at the bound is it answered 503 (`hold`: at most `max_held` wait, the next gets 503 at
+//! once; counted and timed in `vpn_sidecar_held*`; one log line per reconnect window).
+//! Inside the vpn-server process the sidecar gets a [`RouteCheck`] (the server's
+//! `vpn_server::ClientRoutes`): a destination no connected client's address or iroute covers
+//! (its tunnel up) waits for [`RouteCheck::changes`], woken when a tunnel comes up, never
+//! polling, and nothing is dialed before. Run alone (`vpn-server sidecar`, Envoy mode) it has
+//! no such view and dials: the kernel sends the SYN into the tun device, where our server
+//! holds it for a reconnecting client (`vpn_server::registry::hold`) and sends it when the
+//! tunnel is back; a connect that fails with "no route" (the device gone with a restarting
+//! server, or the server's ICMP "host unreachable" for a destination no client routed within
+//! its bound) is dialed again every [`HOLD_RETRY`] until the bound. Against a server that
+//! drops such packets silently (upstream OpenVPN), the standalone sidecar answers 504 after
+//! `connect_timeout`.
 //!
 //! **Address translation.** vpn2's shoot client expects IPv4 shoot addresses mapped into
 //! `242/8`-`244/8` (vpn2 did that with NAT rules matching Envoy's group id 31415), and the
@@ -86,6 +98,7 @@ pub mod apiserver_proxy;
 pub mod cli;
 pub mod dns;
 pub mod envoy;
+mod hold;
 pub mod metrics;
 pub mod policy;
 mod proxy;
@@ -118,6 +131,16 @@ pub use policy::{Denied, Destination, DestinationPolicy, External, Netmap};
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// Envoy's default stream idle timeout, which long `exec` / `logs -f` streams relied on.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = netio::relay::DEFAULT_IDLE_TIMEOUT;
+/// How long a CONNECT to the shoot waits for its route (the tunnel) when none is there:
+/// Envoy's cluster `connect_timeout` in Gardener (gardener#4362), which its SYN retransmits
+/// spend waiting for a reconnecting tunnel.
+pub const DEFAULT_HOLD_TIMEOUT: Duration = Duration::from_secs(20);
+/// CONNECTs waiting for a route at once; the next one gets 503 at once (Envoy's default
+/// `max_pending_requests`).
+pub const DEFAULT_MAX_HELD: usize = 1024;
+/// The standalone sidecar (no [`RouteCheck`]) dials again this long after a connect found no
+/// route (`EHOSTUNREACH`, `ENETUNREACH`): it has no way to hear of the route's return.
+pub const HOLD_RETRY: Duration = Duration::from_millis(100);
 /// Gardener's Envoy circuit breaker: at most 8192 upstream connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 /// The TLS handshake and the CONNECT head must arrive within this.
@@ -135,10 +158,14 @@ pub const DEFAULT_METRICS_PORT: u16 = 15000;
 pub const DEFAULT_DNS_CACHE_NAME: &str = "dynamic_forward_proxy_cache_config";
 
 /// Answers whether a connected VPN client routes an address (its assigned address or one of
-/// its iroutes).
+/// its iroutes), and tells when the answer may have changed.
 pub trait RouteCheck: Send + Sync + fmt::Debug {
     /// Whether packets to `addr` currently have a client to go to.
     fn has_route(&self, addr: IpAddr) -> bool;
+
+    /// A receiver whose value changes whenever a client's routes may have come (a client
+    /// admitted or its tunnel up): a held CONNECT waits on it instead of polling.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64>;
 }
 
 /// Everything the sidecar needs.
@@ -161,6 +188,11 @@ pub struct SidecarConfig {
     pub netmap: Netmap,
     /// Bound on connecting upstream (all resolved addresses together).
     pub connect_timeout: Duration,
+    /// How long a CONNECT to the shoot waits for a route when no client routes its
+    /// destination (or, alone, the connect finds none); 503 at the bound. Zero: no wait.
+    pub hold_timeout: Duration,
+    /// CONNECTs waiting for a route at once; the next gets 503 at once.
+    pub max_held: usize,
     /// No bytes either way for this long closes a tunnel.
     pub idle_timeout: Duration,
     /// Bound on the TLS handshake plus the CONNECT head.
@@ -187,6 +219,8 @@ impl fmt::Debug for SidecarConfig {
             .field("policy", &self.policy)
             .field("netmap", &self.netmap)
             .field("connect_timeout", &self.connect_timeout)
+            .field("hold_timeout", &self.hold_timeout)
+            .field("max_held", &self.max_held)
             .field("idle_timeout", &self.idle_timeout)
             .field("header_timeout", &self.header_timeout)
             .field("max_connections", &self.max_connections)
@@ -218,6 +252,8 @@ impl SidecarConfig {
             policy,
             netmap: Netmap::none(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            hold_timeout: DEFAULT_HOLD_TIMEOUT,
+            max_held: DEFAULT_MAX_HELD,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
@@ -325,6 +361,7 @@ impl Sidecar {
             permits: Arc::new(Semaphore::new(config.max_connections)),
             pending: PendingSet::new(config.max_pending),
             logs: std::sync::Mutex::default(),
+            held: hold::HeldSet::default(),
             metrics,
             dns,
             acceptor,

@@ -347,7 +347,41 @@ pub const CATALOGUE: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "connections closed before their CONNECT head, by reason",
     ),
+    (
+        "vpn_sidecar_held",
+        Kind::Gauge,
+        "CONNECTs to the shoot waiting for a route (the tunnel) now",
+    ),
+    (
+        "vpn_sidecar_held_total",
+        Kind::Counter,
+        "CONNECTs that waited for a route, by how the wait ended",
+    ),
+    (
+        "vpn_sidecar_held_overflow_total",
+        Kind::Counter,
+        "CONNECTs answered 503 at once because max_held were waiting for a route",
+    ),
+    (
+        "vpn_sidecar_hold_ms",
+        Kind::Histogram,
+        "how long CONNECTs waited for a route, milliseconds",
+    ),
 ];
+
+/// How the wait of a held CONNECT ended, in the order of the `vpn_sidecar_held_total`
+/// samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// The route came (back); the CONNECT went on.
+    Routed,
+    /// The bound passed without a route: 503.
+    Timeout,
+    /// The client or the sidecar went away first.
+    Cancelled,
+}
+
+const HOLD_ENDS: [&str; 3] = ["routed", "timeout", "cancelled"];
 
 /// Why a pending connection was closed, in the order of the `vpn_sidecar_pending_closed_total`
 /// samples.
@@ -448,6 +482,10 @@ pub struct SidecarMetrics {
     pending: AtomicU64,
     /// By [`PENDING_CLOSED_REASONS`].
     pending_closed: [AtomicU64; PENDING_CLOSED_REASONS.len()],
+    held: AtomicU64,
+    held_ends: [AtomicU64; HOLD_ENDS.len()],
+    held_overflow: AtomicU64,
+    hold_ms: Histogram,
 }
 
 fn inc(c: &AtomicU64) {
@@ -520,6 +558,24 @@ impl SidecarMetrics {
     pub fn overflowed(&self) {
         inc(&self.overflow);
         self.upstream_answered(503);
+    }
+
+    /// A CONNECT began to wait for a route.
+    pub fn hold_started(&self) {
+        inc(&self.held);
+    }
+
+    /// A CONNECT's wait for a route ended after `waited`.
+    pub fn hold_ended(&self, end: HoldEnd, waited: Duration) {
+        self.held.fetch_sub(1, Ordering::Relaxed);
+        inc(&self.held_ends[end as usize]);
+        self.hold_ms.observe(waited);
+    }
+
+    /// A CONNECT found `max_held` waiting (answered 503 at once, counted by the caller in
+    /// [`SidecarMetrics::no_route`] too); the total so far.
+    pub fn hold_overflowed(&self) -> u64 {
+        self.held_overflow.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// No client route covers the destination.
@@ -749,6 +805,14 @@ impl SidecarMetrics {
                         one(&[("reason", reason)], get(c));
                     }
                 }
+                "vpn_sidecar_held" => one(&[], get(&self.held)),
+                "vpn_sidecar_held_total" => {
+                    for (end, c) in HOLD_ENDS.iter().zip(&self.held_ends) {
+                        one(&[("end", end)], get(c));
+                    }
+                }
+                "vpn_sidecar_held_overflow_total" => one(&[], get(&self.held_overflow)),
+                "vpn_sidecar_hold_ms" => self.hold_ms.write(name, cluster, out),
                 // The series that cannot happen here.
                 _ if name.starts_with("envoy_cluster_") => one(&[cluster], 0),
                 _ => one(&[], 0),

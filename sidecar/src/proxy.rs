@@ -1,10 +1,11 @@
 //! One connection of the sidecar: TLS, the CONNECT head, the checks, the upstream connect and
 //! the relay. See the parent module for the flow.
 
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use netio::ingress::{accept_connect, Accepted, Deadlines, IngressError, ProxyMode};
 use netio::listen::{Admitted, LogLimiter, PendingGuard, PendingSet, LOG_EVERY};
@@ -25,9 +26,10 @@ use tracing::{debug, info, Instrument as _, Span};
 
 use super::access_log::{self, Entry};
 use super::dns::{DnsCache, DnsError};
-use super::metrics::SidecarMetrics;
+use super::hold::{Held, HeldSet};
+use super::metrics::{HoldEnd, SidecarMetrics};
 use super::policy::{Denied, Destination};
-use super::{RouteCheck, SidecarConfig, SLOW_REQUEST};
+use super::{RouteCheck, SidecarConfig, HOLD_RETRY, SLOW_REQUEST};
 
 /// State shared by every connection of one sidecar.
 pub(super) struct Shared {
@@ -41,6 +43,8 @@ pub(super) struct Shared {
     pub(super) dns: DnsCache,
     /// One line a second at most for each event a flood repeats.
     pub(super) logs: Mutex<FloodLogs>,
+    /// CONNECTs waiting for a route (`max_held`), and their reconnect window.
+    pub(super) held: HeldSet,
 }
 
 /// The events before the head that a flood repeats, each logged at most once per
@@ -311,49 +315,58 @@ async fn tunnel(
     target: &str,
     early: Vec<u8>,
 ) -> Outcome {
-    let (upstream, _permit) = match open(shared, authority).await {
+    let (upstream, _permit, waited) = match open(shared, authority, target).await {
         Ok(opened) => opened,
         Err(r) => {
             refuse(tls, shared, r.status).await;
             return Outcome::refused(r, target);
         }
     };
-    relay_tunnel(shared, tls, upstream, target, early).await
+    let mut outcome = relay_tunnel(shared, tls, upstream, target, early).await;
+    if let Some(w) = waited {
+        // Reported with the request: a slow one is logged anyway, and says why.
+        let ms = w.as_millis();
+        outcome.detail = if outcome.detail.is_empty() {
+            format!("waited {ms} ms for a route")
+        } else {
+            format!("waited {ms} ms for a route; {}", outcome.detail)
+        };
+    }
+    outcome
 }
 
 /// Everything before the `200` (the method and the target's form were checked with the
-/// head): name lookup, policy, mapping, route check, concurrency limit, connect. Nothing is
-/// dialed unless every check passed.
+/// head): name lookup, policy, mapping, route check (holding the request while no route is
+/// there, up to `hold_timeout`), concurrency limit, connect. Nothing is dialed unless every
+/// check passed. With the connection: how long it waited for a route, if it did.
 async fn open(
     shared: &Shared,
     authority: &Authority,
-) -> Result<(TcpStream, OwnedSemaphorePermit), Refusal> {
+    target: &str,
+) -> Result<(TcpStream, OwnedSemaphorePermit, Option<Duration>), Refusal> {
     let config = &shared.config;
     let metrics = &shared.metrics;
     let allowed = destinations(shared, authority).await?;
-    let had_shoot = allowed.iter().any(|(_, d)| *d == Destination::Shoot);
-    let candidates: Vec<SocketAddr> = allowed
-        .into_iter()
-        .filter_map(|(a, d)| match d {
-            Destination::External => Some(a),
-            Destination::Shoot => {
-                let mapped = SocketAddr::new(config.netmap.map(a.ip()), a.port());
-                let routed = shared
-                    .routes
-                    .as_ref()
-                    .is_none_or(|r| r.has_route(mapped.ip()));
-                routed.then_some(mapped)
-            }
-        })
-        .collect();
-    if candidates.is_empty() && had_shoot {
-        metrics.no_route();
-        return Err(Refusal::new(
-            Status::SERVICE_UNAVAILABLE,
-            "no VPN client routes the destination",
-        )
-        .flagged("UH"));
-    }
+    let hold_until = tokio::time::Instant::now() + config.hold_timeout;
+    let mut held: Option<Held<'_>> = None;
+    let candidates = match &shared.routes {
+        Some(routes) => {
+            routed_candidates(
+                shared,
+                routes.as_ref(),
+                &allowed,
+                target,
+                hold_until,
+                &mut held,
+            )
+            .await?
+        }
+        None => allowed
+            .iter()
+            .map(|(a, d)| mapped(shared, *a, *d))
+            .collect(),
+    };
+    let mut waited = held.take().map(|h| h.end(HoldEnd::Routed));
     let Ok(permit) = Arc::clone(&shared.permits).try_acquire_owned() else {
         metrics.overflowed();
         return Err(Refusal::new(
@@ -362,33 +375,134 @@ async fn open(
         )
         .flagged("UO"));
     };
-    let started = Instant::now();
+    let had_shoot = allowed.iter().any(|(_, d)| *d == Destination::Shoot);
     let last = candidates.last().copied();
-    match tokio::time::timeout(config.connect_timeout, connect_first(candidates)).await {
-        Ok(Ok(upstream)) => {
-            metrics.upstream_opened(started.elapsed());
-            Ok((upstream, permit))
+    loop {
+        let started = Instant::now();
+        let attempt =
+            tokio::time::timeout(config.connect_timeout, connect_first(candidates.clone()));
+        let e = match attempt.await {
+            Ok(Ok(upstream)) => {
+                metrics.upstream_opened(started.elapsed());
+                if let Some(h) = held.take() {
+                    waited = Some(h.end(HoldEnd::Routed));
+                }
+                return Ok((upstream, permit, waited));
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                metrics.connect_failed(true);
+                return Err(Refusal::new(
+                    Status::GATEWAY_TIMEOUT,
+                    format!(
+                        "upstream connect timed out after {:?}",
+                        config.connect_timeout
+                    ),
+                )
+                .flagged("UF")
+                .dialed(last));
+            }
+        };
+        // Alone, no route is the kernel's answer (the tun device gone, or our server's ICMP
+        // unreachable): wait as in process, dialing again since nothing tells us when.
+        let no_route = matches!(
+            e.kind(),
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
+        );
+        // The last attempt is at the bound itself: never refused before it.
+        let now = tokio::time::Instant::now();
+        if shared.routes.is_none() && had_shoot && no_route && now < hold_until {
+            if held.is_none() {
+                held = shared
+                    .held
+                    .enter(config.max_held, config.hold_timeout, target, metrics);
+            }
+            if held.is_some() {
+                tokio::time::sleep_until((now + HOLD_RETRY).min(hold_until)).await;
+                continue;
+            }
         }
-        Ok(Err(e)) => {
-            metrics.connect_failed(false);
-            Err(Refusal::new(
-                Status::SERVICE_UNAVAILABLE,
-                format!("upstream connect failed: {e}"),
-            )
-            .flagged("UF")
-            .dialed(last))
-        }
-        Err(_) => {
-            metrics.connect_failed(true);
-            Err(Refusal::new(
-                Status::GATEWAY_TIMEOUT,
+        let detail = match held.take() {
+            Some(h) if no_route => {
+                h.end(HoldEnd::Timeout);
                 format!(
-                    "upstream connect timed out after {:?}",
-                    config.connect_timeout
-                ),
-            )
+                    "no route to the destination within the hold bound ({:?}): {e}",
+                    config.hold_timeout
+                )
+            }
+            _ => format!("upstream connect failed: {e}"),
+        };
+        metrics.connect_failed(false);
+        return Err(Refusal::new(Status::SERVICE_UNAVAILABLE, detail)
             .flagged("UF")
-            .dialed(last))
+            .dialed(last));
+    }
+}
+
+/// `a` as dialed: a shoot address through vpn2's mapping, an external one as it is.
+fn mapped(shared: &Shared, a: SocketAddr, d: Destination) -> SocketAddr {
+    match d {
+        Destination::External => a,
+        Destination::Shoot => SocketAddr::new(shared.config.netmap.map(a.ip()), a.port()),
+    }
+}
+
+/// In process: the allowed addresses a client routes (every external one). When a shoot
+/// address is allowed and none is routed, the request waits (`held`) for the server's routes
+/// to change until `hold_until`; 503 at the bound, or at once when `max_held` wait already.
+async fn routed_candidates<'a>(
+    shared: &'a Shared,
+    routes: &dyn RouteCheck,
+    allowed: &[(SocketAddr, Destination)],
+    target: &str,
+    hold_until: tokio::time::Instant,
+    held: &mut Option<Held<'a>>,
+) -> Result<Vec<SocketAddr>, Refusal> {
+    let config = &shared.config;
+    let had_shoot = allowed.iter().any(|(_, d)| *d == Destination::Shoot);
+    let mut changes = routes.changes();
+    loop {
+        // Seen before the check: a change after it wakes the wait below.
+        changes.borrow_and_update();
+        let candidates: Vec<SocketAddr> = allowed
+            .iter()
+            .map(|(a, d)| (mapped(shared, *a, *d), *d))
+            .filter(|(a, d)| *d == Destination::External || routes.has_route(a.ip()))
+            .map(|(a, _)| a)
+            .collect();
+        if !candidates.is_empty() || !had_shoot {
+            return Ok(candidates);
+        }
+        let refusal = |detail: String| {
+            shared.metrics.no_route();
+            Err(Refusal::new(Status::SERVICE_UNAVAILABLE, detail).flagged("UH"))
+        };
+        if held.is_none() {
+            if config.hold_timeout.is_zero() {
+                return refusal("no VPN client routes the destination".into());
+            }
+            *held = shared.held.enter(
+                config.max_held,
+                config.hold_timeout,
+                target,
+                &shared.metrics,
+            );
+            if held.is_none() {
+                return refusal(format!(
+                    "no VPN client routes the destination, and {} requests already wait for one",
+                    config.max_held
+                ));
+            }
+        }
+        let changed = tokio::time::timeout_at(hold_until, changes.changed()).await;
+        if !matches!(changed, Ok(Ok(()))) {
+            if let Some(h) = held.take() {
+                h.end(HoldEnd::Timeout);
+            }
+            return refusal(format!(
+                "no VPN client routed the destination within the hold bound ({:?})",
+                config.hold_timeout
+            ));
         }
     }
 }

@@ -2,8 +2,10 @@
 //! packet mode, which queues each packet to its client's connection (the writer is `netio`'s
 //! [`TunWriter`](netio::tun::TunWriter), shared by every connection).
 //!
-//! A packet from the device that no client routes is answered with ICMP "destination
-//! unreachable" (rate-limited; see [`crate::unreachable`]), so seed-side connects fail at once.
+//! A packet from the device to a client that is reconnecting is held until its tunnel is up
+//! again, up to `hold_timeout` ([`crate::registry::hold`]); one that no client routes, or
+//! held that long, is answered with ICMP "destination unreachable" (rate-limited; see
+//! [`crate::unreachable`]), so seed-side connects fail then instead of at their timeout.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +22,7 @@ use tracing::{info, warn};
 
 use crate::pool::Pool;
 use crate::settings::Settings;
-use crate::shared::Shared;
+use crate::shared::{lock, mode, Shared};
 use crate::unreachable;
 
 /// Most packets the reader takes from the device (and routes under one lock of the registry)
@@ -145,9 +147,19 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, tun: Arc<Tun>, shutdown: Canc
     let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
     let mut limiter = unreachable::Limiter::new();
     let mut replies: Vec<Vec<u8>> = Vec::new();
+    // When the oldest packet held for a reconnecting client has waited the bound.
+    let mut next_expiry: Option<Instant> = None;
     loop {
+        let expiry = next_expiry.map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            () = sleep_until_some(expiry) => {
+                next_expiry = mode::expire_held(&shared, Instant::now(), |payload| {
+                    answer(&mut limiter, &mut icmp, &mut replies, payload);
+                });
+                send_replies(&shared, &tun, &mut replies).await;
+                continue;
+            }
             r = tun.recv_many(&mut pool, layout, &mut batch, TUN_READ_BATCH) => {
                 if let Err(e) = r {
                     warn!(error = %e, "tun read failed");
@@ -158,23 +170,48 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, tun: Arc<Tun>, shutdown: Canc
         }
         let lone = batch.len() == 1;
         mode.forward_from_device(&shared, &mut batch, |payload| {
-            // Tell the sender at once instead of letting its connect time out (rate-limited,
-            // so this path allocates only a bounded amount).
-            if limiter.allow(Instant::now()) {
-                if let Some(n) = unreachable::reply(payload, &mut icmp) {
-                    replies.push(icmp[..n].to_vec());
-                }
-            }
+            answer(&mut limiter, &mut icmp, &mut replies, payload);
         });
-        for reply in replies.drain(..) {
-            if tun.send(&reply).await.is_ok() {
-                shared.metrics.unreachable_answered();
-            }
+        if next_expiry.is_none() {
+            next_expiry = lock(&shared.registry).next_hold_expiry();
         }
+        send_replies(&shared, &tun, &mut replies).await;
         if lone {
             // Let the connection send it before the next read finds the device empty (that
             // read would otherwise run first, on the packet's way: see `Tun::recv_many`).
             tokio::task::yield_now().await;
         }
+    }
+}
+
+/// Tells the sender of `payload` at once that its destination is unreachable instead of
+/// letting its connect time out (rate-limited, so this path allocates only a bounded amount).
+fn answer(
+    limiter: &mut unreachable::Limiter,
+    icmp: &mut [u8; unreachable::IPV6_ERROR_MAX],
+    replies: &mut Vec<Vec<u8>>,
+    payload: &[u8],
+) {
+    if limiter.allow(Instant::now()) {
+        if let Some(n) = unreachable::reply(payload, icmp) {
+            replies.push(icmp[..n].to_vec());
+        }
+    }
+}
+
+/// Writes the ICMP answers into the device.
+async fn send_replies(shared: &Shared, tun: &Tun, replies: &mut Vec<Vec<u8>>) {
+    for reply in replies.drain(..) {
+        if tun.send(&reply).await.is_ok() {
+            shared.metrics.unreachable_answered();
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

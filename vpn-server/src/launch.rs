@@ -172,11 +172,16 @@ pub fn with_listener_guard(firewall: Option<Table>, dev: &str, ports: &[u16]) ->
     )
 }
 
-/// The in-process sidecar asks the server before dialing: a destination no connected client's
-/// address or iroute covers gets 503 at once.
+/// The in-process sidecar asks the server before dialing: a CONNECT to a destination no
+/// connected client's address or iroute covers waits until a tunnel comes up with one (up
+/// to its hold bound).
 impl RouteCheck for ClientRoutes {
     fn has_route(&self, addr: IpAddr) -> bool {
         self.covers(addr)
+    }
+
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        ClientRoutes::changes(self)
     }
 }
 

@@ -57,8 +57,8 @@
 //! | `shared` | what every task of one server shares (settings, packet mode, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |
 //! | `shared::mode` | the packet mode (routed, switched, HA), chosen once at bind: a packet's way from a client and from the device |
 //! | [`connection`] | one client's session loop inside its span |
-//! | [`registry`] | pool, routing table and clients; `max-clients` and admission (pure) |
-//! | [`device`] | the tun device's set-up and reader |
+//! | [`registry`] | pool, routing table and clients; `max-clients` and admission; packets held for reconnecting clients ([`registry::hold`]) (pure) |
+//! | [`device`] | the tun device's set-up and reader (and the held packets' bound) |
 //! | [`metrics`] | the server's counters and their Prometheus series |
 //! | [`script`] | `up` / `down` commands with upstream's arguments and environment |
 //! | [`pool`] | the unified IPv4/IPv6 client address pool (`server`, `server-ipv6`) |
@@ -69,7 +69,7 @@
 //! | [`status`] | the `status-version 2` status file; [`status::read`] reads it as vpn2's probes do |
 //! | [`probes`] | `vpn-server readiness` / `liveness` |
 //! | [`exporter`] | `vpn-server exporter`: kumina's and vpn2's series from the status file |
-//! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes |
+//! | [`unreachable`](mod@unreachable) | ICMP "destination unreachable" for tun packets no client routes (or held past the bound) |
 //! | [`vpn2`] | vpn2's drop-in verbs and rules: `setup`, `firewall`, the env-mode firewall table |
 
 pub mod cloud_api;

@@ -68,6 +68,15 @@ struct Cli {
     /// none by default. Plain HTTP: never an address the tunnel reaches.
     #[arg(long, env = "VPN_SERVER_ADMIN_LISTEN", value_delimiter = ',')]
     admin_listen: Vec<SocketAddr>,
+    /// How long a packet from the tun device to a reconnecting client is held before it is
+    /// answered with ICMP unreachable, in milliseconds (Envoy's `connect_timeout` in
+    /// Gardener, 20 s); 0: answered at once.
+    #[arg(
+        long = "hold-timeout-ms",
+        env = "VPN_SERVER_HOLD_TIMEOUT_MS",
+        default_value_t = 20_000
+    )]
+    tun_hold_ms: u64,
     /// Also run the CONNECT sidecar (the `--sidecar-*` flags) in this process.
     #[arg(long, env = "VPN_SERVER_SIDECAR")]
     sidecar: bool,
@@ -210,7 +219,7 @@ fn exporter(args: &ExporterArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {
 /// The server's configuration: the file, else the vpn2 environment; the in-process sidecar's
 /// shoot networks from the same source.
 fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
-    let (loaded, firewall, guard) = match config {
+    let (mut loaded, firewall, guard) = match config {
         Some(path) => (load_file(path)?, None, None),
         None => {
             let env = Vpn2ServerEnv::parse(std::env::vars())?;
@@ -235,6 +244,7 @@ fn load(config: Option<&PathBuf>, cli: &Cli) -> Result<Launch, Box<dyn Error>> {
             (from_vpn2_env(&env, &cli.secrets_dir)?, table, guard)
         }
     };
+    loaded.settings.hold_timeout = std::time::Duration::from_millis(cli.tun_hold_ms);
     let sidecar = match cli.sidecar {
         false => None,
         true => {

@@ -11,6 +11,7 @@ use netio::admin::{AdminState, Exposition, Kind};
 use netio::listen::PendingSet;
 use netio::tun::TunWriteStats;
 
+use crate::registry::hold::HoldCounts;
 use crate::registry::Registry;
 
 /// The server's counters. All monotonic.
@@ -297,6 +298,36 @@ impl ServerMetrics {
     }
 }
 
+/// Writes the series of the packets held for reconnecting clients (`registry::hold`).
+pub fn render_hold(hold: &HoldCounts, out: &mut Exposition) {
+    out.single(
+        "vpn_server_held_packets",
+        Kind::Gauge,
+        "Packets from the tun device held for a reconnecting client now.",
+        hold.packets,
+    )
+    .single(
+        "vpn_server_held_bytes",
+        Kind::Gauge,
+        "Bytes of the packets held now.",
+        hold.bytes,
+    );
+    let name = "vpn_server_held_total";
+    out.family(
+        name,
+        Kind::Counter,
+        "Packets from the tun device for a reconnecting client, by what became of them.",
+    );
+    for (end, n) in [
+        ("held", hold.held),
+        ("released", hold.released),
+        ("expired", hold.expired),
+        ("over_limit", hold.over_limit),
+    ] {
+        out.sample(name, &[("end", end)], n);
+    }
+}
+
 /// The server as one part of the admin endpoint: its series, and ready while it serves.
 #[derive(Debug)]
 pub(crate) struct ServerAdmin {
@@ -308,12 +339,12 @@ pub(crate) struct ServerAdmin {
 
 impl AdminState for ServerAdmin {
     fn metrics(&self, out: &mut Exposition) {
-        let clients = self
-            .registry
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len();
+        let (clients, hold) = {
+            let reg = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+            (reg.len(), reg.hold_counts())
+        };
         self.metrics.render(clients, self.pending.len(), out);
+        render_hold(&hold, out);
     }
 
     fn ready(&self) -> bool {

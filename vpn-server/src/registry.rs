@@ -20,19 +20,21 @@
 //!   connection (`vpn-seed-client`, any number) owns the address it connected from, a shoot
 //!   connection (`vpn-shoot-client-<j>`, one per index, a newer replacing an older) its index,
 //!   and [`Registry::switch_ha`] says where a packet goes ([`crate::ha`]).
-//! * [`Registry::remove`]: a client left; its lease and routes are freed.
+//! * [`Registry::remove`]: a client left; its lease and routes are freed, and packets to its
+//!   routes are held for the hold bound ([`hold`], [`Registry::route_from_device`]) until a
+//!   client's tunnel comes up with them ([`Registry::established`]).
 //! * [`Registry::status`]: what the status file shows.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use protocol::session::{ClientIdentity, ClientSettings};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::ha::{self, HaSwitch, Switched};
@@ -44,6 +46,9 @@ use crate::status::{self, ClientStatus, MacRouteStatus, RouteStatus, StatusSnaps
 use crate::switch::{Dropped, FromClient, FromTap, MacTable};
 
 pub mod admission;
+pub mod hold;
+
+use self::hold::{HoldCounts, HoldLimits, TunHold};
 
 /// A connection's internal id (upstream's "Client ID" in the status file).
 pub type ClientId = u64;
@@ -206,6 +211,24 @@ pub struct Registry {
     pool: Option<Pool>,
     table: Table,
     clients: HashMap<ClientId, ClientEntry>,
+    /// Packets from the device held for reconnecting clients ([`hold`]; holds nothing until
+    /// [`Registry::hold_for`]).
+    hold: TunHold,
+    /// Changes whenever a client's tunnel comes up (its routes usable): what held CONNECTs
+    /// of the sidecar wait on.
+    route_changes: watch::Sender<u64>,
+}
+
+/// Where a packet read from the tun device goes ([`Registry::route_from_device`]).
+#[derive(Debug)]
+pub enum DeviceRoute<'a> {
+    /// To this client, its tunnel up.
+    Client(&'a ClientEntry),
+    /// Held under this prefix: its client's tunnel is not up yet, or its client left less
+    /// than the hold bound ago.
+    Hold(IpNet),
+    /// No client routes it (ICMP unreachable).
+    Unroutable,
 }
 
 /// What the registry keeps to find a packet's client: one kind for the server's life, the one
@@ -261,7 +284,75 @@ impl Registry {
             pool,
             table: Table::Routes(RoutingTable::new()),
             clients: HashMap::new(),
+            hold: TunHold::new(Duration::ZERO, HoldLimits::default()),
+            route_changes: watch::Sender::new(0),
         }
+    }
+
+    /// Holds packets from the device for reconnecting clients for `bound` within `limits`
+    /// ([`hold`]); a zero bound holds nothing.
+    #[must_use]
+    pub fn hold_for(mut self, bound: Duration, limits: HoldLimits) -> Registry {
+        self.hold = TunHold::new(bound, limits);
+        self
+    }
+
+    /// A receiver whose value changes whenever a client's tunnel comes up.
+    pub fn route_changes(&self) -> watch::Receiver<u64> {
+        self.route_changes.subscribe()
+    }
+
+    /// What [`hold`] did so far.
+    pub fn hold_counts(&self) -> HoldCounts {
+        self.hold.counts()
+    }
+
+    /// Where a packet read from the device to `dst` goes at `now`: to the client routing it
+    /// with its tunnel up; held while that client's tunnel is not up yet, or when no client
+    /// routes it but one did less than the hold bound ago; else nowhere.
+    pub fn route_from_device(&self, dst: IpAddr, now: Instant) -> DeviceRoute<'_> {
+        let Table::Routes(routes) = &self.table else {
+            return DeviceRoute::Unroutable;
+        };
+        let holding = !self.hold.bound().is_zero();
+        match routes
+            .lookup(dst)
+            .and_then(|id| Some((id, self.clients.get(&id)?)))
+        {
+            Some((_, c)) if !c.cipher.is_empty() || !holding => DeviceRoute::Client(c),
+            Some((id, _)) => routes
+                .entries()
+                .filter(|(net, owner)| *owner == id && net.contains(&dst))
+                .map(|(net, _)| net)
+                .max_by_key(IpNet::prefix_len)
+                .map_or(DeviceRoute::Unroutable, DeviceRoute::Hold),
+            None => self
+                .hold
+                .recently_routed(dst, now)
+                .map_or(DeviceRoute::Unroutable, DeviceRoute::Hold),
+        }
+    }
+
+    /// Holds `packet` (read from the device, to `dst`) under `prefix` from `now`; gives it
+    /// back when a limit does not let it (answer it as unroutable).
+    pub fn hold_packet(
+        &mut self,
+        prefix: IpNet,
+        dst: IpAddr,
+        packet: BytesMut,
+        now: Instant,
+    ) -> Result<(), BytesMut> {
+        self.hold.hold(prefix, dst, packet, now)
+    }
+
+    /// The held packets whose bound passed at `now` (to answer as unroutable).
+    pub fn expire_held(&mut self, now: Instant) -> Vec<BytesMut> {
+        self.hold.expire(now)
+    }
+
+    /// When the next held packet's bound passes.
+    pub fn next_hold_expiry(&self) -> Option<Instant> {
+        self.hold.next_expiry()
     }
 
     /// An empty registry for HA mode over the shoot's networks (as the tunnel sees them): no
@@ -554,12 +645,31 @@ impl Registry {
         })
     }
 
-    /// The tunnel of client `id` came up with `cipher` at `now_unix`.
+    /// The tunnel of client `id` came up with `cipher` at `now_unix`: the packets held for
+    /// destinations it routes go to it now, and the sidecar's held CONNECTs look again.
     pub fn established(&mut self, id: ClientId, cipher: &str, now_unix: u64) {
-        if let Some(e) = self.clients.get_mut(&id) {
-            e.cipher = cipher.to_owned();
-            e.since = now_unix;
+        let Some(e) = self.clients.get_mut(&id) else {
+            return;
+        };
+        e.cipher = cipher.to_owned();
+        e.since = now_unix;
+        if let Table::Routes(routes) = &self.table {
+            let released = self.hold.release(|dst| routes.lookup(dst) == Some(id));
+            if !released.is_empty() {
+                tracing::info!(
+                    client = id,
+                    packets = released.len(),
+                    "tunnel up: packets held for its routes sent"
+                );
+            }
+            if let Some(e) = self.clients.get(&id) {
+                for packet in released {
+                    // A full queue drops it, as a packet from the device would be.
+                    let _ = e.conn.tx.try_send(packet);
+                }
+            }
         }
+        self.route_changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The clients whose tunnel is up (a data cipher agreed), oldest tunnel first.
@@ -583,6 +693,14 @@ impl Registry {
     pub fn remove(&mut self, id: ClientId) -> Option<ClientEntry> {
         let entry = self.clients.remove(&id)?;
         self.release(entry.lease);
+        if let Table::Routes(routes) = &self.table {
+            let owned: Vec<IpNet> = routes
+                .entries()
+                .filter(|(_, owner)| *owner == id)
+                .map(|(net, _)| net)
+                .collect();
+            self.hold.routes_left(owned, Instant::now());
+        }
         self.table.forget(id);
         Some(entry)
     }

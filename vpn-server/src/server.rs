@@ -161,6 +161,7 @@ impl Server {
     /// A handle on the client routes, for the CONNECT sidecar running in this process.
     pub fn client_routes(&self) -> ClientRoutes {
         ClientRoutes {
+            changes: lock(&self.shared.registry).route_changes(),
             registry: Arc::clone(&self.shared.registry),
         }
     }
@@ -204,12 +205,20 @@ impl Server {
 #[derive(Debug, Clone)]
 pub struct ClientRoutes {
     registry: Arc<Mutex<Registry>>,
+    changes: tokio::sync::watch::Receiver<u64>,
 }
 
 impl ClientRoutes {
-    /// Whether a packet to `addr` has a client to go to now.
+    /// Whether a packet to `addr` has a client to go to now, its tunnel up.
     pub fn covers(&self, addr: IpAddr) -> bool {
-        lock(&self.registry).route(addr.to_canonical()).is_some()
+        lock(&self.registry)
+            .route(addr.to_canonical())
+            .is_some_and(|c| !c.cipher.is_empty())
+    }
+
+    /// A receiver whose value changes whenever a client's tunnel comes up.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.clone()
     }
 
     /// The clients whose tunnel is up now, oldest tunnel first: CN and assigned addresses.

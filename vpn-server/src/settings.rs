@@ -53,6 +53,9 @@ pub const DEFAULT_MAX_PENDING: usize = 1024;
 
 /// How long shutdown waits for clients to acknowledge `RESTART` and close.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+/// [`Settings::hold_timeout`]: Envoy's `connect_timeout` in Gardener (gardener#4362), the
+/// sidecar's hold bound too.
+pub const DEFAULT_HOLD_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// `ifconfig-push LOCAL NETMASK` (topology subnet): a fixed IPv4 address for one client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +194,10 @@ pub struct Settings {
     pub handshake_timeout: Duration,
     /// How long shutdown waits for clients after telling them.
     pub drain_timeout: Duration,
+    /// How long a packet from the tun device to a reconnecting client is held
+    /// ([`crate::registry::hold`]): a client whose tunnel is not up yet, or a destination a
+    /// client routed less than this ago. Zero: none is (ICMP unreachable at once).
+    pub hold_timeout: Duration,
     /// `status FILE N`.
     pub status: Option<StatusFile>,
     /// vpn2's `OPENVPN_AUTO_MTU`: `tun_mtu` is the default route's link MTU less 130 bytes,
@@ -231,6 +238,7 @@ impl std::fmt::Debug for Settings {
             .field("max_clients", &self.max_clients)
             .field("max_pending", &self.max_pending)
             .field("first_packet_timeout", &self.first_packet_timeout)
+            .field("hold_timeout", &self.hold_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("status", &self.status)
             .field("ha", &self.ha)
@@ -288,6 +296,7 @@ impl Settings {
             first_packet_timeout: DEFAULT_FIRST_PACKET_TIMEOUT,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            hold_timeout: DEFAULT_HOLD_TIMEOUT,
             status: None,
             auto_mtu: false,
             ha: None,

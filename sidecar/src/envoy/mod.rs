@@ -223,6 +223,9 @@ impl EnvoyArgs {
         config.metrics_listen = b.metrics_listen;
         config.client_cert = b.client_cert;
         config.connect_timeout = b.connect_timeout;
+        // Envoy's SYN retransmits wait for a reconnecting tunnel until `connect_timeout`
+        // (why Gardener set it to 20 s): ours wait for the route as long.
+        config.hold_timeout = b.connect_timeout;
         config.max_connections = b.max_connections;
         config.dns = b.dns;
         config.stat_prefix = b.stat_prefix;
@@ -341,6 +344,8 @@ mod tests {
         assert_eq!(c.stat_prefix, "ingress_http");
         assert_eq!(c.access_logs.len(), 1);
         assert_eq!(c.max_connections, 8192);
+        // A CONNECT waits for a reconnecting tunnel as long as Envoy's connect would.
+        assert_eq!(c.hold_timeout, c.connect_timeout);
         assert_eq!(c.metric_labels().listener_address, "0.0.0.0_9443");
         assert_eq!(c.policy.external(), External::Allow);
         // No environment: no seed network known; vpn2's default shoot networks.

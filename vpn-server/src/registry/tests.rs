@@ -13,6 +13,7 @@ use protocol::session::ControlProtection;
 use protocol::tls::AcceptAnyPeer;
 
 use super::*;
+use crate::registry::hold::HoldLimits;
 use crate::settings::IfconfigPush;
 
 fn settings(pool: &str) -> Settings {
@@ -703,4 +704,71 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
     ));
     // The non-HA registry has no switch.
     assert!(Registry::new(None).switch_ha(1, &to_shoot, t).is_none());
+}
+
+#[test]
+fn a_packet_for_a_reconnecting_client_is_held_and_sent_when_its_tunnel_is_up_again() {
+    let mut s = settings("10.8.0.0/24");
+    let pod = IpNet::from_str("100.96.0.0/24").expect("net");
+    s.clients.insert(
+        "shoot".into(),
+        ClientOptions {
+            iroutes: vec![pod],
+            ..ClientOptions::default()
+        },
+    );
+    let bound = Duration::from_secs(2);
+    let mut reg = registry(&s).hold_for(bound, HoldLimits::default());
+    let mut changes = reg.route_changes();
+    let dst: IpAddr = "100.96.0.10".parse().expect("addr");
+    let t0 = Instant::now();
+    assert!(matches!(
+        reg.route_from_device(dst, t0),
+        DeviceRoute::Unroutable
+    ));
+    admit(&mut reg, &s, 1, "shoot").expect("admitted");
+    assert!(
+        matches!(reg.route_from_device(dst, t0), DeviceRoute::Hold(p) if p == pod),
+        "admitted, tunnel not up: held"
+    );
+    reg.established(1, "AES-256-GCM", 1_700_000_000);
+    assert!(
+        changes.has_changed().expect("open"),
+        "a tunnel up is a change"
+    );
+    changes.borrow_and_update();
+    assert!(matches!(
+        reg.route_from_device(dst, t0),
+        DeviceRoute::Client(_)
+    ));
+    reg.remove(1).expect("removed");
+    let now = Instant::now();
+    let DeviceRoute::Hold(prefix) = reg.route_from_device(dst, now) else {
+        panic!("a route that left just now is held");
+    };
+    assert_eq!(prefix, pod);
+    reg.hold_packet(prefix, dst, BytesMut::from(&b"syn"[..]), now)
+        .expect("held");
+    assert!(
+        matches!(
+            reg.route_from_device("100.97.0.1".parse().expect("addr"), now),
+            DeviceRoute::Unroutable
+        ),
+        "never routed: not held"
+    );
+    assert!(matches!(
+        reg.route_from_device(dst, now + bound),
+        DeviceRoute::Unroutable
+    ));
+    // The client comes back: its tunnel up sends the held packet, first in its queue.
+    let (tx, mut rx) = mpsc::channel(4);
+    let handle = ConnHandle { tx, ..conn(2000) };
+    reg.admit(&s, 2, &identity("shoot"), handle, 1_700_000_001)
+        .expect("admitted again");
+    assert!(rx.try_recv().is_err(), "not before its tunnel is up");
+    reg.established(2, "AES-256-GCM", 1_700_000_001);
+    assert_eq!(&rx.try_recv().expect("released")[..], b"syn");
+    let c = reg.hold_counts();
+    assert_eq!((c.packets, c.held, c.released, c.expired), (0, 1, 1, 0));
+    assert!(changes.has_changed().expect("open"));
 }

@@ -5,7 +5,7 @@
 //!
 //! | mode | config | device | from a client | from the device |
 //! |---|---|---|---|---|
-//! | [`Routed`](PacketMode::Routed) | `dev tun` | tun | IP packet: source check ([`crate::spoof`]), then the tun device or, with `client-to-client`, the client routing its destination | to the client whose address or iroute is the longest prefix of the destination ([`crate::routing`]); none: ICMP unreachable |
+//! | [`Routed`](PacketMode::Routed) | `dev tun` | tun | IP packet: source check ([`crate::spoof`]), then the tun device or, with `client-to-client`, the client routing its destination | to the client whose address or iroute is the longest prefix of the destination ([`crate::routing`]); held while that client's tunnel is not up yet or its client left less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable |
 //! | [`Switched`](PacketMode::Switched) | `dev tap` | tap | Ethernet frame: its source learned ([`crate::switch`]), then the tap device, another client, or (a group destination, `client-to-client`) every other client and the tap device | to the owner of the destination MAC address, every client (a group destination), or nowhere |
 //! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device | (there is no device) |
 //!
@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 use super::{lock, Shared};
 use crate::ha::Dropped as HaDropped;
 use crate::pool::{Pool, PoolError};
-use crate::registry::{ClientId, Registry};
+use crate::registry::hold::HoldLimits;
+use crate::registry::{ClientId, DeviceRoute, Registry};
 use crate::settings::Settings;
 use crate::spoof::{self, SourceFilter, SpoofVerdict};
 use crate::switch::{Dropped, FromClient, FromTap};
@@ -97,7 +98,9 @@ impl PacketMode {
     /// networks.
     pub(crate) fn registry(self, settings: &Settings, pool: Option<Pool>) -> Registry {
         match self {
-            PacketMode::Routed { .. } => Registry::new(pool),
+            PacketMode::Routed { .. } => {
+                Registry::new(pool).hold_for(settings.hold_timeout, HoldLimits::default())
+            }
             PacketMode::Switched { .. } => Registry::tap(pool, settings.max_routes_per_client),
             PacketMode::Ha => Registry::ha(
                 settings
@@ -288,14 +291,16 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
 }
 
 /// Routed: each packet read goes to the connection of the client routing its destination;
-/// one no client routes is counted and handed to `unroutable`.
+/// one whose client is reconnecting is held (`registry::hold`); one no client routes (or
+/// beyond the hold's limits) is counted and handed to `unroutable`.
 fn route_from_device(
     shared: &Shared,
     batch: &mut Vec<BytesMut>,
     mut unroutable: impl FnMut(&[u8]),
 ) {
     let metrics = &shared.metrics;
-    let reg = lock(&shared.registry);
+    let now = Instant::now();
+    let mut reg = lock(&shared.registry);
     for packet in batch.drain(..) {
         let Some(payload) = packet.get(SEND_HEADROOM..) else {
             continue;
@@ -304,17 +309,45 @@ fn route_from_device(
             metrics.packet_malformed();
             continue;
         };
-        match reg.route(dst) {
-            Some(client) => match client.conn.tx.try_send(packet) {
-                Ok(()) => metrics.packet_from_tun(),
-                Err(_) => metrics.queue_overflowed(),
-            },
-            None => {
+        let prefix = match reg.route_from_device(dst, now) {
+            DeviceRoute::Client(client) => {
+                match client.conn.tx.try_send(packet) {
+                    Ok(()) => metrics.packet_from_tun(),
+                    Err(_) => metrics.queue_overflowed(),
+                }
+                continue;
+            }
+            DeviceRoute::Hold(prefix) => prefix,
+            DeviceRoute::Unroutable => {
                 metrics.packet_no_route();
+                unroutable(payload);
+                continue;
+            }
+        };
+        if let Err(packet) = reg.hold_packet(prefix, dst, packet, now) {
+            metrics.packet_no_route();
+            if let Some(payload) = packet.get(SEND_HEADROOM..) {
                 unroutable(payload);
             }
         }
     }
+}
+
+/// Routed: the held packets whose bound passed at `now`, each handed to `unroutable`
+/// (counted as no route); when the next one's bound passes.
+pub(crate) fn expire_held(
+    shared: &Shared,
+    now: Instant,
+    mut unroutable: impl FnMut(&[u8]),
+) -> Option<Instant> {
+    let mut reg = lock(&shared.registry);
+    for packet in reg.expire_held(now) {
+        shared.metrics.packet_no_route();
+        if let Some(payload) = packet.get(SEND_HEADROOM..) {
+            unroutable(payload);
+        }
+    }
+    reg.next_hold_expiry()
 }
 
 /// Switched: each frame read goes to the client owning its destination MAC address, to every

@@ -42,7 +42,7 @@ use conformance::gardener::pods::{
     SIDECAR_IDS, SIDECAR_READY,
 };
 use conformance::gardener::rules::{self, forward_guard, vpn2_seed, vpn2_shoot, Expected};
-use conformance::gardener::verdict::{self, our_seed_rules};
+use conformance::gardener::verdict::{self, our_seed_rules, our_seed_rules_after_exit};
 use conformance::gardener::vpn2_upstream::{
     ccd_vpn_shoot_client, client_config, install_seed_proxy_nat, install_shoot_rules,
     server_config, shoot_networks,
@@ -145,17 +145,24 @@ fn our_pods_pass_every_check() {
     // A second start of each container (the pod's namespace stays): the same rules, once.
     assert!(stop(&server, "TERM", logs).success(), "{}", server.log());
     assert!(stop(&client, "TERM", logs).success(), "{}", client.log());
-    rules_are(&l, logs, "after both stopped", &[], &[]);
+    rules_are(
+        &l,
+        logs,
+        "after both stopped",
+        &our_seed_rules_after_exit(),
+        &[],
+    );
     step("server restart", logs, server.restart(logs));
     step("server ready", logs, server.wait_log(SERVER_READY, TUNNEL));
     step("client restart", logs, client.restart(logs));
     check("tunnel up again", logs, checks::wait_tunnel(&l, TUNNEL));
     rules_are(&l, logs, "after a second start", &seed, &shoot);
 
-    // kill -9 leaves nothing behind; the restart installs the rules once and carries traffic.
+    // kill -9 leaves only the tunnel-only rules (V8); the restart installs the rules once and
+    // carries traffic.
     assert!(!stop(&server, "KILL", logs).success());
     assert!(!stop(&client, "KILL", logs).success());
-    rules_are(&l, logs, "after kill -9", &[], &[]);
+    rules_are(&l, logs, "after kill -9", &our_seed_rules_after_exit(), &[]);
     step("server restart", logs, server.restart(logs));
     step("server ready", logs, server.wait_log(SERVER_READY, TUNNEL));
     step("client restart", logs, client.restart(logs));
@@ -171,10 +178,16 @@ fn our_pods_pass_every_check() {
         checks::kubelet(&l, &egress, Family::V6),
     );
 
-    // A clean exit removes everything.
+    // A clean exit removes everything but the tunnel-only rules.
     assert!(stop(&client, "TERM", logs).success(), "{}", client.log());
     assert!(stop(&server, "TERM", logs).success(), "{}", server.log());
-    rules_are(&l, logs, "after a clean exit", &[], &[]);
+    rules_are(
+        &l,
+        logs,
+        "after a clean exit",
+        &our_seed_rules_after_exit(),
+        &[],
+    );
     eprintln!("done after {:?}", started.elapsed());
 }
 

@@ -38,7 +38,7 @@ use conformance::gardener::pods::{
     header_value, start_ingress, Binaries, Mounts, HEADER_KEY, IP_FAMILIES, OPENVPN_PORT,
 };
 use conformance::gardener::rules::{self, vpn2_shoot};
-use conformance::gardener::verdict::{self, our_seed_rules};
+use conformance::gardener::verdict::{self, our_seed_rules, our_seed_rules_after_exit};
 use conformance::netns::Netns;
 use conformance::require_lab;
 use lab::container::{Container, ContainerSpec, Pod, SecurityContext, VolumeSource};
@@ -671,14 +671,20 @@ fn gardeners_non_ha_pods_run_from_our_images() {
         checks::wait_tunnel(&l, TUNNEL),
     );
 
-    // The rules: after start; none once both stopped; once after a second start; none after
-    // kill -9; once after the restart; none after a clean exit.
+    // The rules: after start; once both stopped only the seed's tunnel-only rules (V8); once
+    // after a second start; after kill -9 and after a clean exit again only those.
     let seed_rules = our_seed_rules();
     let shoot_rules = vpn2_shoot(&rules::LANDSCAPE_NETMAP);
     verdict::rules_are(&l, logs, "after start", &seed_rules, &shoot_rules);
     assert!(stop(&server, Signal::TERM).success(), "{}", server.stderr());
     assert!(stop(&client, Signal::TERM).success(), "{}", client.stderr());
-    verdict::rules_are(&l, logs, "after both stopped", &[], &[]);
+    verdict::rules_are(
+        &l,
+        logs,
+        "after both stopped",
+        &our_seed_rules_after_exit(),
+        &[],
+    );
     server = verdict::step(
         "vpn-seed-server again",
         logs,
@@ -693,7 +699,7 @@ fn gardeners_non_ha_pods_run_from_our_images() {
     verdict::rules_are(&l, logs, "after a second start", &seed_rules, &shoot_rules);
     assert!(!stop(&server, Signal::KILL).success());
     assert!(!stop(&client, Signal::KILL).success());
-    verdict::rules_are(&l, logs, "after kill -9", &[], &[]);
+    verdict::rules_are(&l, logs, "after kill -9", &our_seed_rules_after_exit(), &[]);
     server = verdict::step(
         "vpn-seed-server after kill -9",
         logs,
@@ -723,6 +729,12 @@ fn gardeners_non_ha_pods_run_from_our_images() {
     );
     assert!(stop(&client, Signal::TERM).success(), "{}", client.stderr());
     assert!(stop(&server, Signal::TERM).success(), "{}", server.stderr());
-    verdict::rules_are(&l, logs, "after a clean exit", &[], &[]);
+    verdict::rules_are(
+        &l,
+        logs,
+        "after a clean exit",
+        &our_seed_rules_after_exit(),
+        &[],
+    );
     drop(envoy);
 }

@@ -4,7 +4,8 @@
 //! are gone, and what the proxy sends to the shoot would follow the pod's default route into
 //! the seed's network, where the shoot's pod addresses overlap the seed's own. With the guard
 //! nothing to the shoot leaves by `eth0`, while the pod's own traffic to its seed neighbours
-//! (the same addresses, not from the proxy group) still does.
+//! (the same addresses, not from the proxy group) still does, and so do the proxy group's
+//! answers to them (a listener's SYN-ACK).
 //!
 //! ```text
 //!   seed pod 100.96.0.10 fd00:1::10 ── eth0 ═══ eth0 ── seed network 100.96.0.1 fd00:1::1
@@ -76,7 +77,7 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         "oifname \"tun0\" accept",
         "ip daddr 244.0.0.0/8 drop",
         "ip6 daddr fd00:96::/48 drop",
-        "meta skgid 31415 ip daddr 100.96.0.0/11 drop",
+        "meta skgid 31415 ct state new ip daddr 100.96.0.0/11 drop",
     ] {
         assert!(guard.contains(line), "{line} missing: {guard}");
     }
@@ -121,10 +122,49 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         sends(&seed, None, "100.96.5.5"),
         "the pod's own traffic to its seed neighbours still leaves"
     );
+    // The proxy group answers the seed's pods in the overlapping range: a listener of that
+    // group (as the sidecar's 9443) completes a handshake with a seed neighbour.
+    let listener = seed
+        .spawn(seed.command("setpriv").args([
+            "--regid",
+            &VPN2_PROXY_GID.to_string(),
+            "--clear-groups",
+            "python3",
+            "-c",
+            "import socket; s = socket.socket(); \
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); \
+             s.bind(('0.0.0.0', 8080)); s.listen(); c, _ = s.accept(); c.sendall(b'ok')",
+        ]))
+        .expect("listener of the proxy group");
+    let answered = network
+        .run_in(|| {
+            let addr = std::net::SocketAddr::from((SEED_POD, 8080));
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+                    Ok(mut s) => {
+                        let mut b = Vec::new();
+                        let _ = std::io::Read::read_to_end(&mut s, &mut b);
+                        return b;
+                    }
+                    Err(_) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => panic!("no answer from the proxy group's listener: {e}"),
+                }
+            }
+        })
+        .expect("in the seed network");
+    seed.stop(listener);
+    assert_eq!(
+        answered, b"ok",
+        "the proxy group's answer to a seed pod passes"
+    );
     let seen = capture.finish().expect("capture");
     let leaked: Vec<_> = seen
         .iter()
-        .filter(|p| p.dst.to_string() != "100.96.5.5")
+        // What the pod's own sockets sent and the listener's answers to the seed network.
+        .filter(|p| !["100.96.5.5", "100.96.0.1"].contains(&p.dst.to_string().as_str()))
         .collect();
     assert!(leaked.is_empty(), "left by eth0: {leaked:?}");
     assert!(

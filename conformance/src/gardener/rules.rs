@@ -491,6 +491,38 @@ pub fn proxy_guard(seed_pod: &str) -> Expected {
     }
 }
 
+/// Our seed pod's tunnel-only rules ([DEVIATIONS] V8, table `vpn-seed-server-guard`), which
+/// outlive the server: what leaves by anything but `tun0` toward the mapped ranges or the
+/// landscape's IPv6 shoot networks, or from the proxy group in a connection it opens toward
+/// its real IPv4 shoot networks, is dropped.
+///
+/// [DEVIATIONS]: ../../../DEVIATIONS.md
+pub fn seed_guard() -> Expected {
+    let mut rules = vec!["meta oifname tun0 accept".to_owned()];
+    rules.extend(
+        [
+            "ip daddr 242.0.0.0/8",
+            "ip6 daddr fd00:250::/48",
+            "ip daddr 243.0.0.0/8",
+            "ip6 daddr fd00:64::/112",
+            "ip daddr 244.0.0.0/8",
+            "ip6 daddr fd00:96::/48",
+        ]
+        .iter()
+        .map(|d| format!("{d} drop")),
+    );
+    rules.extend(
+        ["100.64.0.0/13", "100.96.0.0/11", "10.250.0.0/16"]
+            .iter()
+            .map(|d| format!("meta skgid 31415 ct state new ip daddr {d} drop")),
+    );
+    Expected {
+        key: ChainKey::new("filter", "postrouting", 0),
+        ordered: true,
+        rules,
+    }
+}
+
 /// vpn2's vpn-shoot rules on `tun0` (gardener-pods.md §2.4 step 1, a dual-stack shoot):
 /// forwarding from the tunnel; each mapped IPv4 network back to the real one on the way in
 /// and the real one to the mapped one on the way back into the tunnel (`netmap`, real →

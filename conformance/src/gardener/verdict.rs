@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::checks::{self, addresses, seed_probes, CheckError, Egress, Family, ECHO_BYTES};
 use super::landscape::{Landscape, SEED_POD_NETWORK, VPN_SHOOT};
-use super::rules::{self, forward_guard, proxy_guard, vpn2_seed, Expected};
+use super::rules::{self, forward_guard, proxy_guard, seed_guard, vpn2_seed, Expected};
 
 /// Log files a failure message shows the end of: `*.log`, `*.stdout`, `*.stderr`.
 const LOG_EXTENSIONS: [&str; 3] = ["log", "stdout", "stderr"];
@@ -127,10 +127,18 @@ pub fn rules_are(l: &Landscape, logs: &[&Path], when: &str, seed: &[Expected], s
     );
 }
 
-/// Our seed pod's expected rules: vpn2's, plus the forwarding and proxy guards.
+/// Our seed pod's expected rules: vpn2's, plus the forwarding and proxy guards, plus the
+/// tunnel-only rules ([`our_seed_rules_after_exit`]).
 pub fn our_seed_rules() -> Vec<Expected> {
     let mut r = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
     r.push(forward_guard());
     r.push(proxy_guard(SEED_POD_NETWORK));
+    r.extend(our_seed_rules_after_exit());
     r
+}
+
+/// What stays of our seed pod's rules when the server has ended, also by `kill -9`: the
+/// tunnel-only rules (DEVIATIONS V8), which nothing removes.
+pub fn our_seed_rules_after_exit() -> Vec<Expected> {
+    vec![seed_guard()]
 }

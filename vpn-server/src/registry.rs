@@ -297,6 +297,20 @@ impl Registry {
         self
     }
 
+    /// The configured clients' routes (`prefixes`: their client-config-dir iroutes) count as
+    /// routed until the bound after `start`: a server that has just (re)started holds the
+    /// packets for them until their clients are back, as it would had it kept running,
+    /// instead of refusing the connections a restart interrupted.
+    #[must_use]
+    pub fn expecting(
+        mut self,
+        prefixes: impl IntoIterator<Item = IpNet>,
+        start: Instant,
+    ) -> Registry {
+        self.hold.routes_left(prefixes, start);
+        self
+    }
+
     /// A receiver whose value changes whenever a client's tunnel comes up.
     pub fn route_changes(&self) -> watch::Receiver<u64> {
         self.route_changes.subscribe()

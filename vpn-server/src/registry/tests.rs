@@ -772,3 +772,34 @@ fn a_packet_for_a_reconnecting_client_is_held_and_sent_when_its_tunnel_is_up_aga
     assert_eq!((c.packets, c.held, c.released, c.expired), (0, 1, 1, 0));
     assert!(changes.has_changed().expect("open"));
 }
+
+#[test]
+fn a_fresh_registry_holds_for_the_configured_clients_routes_until_the_bound() {
+    let mut s = settings("10.8.0.0/24");
+    let pod = IpNet::from_str("100.96.0.0/24").expect("net");
+    s.clients.insert(
+        "shoot".into(),
+        ClientOptions {
+            iroutes: vec![pod],
+            ..ClientOptions::default()
+        },
+    );
+    let bound = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let reg = registry(&s)
+        .hold_for(bound, HoldLimits::default())
+        .expecting(s.clients.values().flat_map(|c| c.iroutes.clone()), t0);
+    let dst: IpAddr = "100.96.0.10".parse().expect("addr");
+    assert!(
+        matches!(reg.route_from_device(dst, t0), DeviceRoute::Hold(p) if p == pod),
+        "just started: the shoot client's route is held for"
+    );
+    assert!(matches!(
+        reg.route_from_device("100.97.0.1".parse().expect("addr"), t0),
+        DeviceRoute::Unroutable
+    ));
+    assert!(matches!(
+        reg.route_from_device(dst, t0 + bound),
+        DeviceRoute::Unroutable
+    ));
+}

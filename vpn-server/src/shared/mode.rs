@@ -98,9 +98,15 @@ impl PacketMode {
     /// networks.
     pub(crate) fn registry(self, settings: &Settings, pool: Option<Pool>) -> Registry {
         match self {
-            PacketMode::Routed { .. } => {
-                Registry::new(pool).hold_for(settings.hold_timeout, HoldLimits::default())
-            }
+            PacketMode::Routed { .. } => Registry::new(pool)
+                .hold_for(settings.hold_timeout, HoldLimits::default())
+                .expecting(
+                    settings
+                        .clients
+                        .values()
+                        .flat_map(|c| c.iroutes.iter().copied()),
+                    std::time::Instant::now(),
+                ),
             PacketMode::Switched { .. } => Registry::tap(pool, settings.max_routes_per_client),
             PacketMode::Ha => Registry::ha(
                 settings

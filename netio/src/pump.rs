@@ -31,14 +31,16 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use protocol::control_msg::ControlMsgError;
 use protocol::opcode::{P_ACK_V1, P_OPCODE_SHIFT};
 use protocol::session::{
     ClientSession, CloseReason, Event, ServerSession, SessionError, SEND_HEADROOM,
 };
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::clock::unix_now;
 use crate::framed::{FrameReadError, FrameReader, FrameWriter, RECV_BATCH};
+use crate::log_limit::LogLimiter;
 use crate::report::chain;
 use crate::tun::{PacketLayout, TunWriter, TAP_FRAME_EXTRA};
 
@@ -375,6 +377,19 @@ pub fn tun_layout(mtu: u16, tap: bool) -> PacketLayout {
         headroom: SEND_HEADROOM,
         max_len: usize::from(mtu) + if tap { TAP_FRAME_EXTRA } else { 0 },
         tailroom: protocol::data::DATA_TAILROOM,
+    }
+}
+
+/// Logs a text control message the session dropped ([`Event::ControlMessageDropped`]) as
+/// `log` allows (the peer decides how often), `from` naming the peer ("client", "server").
+pub fn log_dropped_control(log: &mut LogLimiter, error: &ControlMsgError, from: &str) {
+    if let Some(suppressed) = log.allow(Instant::now()) {
+        warn!(
+            error = %error,
+            text = %error.escaped_message().unwrap_or_default(),
+            suppressed,
+            "control message from the {from} dropped"
+        );
     }
 }
 

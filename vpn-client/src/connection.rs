@@ -20,7 +20,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use netio::framed::{FrameReader, FrameWriter};
 use netio::listen::{LogLimiter, LOG_EVERY};
-use netio::pump::{sleep_until, tun_layout, Handshake, Pump, Role, Stop};
+use netio::pump::{log_dropped_control, sleep_until, tun_layout, Handshake, Pump, Role, Stop};
 use netio::report::chain;
 use netio::tun::{PacketLayout, RecvPool, Tun, TunWriter};
 use protocol::push::{DropReason, PathGuard, PushOutcome};
@@ -198,14 +198,7 @@ impl Role for Client<'_> {
                 tracing::info!(key_id = key_id.get(), "data key renegotiated")
             }
             Event::ControlMessageDropped(error) => {
-                if let Some(suppressed) = self.dropped_log.allow(Instant::now()) {
-                    tracing::warn!(
-                        error = %error,
-                        text = %error.escaped_message().unwrap_or_default(),
-                        suppressed,
-                        "control message from the server dropped"
-                    );
-                }
+                log_dropped_control(&mut self.dropped_log, &error, "server");
             }
             Event::Closed(_) | Event::ClientIdentified(_) => {}
         }

@@ -38,7 +38,7 @@ use netio::clock::unix_now;
 use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
 use netio::listen::PendingGuard;
 use netio::log_limit::{LogLimiter, LOG_EVERY};
-use netio::pump::{Handshake, Pump, Role, Stop};
+use netio::pump::{log_dropped_control, Handshake, Pump, Role, Stop};
 use netio::report::chain;
 use netio::tun::TunWriter;
 use protocol::control_msg::ServerSignal;
@@ -378,14 +378,7 @@ impl Role for Connection {
             }
             Event::ControlMessageDropped(error) => {
                 self.shared.metrics.control_message_dropped();
-                if let Some(suppressed) = self.dropped_log.allow(Instant::now()) {
-                    warn!(
-                        error = %error,
-                        text = %error.escaped_message().unwrap_or_default(),
-                        suppressed,
-                        "control message from the client dropped"
-                    );
-                }
+                log_dropped_control(&mut self.dropped_log, &error, "client");
             }
             Event::Closed(_) => {}
         }

@@ -14,71 +14,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use netio::clock::unix_now;
 use protocol::framing::FrameDecoder;
-use protocol::session::{ClientSession, Event, ServerSession, SessionError, SEND_HEADROOM};
+use protocol::session::{Event, SessionError, SEND_HEADROOM};
 
 use crate::LabError;
 
-/// The session contract the driver needs; both roles implement it.
-pub trait Session {
-    /// See `ClientSession::handle_packet`.
-    fn handle_packet(
-        &mut self,
-        now: Instant,
-        packet: BytesMut,
-    ) -> Result<Option<BytesMut>, SessionError>;
-    /// See `ClientSession::handle_timeout`.
-    fn handle_timeout(&mut self, now: Instant);
-    /// See `ClientSession::send_tun_packet`.
-    fn send_tun_packet(
-        &mut self,
-        now: Instant,
-        buf: &mut BytesMut,
-        offset: usize,
-    ) -> Result<(), SessionError>;
-    /// See `ClientSession::poll_transmit`.
-    fn poll_transmit(&mut self, now: Instant, unix_secs: u64) -> Option<BytesMut>;
-    /// See `ClientSession::poll_event`.
-    fn poll_event(&mut self) -> Option<Event>;
-    /// See `ClientSession::poll_timeout`.
-    fn poll_timeout(&self) -> Option<Instant>;
-}
-
-macro_rules! impl_session {
-    ($t:ty) => {
-        impl Session for $t {
-            fn handle_packet(
-                &mut self,
-                now: Instant,
-                packet: BytesMut,
-            ) -> Result<Option<BytesMut>, SessionError> {
-                <$t>::handle_packet(self, now, packet)
-            }
-            fn handle_timeout(&mut self, now: Instant) {
-                <$t>::handle_timeout(self, now)
-            }
-            fn send_tun_packet(
-                &mut self,
-                now: Instant,
-                buf: &mut BytesMut,
-                offset: usize,
-            ) -> Result<(), SessionError> {
-                <$t>::send_tun_packet(self, now, buf, offset)
-            }
-            fn poll_transmit(&mut self, now: Instant, unix_secs: u64) -> Option<BytesMut> {
-                <$t>::poll_transmit(self, now, unix_secs)
-            }
-            fn poll_event(&mut self) -> Option<Event> {
-                <$t>::poll_event(self)
-            }
-            fn poll_timeout(&self) -> Option<Instant> {
-                <$t>::poll_timeout(self)
-            }
-        }
-    };
-}
-
-impl_session!(ClientSession);
-impl_session!(ServerSession);
+/// The session contract the driver needs; both roles implement it (netio's, the one the
+/// binaries' session pump drives).
+pub use netio::pump::Session;
 
 /// The longest the driver sleeps in one `read` (so callers' deadlines are kept).
 const MAX_WAIT: Duration = Duration::from_millis(50);

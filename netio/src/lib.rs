@@ -5,9 +5,13 @@
 //! the session decrypts them in place, and [`tun::TunWriter`] writes them into the device; the
 //! other way, [`tun::Tun::recv_many`] reads packets into pooled buffers with headroom, the
 //! session encrypts them in place, and [`framed::FrameWriter`] writes them to the socket in
-//! one vectored write. Which driver file calls each step: the crate docs of `vpn-server` and
-//! `vpn-client`.
+//! one vectored write. [`pump::Pump`] runs those steps and the session's timers for both
+//! roles; which driver file supplies the rest (the tun side, the events): the crate docs of
+//! `vpn-server` and `vpn-client`.
 //!
+//! * [`pump`] - the session pump: one connection's loop for both roles (transmit, events,
+//!   timers, batched receive and send) after the sessions' driving contract; the role
+//!   ([`pump::Role`]) handles its own inputs, the events and the decrypted packets.
 //! * [`tun`] - a layer-3 tun device under tokio with the kernel's TCP offloads: super-packets
 //!   read are cut into MTU-sized packets in caller buffers with headroom for in-place
 //!   encryption, consecutive segments of a flow are merged into one write; the writer thread
@@ -64,6 +68,7 @@ pub mod listen;
 pub mod log_limit;
 pub mod logging;
 pub mod netlink;
+pub mod pump;
 mod reactor;
 pub mod relay;
 pub mod report;

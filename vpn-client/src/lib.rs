@@ -14,7 +14,7 @@
 //! | step | where |
 //! |---|---|
 //! | dial: direct, or `CONNECT` through the proxy with the routing header | [`dial`](mod@dial) |
-//! | the session's event loop: socket, tun, timer, shutdown | [`connection`] |
+//! | the session's event loop: socket, tun, timer, shutdown | [`netio::pump`], the client's role in it [`connection`] |
 //! | socket → packets (framing, length limit from the MTU) | [`netio::framed::FrameReader`] |
 //! | packet → decrypted tun payload (in place) | `protocol::session::ClientSession::handle_packet` |
 //! | payload → tun device (writer thread, lone-packet shortcut) | [`netio::tun::TunWriter`] |

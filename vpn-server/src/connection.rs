@@ -1,12 +1,12 @@
 //! One client's connection: its session's event loop, from accept until it ends, inside a
 //! `client` span (connection id, peer; the CN and peer id once known).
 //!
-//! The loop follows the session's driving contract: after every input it queues what
-//! `poll_transmit` returns on the [`FrameWriter`] and handles `poll_event` until both are
-//! quiet, writes (one vectored write), then waits on six sources: shutdown, being replaced
-//! (same CN, no `duplicate-cn`), being evicted (while pending), framed packets from the socket
-//! ([`FrameReader`]), packets for this client from the tun reader or another client, and the
-//! session's timer with the connection's deadlines.
+//! The loop is netio's [`Pump`] (transmit, events, timers, batched receive and send, after
+//! the session's driving contract); [`Connection`] is the server's [`Role`] in it: its own
+//! inputs are shutdown, being replaced (same CN, no `duplicate-cn`), being evicted (while
+//! pending) and packets for this client from the tun reader or another client (encrypted in
+//! batches of [`SEND_BATCH`]); its deadlines the connection's; a decrypted packet goes where
+//! the packet mode sends it.
 //!
 //! Before authentication ([`admission`]): the first frame must arrive within
 //! `first_packet_timeout` and be a client hard reset the session accepts (tls-auth /
@@ -35,14 +35,14 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use netio::clock::unix_now;
-use netio::framed::{
-    FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK, RECV_BATCH,
-};
+use netio::framed::{FrameReadError, FrameReader, FrameWriter, FIRST_READ_CHUNK, READ_CHUNK};
 use netio::listen::PendingGuard;
 use netio::log_limit::{LogLimiter, LOG_EVERY};
+use netio::pump::{log_dropped_control, Handshake, Pump, Role, Stop};
 use netio::report::chain;
+use netio::tun::TunWriter;
 use protocol::control_msg::ServerSignal;
-use protocol::session::{CloseReason, Event, ServerSession, SEND_HEADROOM};
+use protocol::session::{ClientIdentity, CloseReason, Event, ServerSession};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -155,10 +155,10 @@ async fn run(
     debug!("client hard reset received");
     Span::current().record("peer_id", peer_id.get());
     let (tx, rx) = mpsc::channel::<BytesMut>(TUN_QUEUE);
+    let pump = Pump::new(session, reader, writer, Handshake::default());
     let conn = Connection {
         shared: Arc::clone(&shared),
         id,
-        session,
         handle: ConnHandle {
             peer,
             peer_id: peer_id.get(),
@@ -166,37 +166,39 @@ async fn run(
             kicked: CancellationToken::new(),
             traffic: Arc::new(Traffic::default()),
         },
+        rx,
+        shutdown,
         filter: None,
         deadlines,
+        drain: None,
         pending: Some(pending),
         slot: None,
-        closing: None,
-        reader,
-        writer,
         dropped_log: LogLimiter::new(LOG_EVERY),
         packet_log: LogLimiter::new(LOG_EVERY),
     };
     // The session's part on the heap: a task that waits for its first frame stays small
     // (a thousand of them are what a flood holds).
-    Box::pin(serve_session(conn, rx, shutdown)).await;
+    Box::pin(serve_session(pump, conn)).await;
 }
 
 /// The rest of a connection's life once its first packet was accepted: the session's loop,
 /// then the registry, the peer id and the slot freed.
-async fn serve_session(
-    mut conn: Connection,
-    rx: mpsc::Receiver<BytesMut>,
-    shutdown: CancellationToken,
-) {
-    let ended = conn.drive(rx, &shutdown).await;
-    let _ = conn.writer.shutdown().await;
+async fn serve_session(mut pump: Pump<ServerSession>, mut conn: Connection) {
+    let ended = match pump.run(&mut conn).await {
+        Stop::Closed(reason) => Ended::Session(reason),
+        Stop::PeerClosed => Ended::PeerClosed,
+        Stop::Read(e) => Ended::Read(e),
+        Stop::Write(e) => Ended::Write(e),
+        Stop::Role(ended) => ended,
+    };
+    let _ = pump.shutdown().await;
     let shared = Arc::clone(&conn.shared);
     let admitted = lock(&shared.registry).remove(conn.id).is_some();
-    lock(&shared.endpoint).release(conn.session.peer_id());
+    lock(&shared.endpoint).release(pump.session().peer_id());
     drop(conn.slot.take());
     drop(conn.pending.take());
     let mut reason = chain(&ended);
-    if let Some(refused) = conn.session.rejection() {
+    if let Some(refused) = pump.session().rejection() {
         reason = format!("refused: {} ({reason})", chain(refused));
     }
     info!(%reason, admitted, "client disconnected");
@@ -275,24 +277,24 @@ async fn evicted(pending: Option<&PendingGuard>) {
     }
 }
 
-/// One TCP connection and its session.
+/// One client's part of its connection (the [`Pump`] holds the session and the socket).
 struct Connection {
     shared: Arc<Shared>,
     id: ClientId,
-    session: ServerSession,
     handle: ConnHandle,
+    /// Packets for this client from the tun reader or other clients.
+    rx: mpsc::Receiver<BytesMut>,
+    shutdown: CancellationToken,
     /// The sources this client may send from, once admitted.
     filter: Option<SourceFilter>,
     /// The first packet's and the tunnel's deadlines.
     deadlines: Deadlines,
+    /// Until when the client may take to leave after `RESTART` (set at shutdown).
+    drain: Option<Instant>,
     /// Its place among the pending connections, until authenticated.
     pending: Option<PendingGuard>,
     /// Its `max-clients` slot, once authenticated.
     slot: Option<Slot>,
-    /// Set when an event decided to close the connection.
-    closing: Option<Ended>,
-    reader: FrameReader,
-    writer: FrameWriter,
     /// Control messages from the client that were dropped: a line a second at most.
     dropped_log: LogLimiter,
     /// Packets from the client that were dropped (spoofed, on the wrong side): a line a
@@ -300,264 +302,202 @@ struct Connection {
     packet_log: LogLimiter,
 }
 
-impl Connection {
-    async fn drive(
+/// The server's own inputs of a connection.
+enum Input {
+    Shutdown,
+    Replaced,
+    Evicted,
+    /// A packet for this client from the tun reader or another client.
+    Queued(BytesMut),
+}
+
+impl Role for Connection {
+    type Session = ServerSession;
+    type Input = Input;
+    type Ended = Ended;
+
+    async fn next_input(&mut self) -> Input {
+        tokio::select! {
+            () = self.shutdown.cancelled(), if self.drain.is_none() => Input::Shutdown,
+            () = self.handle.kicked.cancelled() => Input::Replaced,
+            () = evicted(self.pending.as_ref()) => Input::Evicted,
+            Some(packet) = self.rx.recv() => Input::Queued(packet),
+        }
+    }
+
+    async fn on_input(
         &mut self,
-        mut rx: mpsc::Receiver<BytesMut>,
-        shutdown: &CancellationToken,
-    ) -> Ended {
-        let shared = Arc::clone(&self.shared);
-        let settings = &shared.settings;
-        let mut drain_deadline: Option<Instant> = None;
-        let mut to_tun: Vec<BytesMut> = Vec::with_capacity(RECV_BATCH);
-        loop {
-            if let Some(reason) = self.output() {
-                let _ = self.flush().await;
-                return Ended::Session(reason);
-            }
-            if let Some(ended) = self.closing.take() {
-                return ended;
-            }
-            if let Err(e) = self.flush().await {
-                return Ended::Write(e);
-            }
-            let mut wake = self.session.poll_timeout();
-            for d in [self.deadlines.next(), drain_deadline]
-                .into_iter()
-                .flatten()
-            {
-                wake = Some(wake.map_or(d, |w| w.min(d)));
-            }
-            let sleep = async {
-                match wake {
-                    Some(t) => tokio::time::sleep_until(t.into()).await,
-                    None => std::future::pending().await,
+        pump: &mut Pump<ServerSession>,
+        input: Input,
+    ) -> Result<(), Stop<Ended>> {
+        match input {
+            Input::Shutdown => {
+                if self.deadlines.next().is_some() {
+                    return Err(Stop::Role(Ended::ShuttingDown));
                 }
-            };
-            tokio::select! {
-                _ = shutdown.cancelled(), if drain_deadline.is_none() => {
-                    if self.deadlines.next().is_some() {
-                        return Ended::ShuttingDown;
-                    }
-                    self.session.send_restart(ServerSignal::default());
-                    drain_deadline = Some(Instant::now() + settings.drain_timeout);
-                    info!("told client: RESTART");
-                }
-                _ = self.handle.kicked.cancelled() => return Ended::Replaced,
-                () = evicted(self.pending.as_ref()) => return Ended::Evicted,
-                r = self.reader.next() => match r {
-                    Ok(Some(packet)) => {
-                        if let Err(e) = self.receive(packet, &mut to_tun) {
-                            return Ended::Read(e);
-                        }
-                        if let Some(device) = &shared.device {
-                            device.writer.write(&mut to_tun).await;
-                        }
-                    }
-                    Ok(None) => return Ended::PeerClosed,
-                    Err(e) => return Ended::Read(e),
-                },
-                Some(packet) = rx.recv() => self.send_queued(packet, &mut rx),
-                _ = sleep => {
-                    let now = Instant::now();
-                    match self.deadlines.expired(now) {
-                        Some(Expired::FirstPacket(after)) => return Ended::FirstPacketTimeout(after),
-                        Some(Expired::Handshake(after)) => {
-                            shared.metrics.handshake_timed_out();
-                            return Ended::HandshakeTimeout(after);
-                        }
-                        None => {}
-                    }
-                    if drain_deadline.is_some_and(|d| now >= d) {
-                        return Ended::DrainTimeout;
-                    }
-                    self.session.handle_timeout(now);
-                }
+                pump.session_mut().send_restart(ServerSignal::default());
+                self.drain = Some(Instant::now() + self.shared.settings.drain_timeout);
+                info!("told client: RESTART");
+            }
+            Input::Replaced => return Err(Stop::Role(Ended::Replaced)),
+            Input::Evicted => return Err(Stop::Role(Ended::Evicted)),
+            // It and what else is queued for this client (at most `SEND_BATCH`), encrypted in
+            // place for one write.
+            Input::Queued(first) => {
+                let rx = &mut self.rx;
+                let queued = std::iter::from_fn(|| rx.try_recv().ok());
+                pump.send_tun_packets(std::iter::once(first).chain(queued).take(SEND_BATCH));
             }
         }
-    }
-
-    /// Queues the session's control packets and handles its events until both are quiet;
-    /// the reason when the session closed. An event that closes the connection otherwise
-    /// leaves its reason in `closing`.
-    fn output(&mut self) -> Option<CloseReason> {
-        let now = Instant::now();
-        let mut closed = None;
-        loop {
-            let mut progressed = false;
-            while let Some(b) = self.session.poll_transmit(now, unix_now()) {
-                self.writer.push(b);
-                progressed = true;
-            }
-            while let Some(event) = self.session.poll_event() {
-                progressed = true;
-                match event {
-                    Event::ClientIdentified(identity) => {
-                        if let Some(cn) = &identity.common_name {
-                            Span::current().record("cn", cn.as_str());
-                        }
-                        if let Some(first) = identity.peer_info_ignored.first() {
-                            let n = identity.peer_info_ignored.len();
-                            self.shared.metrics.peer_info_ignored(n);
-                            if let Some(suppressed) = self.dropped_log.allow(now) {
-                                warn!(
-                                    lines = n,
-                                    first = %first,
-                                    suppressed,
-                                    "peer-info lines from the client ignored"
-                                );
-                            }
-                        }
-                        // Authenticated: from a pending place to a `max-clients` slot.
-                        match self.shared.slots.take() {
-                            Ok(slot) => {
-                                self.slot = Some(slot);
-                                self.pending = None;
-                            }
-                            Err(refused) => {
-                                self.shared.metrics.max_clients_reached();
-                                warn!(reason = %refused, "authenticated client closed");
-                                self.closing = Some(Ended::MaxClients(refused));
-                                return closed;
-                            }
-                        }
-                        let admitted = lock(&self.shared.registry).admit(
-                            &self.shared.settings,
-                            self.id,
-                            &identity,
-                            self.handle.clone(),
-                            unix_now(),
-                        );
-                        match admitted {
-                            Ok(a) => {
-                                info!(
-                                    v4 = ?a.settings.ifconfig,
-                                    v6 = ?a.settings.ifconfig_ipv6,
-                                    "client identified; addresses assigned"
-                                );
-                                self.filter = Some(a.filter);
-                                self.session.accept_client(now, a.settings);
-                            }
-                            Err(refused) => {
-                                // It lingers only to deliver AUTH_FAILED: its slot is free.
-                                self.slot = None;
-                                match refused {
-                                    Refused::PoolExhausted { .. } => {
-                                        self.shared.metrics.refused_pool_exhausted();
-                                        warn!(error = %chain(&refused), "refusing client: no address");
-                                    }
-                                    _ => self.shared.metrics.refused_other(),
-                                }
-                                info!(reason = %chain(&refused), "client refused");
-                                self.session.reject_client(now, Some(refused.to_string()));
-                            }
-                        }
-                    }
-                    Event::Connected(c) => {
-                        self.deadlines.established();
-                        self.shared.metrics.tunnel_established();
-                        lock(&self.shared.registry).established(
-                            self.id,
-                            c.cipher.name(),
-                            unix_now(),
-                        );
-                        info!(
-                            cipher = c.cipher.name(),
-                            tls_ekm = c.tls_ekm,
-                            "tunnel established"
-                        );
-                    }
-                    Event::KeyRenegotiated { key_id } => {
-                        info!(key_id = key_id.get(), "key renegotiated");
-                    }
-                    Event::ControlMessageDropped(error) => {
-                        self.shared.metrics.control_message_dropped();
-                        if let Some(suppressed) = self.dropped_log.allow(now) {
-                            warn!(
-                                error = %error,
-                                text = %error.escaped_message().unwrap_or_default(),
-                                suppressed,
-                                "control message from the client dropped"
-                            );
-                        }
-                    }
-                    Event::Closed(reason) => closed = Some(reason),
-                }
-            }
-            if !progressed {
-                return closed;
-            }
-        }
-    }
-
-    /// Writes what is queued and updates the status file's byte count.
-    async fn flush(&mut self) -> io::Result<()> {
-        if self.writer.is_empty() {
-            return Ok(());
-        }
-        let written = self.writer.flush().await;
-        self.handle
-            .traffic
-            .sent
-            .store(self.writer.sent(), Ordering::Relaxed);
-        written
-    }
-
-    /// Handles `first` and every packet already buffered behind it (at most
-    /// [`RECV_BATCH`]); the decrypted packets bound for the tun device go to `to_tun`.
-    fn receive(
-        &mut self,
-        first: BytesMut,
-        to_tun: &mut Vec<BytesMut>,
-    ) -> Result<(), FrameReadError> {
-        let now = Instant::now();
-        let mut handled = 0;
-        let Connection {
-            shared,
-            id,
-            session,
-            filter,
-            reader,
-            packet_log,
-            ..
-        } = self;
-        reader.receive_batch(first, false, |packet| {
-            match session.handle_packet(now, packet) {
-                Ok(Some(payload)) => {
-                    forward_from_client(shared, *id, filter.as_ref(), packet_log, payload, to_tun);
-                }
-                Ok(None) => {}
-                Err(e) => debug!(error = %e, "packet dropped"),
-            }
-            handled += 1;
-            handled < RECV_BATCH
-        })?;
-        self.handle
-            .traffic
-            .received
-            .store(self.reader.received(), Ordering::Relaxed);
         Ok(())
     }
 
-    /// Encrypts `first` and what else is queued for this client (at most [`SEND_BATCH`]) in
-    /// place, queued for one write.
-    fn send_queued(&mut self, first: BytesMut, rx: &mut mpsc::Receiver<BytesMut>) {
-        let now = Instant::now();
-        let mut next = Some(first);
-        let mut sent = 0;
-        while let Some(mut packet) = next.take() {
-            match self
-                .session
-                .send_tun_packet(now, &mut packet, SEND_HEADROOM)
-            {
-                Ok(()) => self.writer.push(packet),
-                Err(e) => debug!(error = %e, "tun packet not sent"),
+    async fn on_event(
+        &mut self,
+        pump: &mut Pump<ServerSession>,
+        event: Event,
+    ) -> Result<(), Stop<Ended>> {
+        match event {
+            Event::ClientIdentified(identity) => {
+                return self
+                    .on_client_identified(pump.session_mut(), &identity)
+                    .map_err(Stop::Role)
             }
-            sent += 1;
-            if sent < SEND_BATCH {
-                next = rx.try_recv().ok();
+            Event::Connected(c) => {
+                self.deadlines.established();
+                self.shared.metrics.tunnel_established();
+                lock(&self.shared.registry).established(self.id, c.cipher.name(), unix_now());
+                info!(
+                    cipher = c.cipher.name(),
+                    tls_ekm = c.tls_ekm,
+                    "tunnel established"
+                );
+            }
+            Event::KeyRenegotiated { key_id } => {
+                info!(key_id = key_id.get(), "key renegotiated");
+            }
+            Event::ControlMessageDropped(error) => {
+                self.shared.metrics.control_message_dropped();
+                log_dropped_control(&mut self.dropped_log, &error, "client");
+            }
+            Event::Closed(_) => {}
+        }
+        Ok(())
+    }
+
+    fn on_payload(&mut self, payload: BytesMut, to_tun: &mut Vec<BytesMut>) {
+        forward_from_client(
+            &self.shared,
+            self.id,
+            self.filter.as_ref(),
+            &mut self.packet_log,
+            payload,
+            to_tun,
+        );
+    }
+
+    fn tun_writer(&self) -> Option<&TunWriter> {
+        self.shared.device.as_ref().map(|device| &device.writer)
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        [self.deadlines.next(), self.drain]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn on_deadline(&mut self, now: Instant) -> Result<(), Ended> {
+        match self.deadlines.expired(now) {
+            Some(Expired::FirstPacket(after)) => return Err(Ended::FirstPacketTimeout(after)),
+            Some(Expired::Handshake(after)) => {
+                self.shared.metrics.handshake_timed_out();
+                return Err(Ended::HandshakeTimeout(after));
+            }
+            None => {}
+        }
+        if self.drain.is_some_and(|d| now >= d) {
+            return Err(Ended::DrainTimeout);
+        }
+        Ok(())
+    }
+
+    fn on_received(&mut self, total: u64) {
+        self.handle.traffic.received.store(total, Ordering::Relaxed);
+    }
+
+    fn on_sent(&mut self, total: u64) {
+        self.handle.traffic.sent.store(total, Ordering::Relaxed);
+    }
+}
+
+impl Connection {
+    /// Authenticated: from a pending place to a `max-clients` slot (none free: the connection
+    /// ends), then admitted by the registry (addresses pushed) or refused (`AUTH_FAILED`).
+    fn on_client_identified(
+        &mut self,
+        session: &mut ServerSession,
+        identity: &ClientIdentity,
+    ) -> Result<(), Ended> {
+        let now = Instant::now();
+        if let Some(cn) = &identity.common_name {
+            Span::current().record("cn", cn.as_str());
+        }
+        if let Some(first) = identity.peer_info_ignored.first() {
+            let n = identity.peer_info_ignored.len();
+            self.shared.metrics.peer_info_ignored(n);
+            if let Some(suppressed) = self.dropped_log.allow(now) {
+                warn!(
+                    lines = n,
+                    first = %first,
+                    suppressed,
+                    "peer-info lines from the client ignored"
+                );
             }
         }
+        match self.shared.slots.take() {
+            Ok(slot) => {
+                self.slot = Some(slot);
+                self.pending = None;
+            }
+            Err(refused) => {
+                self.shared.metrics.max_clients_reached();
+                warn!(reason = %refused, "authenticated client closed");
+                return Err(Ended::MaxClients(refused));
+            }
+        }
+        let admitted = lock(&self.shared.registry).admit(
+            &self.shared.settings,
+            self.id,
+            identity,
+            self.handle.clone(),
+            unix_now(),
+        );
+        match admitted {
+            Ok(a) => {
+                info!(
+                    v4 = ?a.settings.ifconfig,
+                    v6 = ?a.settings.ifconfig_ipv6,
+                    "client identified; addresses assigned"
+                );
+                self.filter = Some(a.filter);
+                session.accept_client(now, a.settings);
+            }
+            Err(refused) => {
+                // It lingers only to deliver AUTH_FAILED: its slot is free.
+                self.slot = None;
+                match refused {
+                    Refused::PoolExhausted { .. } => {
+                        self.shared.metrics.refused_pool_exhausted();
+                        warn!(error = %chain(&refused), "refusing client: no address");
+                    }
+                    _ => self.shared.metrics.refused_other(),
+                }
+                info!(reason = %chain(&refused), "client refused");
+                session.reject_client(now, Some(refused.to_string()));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -20,7 +20,7 @@
 //! | step | where |
 //! |---|---|
 //! | accept, `max-clients` slot, the connection's task and span | [`server`] (accept loop), [`connection`] (`serve`) |
-//! | socket → framed packets (length limit from the MTU) | [`netio::framed::FrameReader`], read in [`connection`] |
+//! | socket → framed packets (length limit from the MTU) | [`netio::framed::FrameReader`], read in batches by the session pump ([`netio::pump`]) |
 //! | packet → decrypted payload (in place), or control traffic | `protocol::session::ServerSession::handle_packet` |
 //! | admission on `ClientIdentified`: CCD, addresses, iroutes | [`registry::Registry::admit`] |
 //! | source check (anti-spoofing) | [`spoof::SourceFilter`], called by the packet mode (`shared::mode`, `PacketMode::forward_from_client`) for [`connection`] |
@@ -33,7 +33,7 @@
 //! | tun → packets (batches, offloads cut to the MTU) | [`netio::tun::Tun::recv_many`] in [`device`] (`read_loop`) |
 //! | destination → the client owning the longest prefix (address or iroute) | the packet mode (`PacketMode::forward_from_device`), [`registry::Registry::route`] ([`routing`]) |
 //! | no client: ICMP unreachable to the sender | [`unreachable`](mod@unreachable) |
-//! | the client's queue → encrypted framed packet (in place) | [`connection`] (`send_queued`), `ServerSession::send_tun_packet` |
+//! | the client's queue → encrypted framed packet (in place) | [`connection`] (its `Queued` input), [`netio::pump::Pump::send_tun_packets`], `ServerSession::send_tun_packet` |
 //! | framed packets → socket (one vectored write) | [`netio::framed::FrameWriter`] |
 //!
 //! The packet mode, chosen once when the server binds (`shared::mode`), decides both ways in
@@ -56,7 +56,7 @@
 //! | [`server`] | the composition root: binds (device, listeners) and builds the shared state; one task per connection, the tun reader, status writer, shutdown |
 //! | `shared` | what every task of one server shares (settings, packet mode, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |
 //! | `shared::mode` | the packet mode (routed, switched, HA), chosen once at bind: a packet's way from a client and from the device |
-//! | [`connection`] | one client's session loop inside its span |
+//! | [`connection`] | one client's connection inside its span: the server's role in netio's session pump (its inputs, events, deadlines) |
 //! | [`registry`] | pool, routing table and clients; `max-clients` and admission; packets held for reconnecting clients ([`registry::hold`]) (pure) |
 //! | [`device`] | the tun device's set-up and reader (and the held packets' bound) |
 //! | [`metrics`] | the server's counters and their Prometheus series |

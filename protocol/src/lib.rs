@@ -28,7 +28,7 @@
 //! | [`session`] | control-channel sessions: `ClientSession`, `ServerEndpoint`/`ServerSession`, key states, the packet link |
 //! | [`http`] | the HTTP/1.x CONNECT request and response heads (client, proxy and router sides) |
 //! | [`proxy_protocol`] | the PROXY protocol v1/v2 header a load balancer puts before a relayed TCP stream |
-//! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model |
+//! | [`config`] | OpenVPN config text (server, client, client-config-dir files) and the vpn2 environment variables, parsed into a typed model; typed config lines (a generated config such as vpn2's) read into it without text or rendered as text |
 //!
 //! The drivers (`vpn-server`, `vpn-client`) use [`session`]: its module docs hold the one
 //! driving contract (`handle_*` in, commands, `poll_*` out, time as arguments). The I/O around

@@ -56,6 +56,13 @@ impl DataCiphers {
         ])
     }
 
+    /// `first`, then `rest`: a list that cannot be empty.
+    pub fn of(first: DataCipher, rest: &[DataCipher]) -> DataCiphers {
+        let mut list = vec![first];
+        list.extend_from_slice(rest);
+        DataCiphers(list)
+    }
+
     /// A list of these ciphers; [`NcpConfigError::Empty`] if there are none.
     pub fn new(ciphers: Vec<DataCipher>) -> Result<DataCiphers, NcpConfigError> {
         if ciphers.is_empty() {

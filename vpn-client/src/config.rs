@@ -32,7 +32,7 @@ use pki::check::{RemoteCertTls, VerifyX509Name, X509NameType};
 use pki::tls::PeerPolicy;
 use pki::{CaBundle, Identity};
 use protocol::config::{
-    lex, CertUsage, ClientOptions, CommonOptions, ConfigError, DevType, ProxyAuthMethod,
+    lex, CertUsage, ClientOptions, CommonOptions, ConfigError, DevType, Line, ProxyAuthMethod,
     ProxyCredentials, Source, TlsVersion, TlsWrapConfig, Warning,
 };
 use protocol::session::ControlProtection;
@@ -144,7 +144,21 @@ pub fn load_text(file: &str, text: &str) -> Result<Loaded, LoadError> {
     let directives = lex(file, text).map_err(LoadError::Config)?;
     let lines = Lines {
         file,
-        directives: &directives,
+        at: directives
+            .iter()
+            .map(|d| (d.name.as_str(), d.line))
+            .collect(),
+    };
+    settings_from_options(&parsed.config, &parsed.warnings, &lines)
+}
+
+/// Reads and maps a generated config's typed `lines` (vpn2's, [`crate::vpn2`]) without text,
+/// as [`load_text`] does their text; `file` names it in errors and warnings.
+pub fn load_lines(file: &str, typed: &[Line]) -> Result<Loaded, LoadError> {
+    let parsed = ClientOptions::from_lines(file, typed).map_err(LoadError::Config)?;
+    let lines = Lines {
+        file,
+        at: typed.iter().zip(1..).map(|(l, n)| (l.name(), n)).collect(),
     };
     settings_from_options(&parsed.config, &parsed.warnings, &lines)
 }
@@ -152,16 +166,17 @@ pub fn load_text(file: &str, text: &str) -> Result<Loaded, LoadError> {
 /// Where each directive is, for messages.
 struct Lines<'a> {
     file: &'a str,
-    directives: &'a [lex::Directive],
+    /// Each directive's name and line, in config order.
+    at: Vec<(&'a str, usize)>,
 }
 
 impl Lines<'_> {
     fn of(&self, name: &str) -> Option<usize> {
-        self.directives
+        self.at
             .iter()
             .rev()
-            .find(|d| d.name == name)
-            .map(|d| d.line)
+            .find(|(n, _)| *n == name)
+            .map(|(_, line)| *line)
     }
 
     fn unsupported(&self, directive: &'static str, reason: &'static str) -> LoadError {

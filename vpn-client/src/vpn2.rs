@@ -2,8 +2,10 @@
 //! ([`Vpn2ClientEnv`]) and vpn2's fixed file layout instead.
 //!
 //! The client config vpn2 would write for these variables (reference `gardener-vpn2.md` 1.3)
-//! is rendered as text by [`render_client_config`] and then loaded exactly like a config file
-//! ([`crate::config::load_text`]), so both modes share one mapping. What vpn2 fixes:
+//! is built as typed lines by [`client_lines`] and read without text exactly as a config
+//! file's directives are ([`crate::config::load_lines`]), so both modes share one mapping;
+//! rendered, the same lines are the config upstream OpenVPN gets when it plays vpn2 in the
+//! conformance tests ([`Vpn2Reader::Upstream`]). What vpn2 fixes:
 //!
 //! - `/SECRETS/vpn-client/{ca.crt,tls.crt,tls.key}` and `/SECRETS/tlsauth/vpn.tlsauth` with
 //!   key direction 1 (`SECRETS` is `/srv/secrets` unless overridden);
@@ -37,16 +39,21 @@
 //! `tun<i>`, the shoot-side rules in a table of its own, and routes the seed side the same
 //! way.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use netio::firewall::{priority, Chain, Hook, Rule, Table};
 use netio::sysctl::{self, SysctlError};
 use protocol::config::env::Vpn2ClientEnv;
 use protocol::config::netmap::{Netmap, NetmapError, MAPPED_SEED_POD_NETWORK};
-use protocol::push::{OptionKind, StrictPolicy};
+use protocol::config::{render, CertUsage, ConnectRetry, CustomHeader, FileArg, Line};
+use protocol::data::DataCipher;
+use protocol::digest::Digest;
+use protocol::key::{KeyDirection, Role};
+use protocol::ncp::DataCiphers;
+use protocol::push::{FilterAction, OptionKind, PullFilter, StrictPolicy};
 
-use crate::config::{load_text, LoadError, Loaded};
+use crate::config::{load_lines, LoadError, Loaded};
 use crate::settings::HaRoutes;
 
 /// vpn2's secrets directory.
@@ -89,71 +96,137 @@ pub enum Vpn2Error {
     Netmap(#[from] NetmapError),
 }
 
-/// The client config vpn2 writes for `env`, with the secrets under `secrets`.
-pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<String, Vpn2Error> {
+/// Who reads [`client_lines`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vpn2Reader {
+    /// Our client: vpn2's lines without `verb 3` (our default log level is the same),
+    /// `management` (we have none) and the shoot client's `up` hook (the route comes with
+    /// the pushed ones, [`load_env`]); a kube-apiserver's HA client gives up a silent server
+    /// after [`HA_SEED_PING_RESTART`] s.
+    Ours,
+    /// Upstream OpenVPN playing vpn2 (the conformance tests): every line vpn2 writes.
+    Upstream,
+}
+
+/// The client config vpn2 writes for `env` (reference gardener-vpn2.md 1.3, vpn2's
+/// `client-config.template`), typed, with the secrets under `secrets` and what `reader`
+/// takes of it. Our client reads the lines into its settings ([`load_env`]); rendered
+/// ([`render_client_config`], [`protocol::config::render`]) they are the config upstream
+/// OpenVPN gets. Values that could not be written into vpn2's config text are refused.
+pub fn client_lines(
+    env: &Vpn2ClientEnv,
+    secrets: &Path,
+    reader: Vpn2Reader,
+) -> Result<Vec<Line>, Vpn2Error> {
     let endpoint = env.endpoint.as_deref().ok_or(Vpn2Error::NoEndpoint)?;
-    let word = |variable: &'static str, value: &str| -> Result<String, Vpn2Error> {
-        if value.is_empty()
-            || value
-                .chars()
-                .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | '#' | ';'))
-        {
-            return Err(Vpn2Error::Unquotable {
-                variable,
-                value: value.to_owned(),
-            });
-        }
-        Ok(value.to_owned())
-    };
     let endpoint = word("ENDPOINT", endpoint)?;
-    let dir = secrets.display().to_string();
-    let dir = word("--vpn2-secrets-dir", &dir)?;
-    let mut lines = vec![
-        "auth-nocache".to_owned(),
-        "txqueuelen 1000".to_owned(),
-        "tcp-nodelay".to_owned(),
-        "pull".to_owned(),
-        "data-ciphers AES-256-GCM".to_owned(),
-        "tls-client".to_owned(),
-        "connect-retry 1 5".to_owned(),
-        "auth SHA256".to_owned(),
-        format!("tls-auth {dir}/tlsauth/vpn.tlsauth 1"),
-        "remote-cert-tls server".to_owned(),
-        format!("proto {}", env.ip_families.client_proto()),
-    ];
-    let certs = match ha_role(env)? {
+    let dir = PathBuf::from(word("--vpn2-secrets-dir", &secrets.display().to_string())?);
+    let role = ha_role(env)?;
+    let upstream = reader == Vpn2Reader::Upstream;
+    let mut lines = Vec::new();
+    if upstream {
+        lines.push(Line::Verb(3));
+    }
+    lines.extend([
+        Line::AuthNocache,
+        Line::Txqueuelen(1000),
+        Line::TcpNodelay,
+        Line::Pull,
+        Line::DataCiphers(DataCiphers::of(DataCipher::Aes256Gcm, &[])),
+        Line::TlsClient,
+        Line::ConnectRetry(ConnectRetry { initial: 1, max: 5 }),
+        Line::Auth(Digest::Sha256),
+        Line::TlsAuth(
+            FileArg::quoted(dir.join("tlsauth/vpn.tlsauth")),
+            KeyDirection::Inverse,
+        ),
+        Line::RemoteCertTls(CertUsage::Server),
+        Line::Proto(env.ip_families.client_family(), Role::Client),
+    ]);
+    let certs = match role {
         // A shoot pod's certificate is the one of its own index (`vpn-shoot-client-<j>`).
-        Some(HaRole::Shoot { pod, .. }) => format!("vpn-client-{pod}"),
-        _ => "vpn-client".to_owned(),
+        Some(HaRole::Shoot { pod, .. }) => dir.join(format!("vpn-client-{pod}")),
+        _ => dir.join("vpn-client"),
     };
-    lines.push(format!("key {dir}/{certs}/tls.key"));
-    lines.push(format!("cert {dir}/{certs}/tls.crt"));
-    lines.push(format!("ca {dir}/{certs}/ca.crt"));
-    if let Some(HaRole::Seed { .. }) = ha_role(env)? {
+    lines.extend([
+        Line::Key(FileArg::plain(certs.join("tls.key"))),
+        Line::Cert(FileArg::plain(certs.join("tls.crt"))),
+        Line::Ca(FileArg::plain(certs.join("ca.crt"))),
+    ]);
+    if let (Some(HaRole::Seed { .. }), false) = (role, upstream) {
         // Inside the seed: a silent server is given up after 5 s (docs/ha.md §4), whatever
         // the server pushes for the shoot side.
-        lines.push(format!("ping-restart {HA_SEED_PING_RESTART}"));
-        lines.push("pull-filter ignore \"ping-restart\"".to_owned());
+        lines.push(Line::PingRestart(HA_SEED_PING_RESTART));
+        lines.push(Line::PullFilter(PullFilter::new(
+            FilterAction::Ignore,
+            "ping-restart",
+        )));
     }
     if env.is_shoot_client {
-        lines.push(format!("http-proxy {endpoint} {}", env.openvpn_port));
-        lines.push(format!(
-            "http-proxy-option CUSTOM-HEADER {} {}",
-            word("REVERSED_VPN_HEADER_KEY", &env.reversed_vpn_header_key)?,
-            word("REVERSED_VPN_HEADER", &env.reversed_vpn_header)?,
-        ));
+        lines.push(Line::HttpProxy {
+            host: endpoint.clone(),
+            port: env.openvpn_port,
+        });
+        lines.push(Line::CustomHeader(CustomHeader {
+            name: word("REVERSED_VPN_HEADER_KEY", &env.reversed_vpn_header_key)?,
+            content: Some(word("REVERSED_VPN_HEADER", &env.reversed_vpn_header)?),
+        }));
+        if upstream {
+            let index = env.vpn_server_index.filter(|_| role.is_some()).unwrap_or(0);
+            lines.push(Line::Management {
+                host: "127.0.0.1".to_owned(),
+                port: u16::try_from(VPN2_MANAGEMENT_PORT + index).unwrap_or(u16::MAX),
+            });
+        }
     }
-    lines.push(format!("dev {}", device(env)?));
-    lines.push(format!("remote {endpoint}"));
-    let mut text = lines.join("\n");
-    text.push('\n');
-    Ok(text)
+    lines.push(Line::Dev(device(env)?));
+    lines.push(Line::Remote(endpoint));
+    if upstream && env.is_shoot_client && role.is_none() {
+        lines.push(Line::ScriptSecurity(2));
+        lines.push(Line::Up(format!(
+            "/bin/sh -c '/sbin/ip route replace {} dev $1' -- ",
+            seed_side_route(env)
+        )));
+    }
+    Ok(lines)
+}
+
+/// vpn2's first management port (server *i*'s shoot client listens on `7505 + i`).
+const VPN2_MANAGEMENT_PORT: u32 = 7505;
+
+/// `value` of `variable` if it can stand as one word of vpn2's config text.
+fn word(variable: &'static str, value: &str) -> Result<String, Vpn2Error> {
+    if value.is_empty()
+        || value
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '"' | '\'' | '\\' | '#' | ';'))
+    {
+        return Err(Vpn2Error::Unquotable {
+            variable,
+            value: value.to_owned(),
+        });
+    }
+    Ok(value.to_owned())
+}
+
+/// The seed side a shoot client routes into its tunnel for the replies: an IPv6 seed pod
+/// network as it is, else vpn2's `241.0.0.0/8`.
+fn seed_side_route(env: &Vpn2ClientEnv) -> IpNet {
+    match env.seed_pod_network {
+        Some(v6 @ IpNet::V6(_)) => v6.trunc(),
+        _ => IpNet::V4(MAPPED_SEED_POD_NETWORK),
+    }
+}
+
+/// The client config text of [`client_lines`] for our client.
+pub fn render_client_config(env: &Vpn2ClientEnv, secrets: &Path) -> Result<String, Vpn2Error> {
+    Ok(render(&client_lines(env, secrets, Vpn2Reader::Ours)?))
 }
 
 /// Settings for `env` with the secrets under `secrets` (see the module docs).
 pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error> {
-    let text = render_client_config(env, secrets)?;
-    let mut loaded = load_text(VPN2_CONFIG_NAME, &text)?;
+    let lines = client_lines(env, secrets, Vpn2Reader::Ours)?;
+    let mut loaded = load_lines(VPN2_CONFIG_NAME, &lines)?;
     let role = ha_role(env)?;
     loaded.settings.pull.strict = Some(
         StrictPolicy::new()
@@ -164,10 +237,7 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
     let tun = &mut loaded.settings.tun;
     tun.auto_mtu = env.auto_mtu;
     if env.is_shoot_client {
-        tun.routes.push(match env.seed_pod_network {
-            Some(v6 @ IpNet::V6(_)) => v6.trunc(),
-            _ => IpNet::V4(MAPPED_SEED_POD_NETWORK),
-        });
+        tun.routes.push(seed_side_route(env));
         let netmap = Netmap::vpn2(
             &env.shoot_pod_networks,
             &env.shoot_service_networks,
@@ -539,10 +609,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::load_text;
     use crate::config::tests::secrets;
     use crate::TunSettings;
     use netio::http::CustomHeader;
-    use protocol::config::Family;
+    use protocol::config::{ClientOptions, Family};
 
     fn env(vars: &[(&str, &str)]) -> Vpn2ClientEnv {
         Vpn2ClientEnv::parse(vars.iter().copied()).expect("env")
@@ -811,5 +882,139 @@ mod tests {
         );
         assert!(requested([("ENDPOINT", "x")]));
         assert!(!requested([("ENDPOINT", ""), ("PATH", "/bin")]));
+    }
+
+    /// The client config text vpn2 environment mode rendered and parsed before its lines
+    /// were typed, kept verbatim as the referee of [`client_lines`].
+    fn rendered_before(env: &Vpn2ClientEnv, secrets: &Path) -> Result<String, Vpn2Error> {
+        let endpoint = env.endpoint.as_deref().ok_or(Vpn2Error::NoEndpoint)?;
+        let endpoint = word("ENDPOINT", endpoint)?;
+        let dir = secrets.display().to_string();
+        let dir = word("--vpn2-secrets-dir", &dir)?;
+        let mut lines = vec![
+            "auth-nocache".to_owned(),
+            "txqueuelen 1000".to_owned(),
+            "tcp-nodelay".to_owned(),
+            "pull".to_owned(),
+            "data-ciphers AES-256-GCM".to_owned(),
+            "tls-client".to_owned(),
+            "connect-retry 1 5".to_owned(),
+            "auth SHA256".to_owned(),
+            format!("tls-auth {dir}/tlsauth/vpn.tlsauth 1"),
+            "remote-cert-tls server".to_owned(),
+            format!("proto {}", env.ip_families.client_proto()),
+        ];
+        let certs = match ha_role(env)? {
+            Some(HaRole::Shoot { pod, .. }) => format!("vpn-client-{pod}"),
+            _ => "vpn-client".to_owned(),
+        };
+        lines.push(format!("key {dir}/{certs}/tls.key"));
+        lines.push(format!("cert {dir}/{certs}/tls.crt"));
+        lines.push(format!("ca {dir}/{certs}/ca.crt"));
+        if let Some(HaRole::Seed { .. }) = ha_role(env)? {
+            lines.push(format!("ping-restart {HA_SEED_PING_RESTART}"));
+            lines.push("pull-filter ignore \"ping-restart\"".to_owned());
+        }
+        if env.is_shoot_client {
+            lines.push(format!("http-proxy {endpoint} {}", env.openvpn_port));
+            lines.push(format!(
+                "http-proxy-option CUSTOM-HEADER {} {}",
+                word("REVERSED_VPN_HEADER_KEY", &env.reversed_vpn_header_key)?,
+                word("REVERSED_VPN_HEADER", &env.reversed_vpn_header)?,
+            ));
+        }
+        lines.push(format!("dev {}", device(env)?));
+        lines.push(format!("remote {endpoint}"));
+        let mut text = lines.join("\n");
+        text.push('\n');
+        Ok(text)
+    }
+
+    #[test]
+    fn client_lines_read_as_the_rendered_text_parsed() {
+        let shoot = [
+            ("IS_SHOOT_CLIENT", "true"),
+            ("ENDPOINT", "api.demo.proj.example.com"),
+            ("OPENVPN_PORT", "8443"),
+            ("REVERSED_VPN_HEADER_KEY", "X-Gardener-Destination"),
+            (
+                "REVERSED_VPN_HEADER",
+                "outbound|1194||vpn-seed-server.shoot--proj--demo.svc.cluster.local",
+            ),
+            ("SHOOT_POD_NETWORKS", "100.96.0.0/11"),
+            ("SEED_POD_NETWORK", "10.1.0.0/16"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut v = shoot.to_vec();
+            v.extend_from_slice(extra);
+            v
+        };
+        let ha = [
+            ("IS_HA", "true"),
+            ("HA_VPN_CLIENTS", "2"),
+            ("HA_VPN_SERVERS", "2"),
+        ];
+        let envs: Vec<Vec<(&str, &str)>> = vec![
+            // vpn-shoot, IPv4, dual-stack, IPv6 only, the defaults of the header.
+            shoot.to_vec(),
+            with(&[("IP_FAMILIES", "IPv4,IPv6")]),
+            with(&[
+                ("IP_FAMILIES", "IPv6"),
+                ("SEED_POD_NETWORK", "fd00:10::/64"),
+            ]),
+            vec![("IS_SHOOT_CLIENT", "true"), ("ENDPOINT", "203.0.113.10")],
+            with(&[("OPENVPN_AUTO_MTU", "true"), ("BONDING_MODE", "balance-rr")]),
+            // The seed side without HA, and a kube-apiserver's HA clients.
+            vec![("ENDPOINT", "vpn-seed-server-0")],
+            [
+                ha.as_slice(),
+                &[("ENDPOINT", "vpn-seed-server-0"), ("VPN_SERVER_INDEX", "0")],
+            ]
+            .concat(),
+            [
+                ha.as_slice(),
+                &[("ENDPOINT", "vpn-seed-server-1"), ("VPN_SERVER_INDEX", "1")],
+            ]
+            .concat(),
+            // A shoot pod's HA clients.
+            [
+                shoot.as_slice(),
+                &ha,
+                &[("VPN_SERVER_INDEX", "1"), ("POD_NAME", "vpn-shoot-1")],
+            ]
+            .concat(),
+            // Refused: no endpoint, an index naming no server, no pod index, unquotable.
+            vec![("IS_SHOOT_CLIENT", "true")],
+            [
+                ha.as_slice(),
+                &[("ENDPOINT", "x"), ("VPN_SERVER_INDEX", "2")],
+            ]
+            .concat(),
+            [shoot.as_slice(), &ha, &[("VPN_SERVER_INDEX", "0")]].concat(),
+            with(&[("REVERSED_VPN_HEADER", "a b")]),
+            with(&[("REVERSED_VPN_HEADER_KEY", "X;Y")]),
+            vec![("ENDPOINT", "host#1")],
+        ];
+        let dir = Path::new("/srv/secrets");
+        for vars in envs {
+            let e = env(&vars);
+            let typed = client_lines(&e, dir, Vpn2Reader::Ours)
+                .map(|lines| ClientOptions::from_lines(VPN2_CONFIG_NAME, &lines).expect("typed"));
+            let parsed = rendered_before(&e, dir)
+                .map(|text| ClientOptions::parse(VPN2_CONFIG_NAME, &text).expect("text"));
+            match (typed, parsed) {
+                (Ok(typed), Ok(parsed)) => assert_eq!(typed, parsed, "{vars:?}"),
+                (Err(a), Err(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{vars:?}"),
+                (a, b) => panic!("{vars:?}: {a:?} / {b:?}"),
+            }
+        }
+        // A secrets directory that cannot be written as one word is refused both ways.
+        let e = env(&shoot);
+        let odd = Path::new("/srv/odd secrets");
+        assert!(matches!(
+            client_lines(&e, odd, Vpn2Reader::Ours),
+            Err(Vpn2Error::Unquotable { .. })
+        ));
+        assert!(rendered_before(&e, odd).is_err());
     }
 }

@@ -13,7 +13,7 @@
 //!
 //! ```text
 //!  server.conf ──ServerOptions::parse──► ServerOptions ──from_options──► Loaded { Settings, up/down, warnings }
-//!  vpn2 env ──Vpn2ServerEnv──► vpn2_config_text ──┘ (+ the vpn-shoot-client iroutes)
+//!  vpn2 env ──Vpn2ServerEnv──► vpn2_lines ──ServerOptions::from_lines──┘ (+ the vpn-shoot-client iroutes)
 //! ```
 
 use std::collections::HashMap;
@@ -33,10 +33,15 @@ use pki::tls::{control_channel_server, PeerPolicy, TlsError};
 use pki::{CaBundle, Identity};
 use protocol::config::env::{EnvError, Vpn2ServerEnv};
 use protocol::config::{
-    CcdOptions, CertUsage, CommonOptions, ConfigError, DevType, Family, ServerOptions, Source,
-    TlsVersion, TlsWrapConfig, Warning, X509NameType,
+    CcdOptions, CertUsage, CommonOptions, ConfigError, DevType, Family, FileArg,
+    Keepalive as ConfigKeepalive, Line, ServerOptions, Source, Status as ConfigStatus, TlsVersion,
+    TlsWrapConfig, Warning, X509NameType,
 };
+use protocol::data::DataCipher;
+use protocol::digest::Digest;
+use protocol::key::{KeyDirection, Role};
 use protocol::km2::occ::DevType as OccDevType;
+use protocol::ncp::DataCiphers;
 use protocol::push::options::SocketFlags;
 use protocol::push::{PushItem, PushedOption};
 use protocol::session::{ControlProtection, Keepalive};
@@ -472,41 +477,151 @@ fn scripts(
     Ok((up, down))
 }
 
-/// The server config vpn2 would write for `env` (reference gardener-vpn2.md 1.3), with the
-/// secrets under `secrets` (vpn2: [`VPN2_SECRETS_DIR`]). No `client-config-dir` and no
-/// `up`/`down` (vpn2's firewall hooks are not ours); see [`from_vpn2_env`].
-pub fn vpn2_config_text(env: &Vpn2ServerEnv, secrets: &Path) -> String {
-    let s = |rel: &str| secrets.join(rel).display().to_string();
+/// Who reads [`vpn2_lines`].
+#[derive(Debug, Clone, Copy)]
+pub enum Vpn2Reader<'a> {
+    /// Our server: vpn2's lines without what it does in process (the `client-config-dir`
+    /// entry and its route limit, [`from_vpn2_env`]; the firewall hooks, `crate::vpn2`).
+    Ours,
+    /// Upstream OpenVPN playing vpn2 (the conformance tests): every line vpn2 writes, with
+    /// the client-config-dir `client_config_dir` and `program` as the hooks' `vpn-server`
+    /// (`/bin/vpn-server` in vpn2's image).
+    Upstream {
+        /// vpn2's `/client-config-dir`.
+        client_config_dir: &'a Path,
+        /// The program the `up` and `down` hooks run.
+        program: &'a Path,
+    },
+}
+
+/// The server config vpn2 writes for `env` (reference gardener-vpn2.md 1.3, vpn2's
+/// `server-config.template`), typed, with the secrets under `secrets` (vpn2:
+/// [`VPN2_SECRETS_DIR`]) and what `reader` takes of it. Our server reads the lines into its
+/// [`ServerOptions`] ([`from_vpn2_env`]); rendered ([`protocol::config::render`]) they are
+/// the config upstream OpenVPN gets.
+pub fn vpn2_lines(env: &Vpn2ServerEnv, secrets: &Path, reader: Vpn2Reader<'_>) -> Vec<Line> {
+    let secret = |rel: &str| FileArg::quoted(secrets.join(rel));
+    let device = env.device();
     let mut lines = vec![
-        "mode server".to_owned(),
-        "tls-server".to_owned(),
-        "topology subnet".to_owned(),
-        "verb 3".to_owned(),
-        "txqueuelen 1000".to_owned(),
-        "tcp-nodelay".to_owned(),
-        "data-ciphers AES-256-GCM:AES-256-CBC".to_owned(),
-        "port 1194".to_owned(),
-        "keepalive 10 30".to_owned(),
-        format!("key \"{}\"", s("vpn-server/tls.key")),
-        format!("cert \"{}\"", s("vpn-server/tls.crt")),
-        format!("ca \"{}\"", s("vpn-server/ca.crt")),
-        "dh none".to_owned(),
-        "auth SHA256".to_owned(),
-        format!("tls-auth \"{}\" 0", s("tlsauth/vpn.tlsauth")),
-        "proto tcp6-server".to_owned(),
-        format!("server-ipv6 {}", env.server_ipv6_network()),
-        format!("dev {}", env.device()),
-        format!(
-            "status \"{}\" {VPN2_STATUS_INTERVAL}",
-            env.status_path.display()
-        ),
-        "status-version 2".to_owned(),
+        Line::ModeServer,
+        Line::TlsServer,
+        Line::TopologySubnet,
+        Line::Verb(3),
+        Line::Txqueuelen(1000),
+        Line::TcpNodelay,
+        Line::DataCiphers(DataCiphers::of(
+            DataCipher::Aes256Gcm,
+            &[DataCipher::Aes256Cbc],
+        )),
+        Line::Port(VPN2_PORT),
+        Line::Keepalive(VPN2_KEEPALIVE),
     ];
-    if env.is_ha {
-        lines.push("client-to-client".to_owned());
-        lines.push("duplicate-cn".to_owned());
+    if let Vpn2Reader::Upstream {
+        client_config_dir, ..
+    } = reader
+    {
+        lines.push(Line::MaxRoutesPerClient(vpn2_max_routes_per_client(env)));
+        lines.push(Line::ClientConfigDir(client_config_dir.to_owned()));
     }
-    lines.join("\n") + "\n"
+    lines.extend([
+        Line::Key(secret("vpn-server/tls.key")),
+        Line::Cert(secret("vpn-server/tls.crt")),
+        Line::Ca(secret("vpn-server/ca.crt")),
+        Line::DhNone,
+        Line::Auth(Digest::Sha256),
+        Line::TlsAuth(secret("tlsauth/vpn.tlsauth"), KeyDirection::Normal),
+        Line::Proto(Family::V6, Role::Server),
+        Line::ServerIpv6(env.server_ipv6_network()),
+    ]);
+    if env.is_ha {
+        lines.extend([Line::ClientToClient, Line::DuplicateCn]);
+    }
+    lines.push(Line::Dev(device.to_owned()));
+    if let Vpn2Reader::Upstream { program, .. } = reader {
+        let nets: Vec<String> = vpn2_shoot_networks(env)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let seed = env
+            .seed_pod_network
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        let program = program.display();
+        lines.extend([
+            Line::ScriptSecurity(2),
+            Line::Up(format!(
+                "{program} firewall --mode up --device {device} --shoot-network={} \
+                 --seed-pod-network={seed}",
+                nets.join(",")
+            )),
+            Line::Down(format!("{program} firewall --mode down --device {device}")),
+        ]);
+    }
+    lines.extend([
+        Line::Status(ConfigStatus {
+            path: env.status_path.clone(),
+            interval: VPN2_STATUS_INTERVAL,
+        }),
+        Line::StatusVersion(2),
+    ]);
+    lines
+}
+
+/// vpn2's server port (not visible outside the pod: the Service maps it).
+const VPN2_PORT: u16 = 1194;
+
+/// vpn2's `keepalive 10 30`.
+const VPN2_KEEPALIVE: ConfigKeepalive = ConfigKeepalive {
+    interval: 10,
+    timeout: 30,
+};
+
+/// vpn2's shoot networks as its `firewall` hook names them: IPv4 ones replaced by their
+/// mapped /8 (always without HA; with HA only where the seed's pod network overlaps one),
+/// IPv6 ones kept, sorted as strings, without duplicates (vpn2's `BuildValues`).
+pub fn vpn2_shoot_networks(env: &Vpn2ServerEnv) -> Vec<IpNet> {
+    let all = env.shoot_networks();
+    let overlap = env.seed_pod_network.is_some_and(|seed| {
+        all.iter()
+            .any(|n| n.contains(&seed.network()) || seed.contains(&n.network()))
+    });
+    let map = !env.is_ha || overlap;
+    let mut out: Vec<IpNet> = Vec::new();
+    for (nets, mapped) in [
+        (&env.shoot_service_networks, MAPPED_SERVICE_NETWORK),
+        (&env.shoot_pod_networks, MAPPED_POD_NETWORK),
+        (&env.shoot_node_networks, MAPPED_NODE_NETWORK),
+    ] {
+        out.extend(nets.iter().map(|net| match net {
+            IpNet::V4(_) if map => IpNet::V4(mapped),
+            _ => *net,
+        }));
+    }
+    out.sort_by_key(ToString::to_string);
+    out.dedup();
+    out
+}
+
+/// vpn2's `max-routes-per-client`: the host addresses of every shoot network summed (an
+/// IPv4 network up to /30 without its network and broadcast addresses), within 256 and
+/// 1,048,576.
+pub fn vpn2_max_routes_per_client(env: &Vpn2ServerEnv) -> u32 {
+    const MIN: u128 = 256;
+    const MAX: u128 = 1 << 20;
+    let hosts = |net: &IpNet| -> u128 {
+        let bits = u32::from(net.max_prefix_len() - net.prefix_len());
+        let all = 1u128.checked_shl(bits).unwrap_or(u128::MAX);
+        match net {
+            IpNet::V4(n) if n.prefix_len() <= 30 => all - 2,
+            _ => all,
+        }
+    };
+    let sum = env
+        .shoot_networks()
+        .iter()
+        .map(hosts)
+        .fold(0u128, u128::saturating_add);
+    u32::try_from(sum.clamp(MIN, MAX)).unwrap_or(u32::MAX)
 }
 
 /// The iroutes vpn2 writes into `client-config-dir/vpn-shoot-client` (non-HA): per IPv4 shoot
@@ -532,7 +647,7 @@ pub fn vpn2_shoot_iroutes(env: &Vpn2ServerEnv) -> Vec<IpNet> {
     out
 }
 
-/// vpn2 environment mode: the config of [`vpn2_config_text`] mapped as a file would be, plus
+/// vpn2 environment mode: the config of [`vpn2_lines`] mapped as a file would be, plus
 /// the client-config-dir entry of `vpn-shoot-client` ([`vpn2_shoot_iroutes`]) and kernel
 /// routes into the tun for those iroutes (what vpn2's `firewall up` hook adds: the mapped
 /// IPv4 ranges and the IPv6 shoot networks, never the real IPv4 ones, which may overlap the
@@ -543,8 +658,8 @@ pub fn from_vpn2_env(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, Load
     if env.is_ha {
         return from_vpn2_env_ha(env, secrets);
     }
-    let text = vpn2_config_text(env, secrets);
-    let parsed = ServerOptions::parse(VPN2_ENV_CONFIG_NAME, &text)?;
+    let lines = vpn2_lines(env, secrets, Vpn2Reader::Ours);
+    let parsed = ServerOptions::from_lines(VPN2_ENV_CONFIG_NAME, &lines)?;
     let mut loaded = from_options(VPN2_ENV_CONFIG_NAME, &parsed.config)?;
     let iroutes = vpn2_shoot_iroutes(env);
     let s = &mut loaded.settings;
@@ -581,8 +696,8 @@ pub const HA_KEEPALIVE: Keepalive = Keepalive {
 /// through are the real ones and their mapped /8 images (vpn2 maps IPv4 ones when the seed's
 /// pod network overlaps).
 fn from_vpn2_env_ha(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadError> {
-    let text = vpn2_config_text(env, secrets);
-    let parsed = ServerOptions::parse(VPN2_ENV_CONFIG_NAME, &text)?;
+    let lines = vpn2_lines(env, secrets, Vpn2Reader::Ours);
+    let parsed = ServerOptions::from_lines(VPN2_ENV_CONFIG_NAME, &lines)?;
     let mut loaded = from_options(VPN2_ENV_CONFIG_NAME, &parsed.config)?;
     let s = &mut loaded.settings;
     let mut shoot_networks = env.shoot_networks();
@@ -1241,6 +1356,161 @@ mod tests {
                 .all(|p| !p.to_string().starts_with("route")),
             "{:?}",
             s.push_for(None)
+        );
+    }
+
+    /// The server config text vpn2 environment mode rendered and parsed before its lines
+    /// were typed, kept verbatim as the referee of [`vpn2_lines`].
+    fn rendered_before(env: &Vpn2ServerEnv, secrets: &Path) -> String {
+        let s = |rel: &str| secrets.join(rel).display().to_string();
+        let mut lines = vec![
+            "mode server".to_owned(),
+            "tls-server".to_owned(),
+            "topology subnet".to_owned(),
+            "verb 3".to_owned(),
+            "txqueuelen 1000".to_owned(),
+            "tcp-nodelay".to_owned(),
+            "data-ciphers AES-256-GCM:AES-256-CBC".to_owned(),
+            "port 1194".to_owned(),
+            "keepalive 10 30".to_owned(),
+            format!("key \"{}\"", s("vpn-server/tls.key")),
+            format!("cert \"{}\"", s("vpn-server/tls.crt")),
+            format!("ca \"{}\"", s("vpn-server/ca.crt")),
+            "dh none".to_owned(),
+            "auth SHA256".to_owned(),
+            format!("tls-auth \"{}\" 0", s("tlsauth/vpn.tlsauth")),
+            "proto tcp6-server".to_owned(),
+            format!("server-ipv6 {}", env.server_ipv6_network()),
+            format!("dev {}", env.device()),
+            format!(
+                "status \"{}\" {VPN2_STATUS_INTERVAL}",
+                env.status_path.display()
+            ),
+            "status-version 2".to_owned(),
+        ];
+        if env.is_ha {
+            lines.push("client-to-client".to_owned());
+            lines.push("duplicate-cn".to_owned());
+        }
+        lines.join("\n") + "\n"
+    }
+
+    #[test]
+    fn vpn2_lines_read_as_the_rendered_text_parsed() {
+        const STATUS: (&str, &str) = ("OPENVPN_STATUS_PATH", "/srv/status/openvpn.status");
+        let ha = |i: &'static str| {
+            vec![
+                STATUS,
+                ("IS_HA", "true"),
+                ("POD_NAME", i),
+                ("HA_VPN_CLIENTS", "2"),
+            ]
+        };
+        let envs: Vec<Vec<(&str, &str)>> = vec![
+            vec![STATUS],
+            // Gardener's seed server (gardener-pods.md 2.1), dual-stack shoot.
+            vec![
+                STATUS,
+                ("IP_FAMILIES", "IPv4,IPv6"),
+                ("SHOOT_SERVICE_NETWORKS", "100.64.0.0/13,fd00:64::/112"),
+                ("SHOOT_POD_NETWORKS", "100.96.0.0/11,fd00:96::/48"),
+                ("SHOOT_NODE_NETWORKS", "10.250.0.0/16,fd00:250::/48"),
+                ("SEED_POD_NETWORK", "100.96.0.0/11"),
+                ("LOCAL_NODE_IP", "10.0.0.7"),
+                ("POD_NAME", "vpn-seed-server-6d9c5b7f4-x2k8q"),
+                ("OPENVPN_AUTO_MTU", "true"),
+            ],
+            // IPv6 only, another transfer network.
+            vec![
+                STATUS,
+                ("SHOOT_SERVICE_NETWORKS", "2001:db8:64::/112"),
+                ("SHOOT_POD_NETWORKS", "2001:db8:96::/48"),
+                ("SHOOT_NODE_NETWORKS", "2001:db8:250::/64"),
+                ("SEED_POD_NETWORK", "2001:db8:10::/64"),
+                ("VPN_NETWORK", "fd00:1:2:3::/96"),
+            ],
+            ha("vpn-seed-server-0"),
+            ha("vpn-seed-server-1"),
+            ha("vpn-seed-server-2"),
+            // Odd values: a status path with spaces and quotes, one network listed twice.
+            vec![
+                ("OPENVPN_STATUS_PATH", "/tmp/odd dir/it's \"here\""),
+                ("SHOOT_POD_NETWORKS", "10.0.0.0/8,10.0.0.0/8"),
+            ],
+        ];
+        let dir = Path::new("/srv/secrets");
+        for vars in envs {
+            let e = env(&vars);
+            let typed = ServerOptions::from_lines(
+                VPN2_ENV_CONFIG_NAME,
+                &vpn2_lines(&e, dir, Vpn2Reader::Ours),
+            );
+            let text = rendered_before(&e, dir);
+            let parsed = ServerOptions::parse(VPN2_ENV_CONFIG_NAME, &text);
+            if e.status_path.to_string_lossy().contains('"') {
+                // The text could not say it; the typed lines can.
+                let typed = typed.unwrap();
+                assert!(parsed.is_err(), "{text}");
+                assert_eq!(typed.config.common.status.unwrap().path, e.status_path);
+                continue;
+            }
+            assert_eq!(typed.unwrap(), parsed.unwrap(), "{vars:?}");
+        }
+    }
+
+    #[test]
+    fn vpn2s_hook_networks_and_route_limit() {
+        let e = env(&[
+            ("OPENVPN_STATUS_PATH", "/s"),
+            ("SHOOT_SERVICE_NETWORKS", "100.64.0.0/13,fd00:64::/112"),
+            ("SHOOT_POD_NETWORKS", "100.96.0.0/11,fd00:96::/48"),
+            ("SHOOT_NODE_NETWORKS", "10.250.0.0/16,fd00:250::/48"),
+        ]);
+        let nets: Vec<String> = vpn2_shoot_networks(&e)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            nets,
+            [
+                "242.0.0.0/8",
+                "243.0.0.0/8",
+                "244.0.0.0/8",
+                "fd00:250::/48",
+                "fd00:64::/112",
+                "fd00:96::/48"
+            ]
+        );
+        // An IPv6 /48 alone is over the limit.
+        assert_eq!(vpn2_max_routes_per_client(&e), 1 << 20);
+        // 100.64.0.0/13 and 100.96.0.0/11 (the defaults): 2^19 - 2 + 2^21 - 2 is over it too;
+        // one /24 is under the floor, a /20 and a /31 are between.
+        let small = |pods: &str| {
+            vpn2_max_routes_per_client(&env(&[
+                ("OPENVPN_STATUS_PATH", "/s"),
+                ("SHOOT_SERVICE_NETWORKS", "10.1.0.0/31"),
+                ("SHOOT_POD_NETWORKS", pods),
+            ]))
+        };
+        assert_eq!(small("10.0.0.0/24"), 256);
+        assert_eq!(small("10.0.0.0/20"), 4096 - 2 + 2);
+        // HA maps only where the seed's pod network overlaps a shoot network.
+        let ha = |seed: &str| {
+            vpn2_shoot_networks(&env(&[
+                ("OPENVPN_STATUS_PATH", "/s"),
+                ("IS_HA", "true"),
+                ("POD_NAME", "vpn-seed-server-0"),
+                ("HA_VPN_CLIENTS", "2"),
+                ("SEED_POD_NETWORK", seed),
+            ]))
+        };
+        assert_eq!(
+            ha("10.1.0.0/16"),
+            [net("100.64.0.0/13"), net("100.96.0.0/11")]
+        );
+        assert_eq!(
+            ha("100.96.0.0/16"),
+            [net("243.0.0.0/8"), net("244.0.0.0/8")]
         );
     }
 }

@@ -51,7 +51,7 @@
 //! | module | what it is |
 //! |---|---|
 //! | [`settings`] | [`Settings`]: typed runtime settings (the config parser maps onto them) |
-//! | [`config`] | config file / vpn2 environment → [`Settings`]; the only place files are read |
+//! | [`config`] | config file / vpn2 environment (its typed lines, [`config::vpn2_lines`]) → [`Settings`]; the only place files are read |
 //! | [`launch`] | what the binary runs: server, in-process sidecar, admin endpoint, `up` / `down` |
 //! | [`server`] | the composition root: binds (device, listeners) and builds the shared state; one task per connection, the tun reader, status writer, shutdown |
 //! | `shared` | what every task of one server shares (settings, packet mode, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |

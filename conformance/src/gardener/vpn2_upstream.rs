@@ -1,7 +1,10 @@
 //! The rolling-upgrade partners: upstream OpenVPN 2.6 configured as vpn2 configures it, for
 //! one side of the tunnel while ours runs the other (gardener-pods.md §2.1 and §2.4,
-//! gardener-vpn2.md §1.3 and §1.9; vpn2 @ 0e5681c). Our own rendering of the facts, for the
-//! landscape's networks and the [`Mounts`](super::pods::Mounts) layout.
+//! gardener-vpn2.md §1.3 and §1.9; vpn2 @ 0e5681c), for the landscape's networks and the
+//! [`Mounts`](super::pods::Mounts) layout. The configs are the typed lines our binaries read
+//! in environment mode (`vpn_server::config::vpn2_lines`, `vpn_client::vpn2::client_lines`),
+//! rendered with what only upstream reads (hooks, client-config-dir, management); the golden
+//! files in `golden/` hold the text as it was written here before, byte for byte.
 //!
 //! vpn2's images run a Go step before OpenVPN that installs rules with iptables; here:
 //!
@@ -18,85 +21,47 @@ use std::path::Path;
 
 use ipnet::IpNet;
 use netio::firewall::Firewall;
+use protocol::config::env::{Vpn2ClientEnv, Vpn2ServerEnv};
 use protocol::config::netmap::Netmap;
+use protocol::config::render;
+use vpn_client::vpn2::{client_lines, Vpn2Reader as ClientReader};
+use vpn_server::config::{vpn2_lines, vpn2_shoot_networks, Vpn2Reader};
 
-use super::landscape::{
-    SEED_POD_NETWORK, SHOOT_NODE_NETWORKS, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS,
-};
-use super::pods::{header_value, HEADER_KEY, OPENVPN_PORT};
+use super::landscape::{SHOOT_NODE_NETWORKS, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS};
+use super::pods::{seed_server_env, vpn_shoot_env};
 use super::rules::LANDSCAPE_NETMAP;
 use crate::netns::Netns;
 use crate::LabError;
 
-/// vpn2's default IPv6 transfer network (`VPN_NETWORK` unset).
-pub const TRANSFER_NETWORK: &str = "fd8f:6d53:b97a:1::/96";
-
 /// vpn2's route and iroute list for the landscape: each IPv4 shoot network replaced by its
 /// reserved /8 (nodes 242, services 243, pods 244), IPv6 ones kept, sorted as strings, no
-/// duplicates.
+/// duplicates (`vpn_server::config::vpn2_shoot_networks` of the seed server's environment).
 pub fn shoot_networks() -> Vec<String> {
-    let mut nets: Vec<String> = [
-        SHOOT_POD_NETWORKS,
-        SHOOT_SERVICE_NETWORKS,
-        SHOOT_NODE_NETWORKS,
-    ]
-    .iter()
-    .flat_map(|list| list.split(','))
-    .map(reserved_or_kept)
-    .collect();
-    nets.sort();
-    nets.dedup();
-    nets
+    vpn2_shoot_networks(&seed_env(Path::new(STATUS_PLACEHOLDER)))
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
-/// An IPv4 shoot network of the landscape as its reserved /8; an IPv6 one as it is.
-fn reserved_or_kept(net: &str) -> String {
-    LANDSCAPE_NETMAP
-        .iter()
-        .find(|(real, _)| *real == net)
-        .map(|(_, mapped)| format!("{}.0.0.0/8", &mapped[..3]))
-        .unwrap_or_else(|| net.to_owned())
+/// A status path for environments whose status file does not matter.
+const STATUS_PLACEHOLDER: &str = "/srv/status/openvpn.status";
+
+/// The `vpn-seed-server` container's environment of the landscape, status file at `status`.
+fn seed_env(status: &Path) -> Vpn2ServerEnv {
+    // The landscape's constants are a valid environment (the golden test reads them).
+    Vpn2ServerEnv::parse(seed_server_env(status)).expect("the landscape's seed environment")
 }
 
 /// vpn2's `/openvpn-server.config` for the non-HA seed pod: secrets under `secrets`, the
 /// client-config-dir `ccd`, the status file `status`, and our `vpn-server` as the hooks'
-/// program (`/bin/vpn-server` in vpn2's image).
+/// program (`/bin/vpn-server` in vpn2's image). The lines are vpn-server's
+/// ([`vpn_server::config::vpn2_lines`]) for the seed server's environment.
 pub fn server_config(secrets: &Path, ccd: &Path, status: &Path, vpn_server: &Path) -> String {
-    let s = |rel: &str| secrets.join(rel).display().to_string();
-    let nets = shoot_networks().join(",");
-    let bin = vpn_server.display();
-    let lines = [
-        "mode server".to_owned(),
-        "tls-server".to_owned(),
-        "topology subnet".to_owned(),
-        "verb 3".to_owned(),
-        "txqueuelen 1000".to_owned(),
-        "tcp-nodelay".to_owned(),
-        "data-ciphers AES-256-GCM:AES-256-CBC".to_owned(),
-        "port 1194".to_owned(),
-        "keepalive 10 30".to_owned(),
-        // The sum of the shoot networks' host addresses, clamped to 1,048,576: an IPv6 /48
-        // alone exceeds it.
-        "max-routes-per-client 1048576".to_owned(),
-        format!("client-config-dir {}", ccd.display()),
-        format!("key \"{}\"", s("vpn-server/tls.key")),
-        format!("cert \"{}\"", s("vpn-server/tls.crt")),
-        format!("ca \"{}\"", s("vpn-server/ca.crt")),
-        "dh none".to_owned(),
-        "auth SHA256".to_owned(),
-        format!("tls-auth \"{}\" 0", s("tlsauth/vpn.tlsauth")),
-        "proto tcp6-server".to_owned(),
-        format!("server-ipv6 {TRANSFER_NETWORK}"),
-        "dev tun0".to_owned(),
-        "script-security 2".to_owned(),
-        format!(
-            "up \"{bin} firewall --mode up --device tun0 --shoot-network={nets} --seed-pod-network={SEED_POD_NETWORK}\""
-        ),
-        format!("down \"{bin} firewall --mode down --device tun0\""),
-        format!("status {} 15", status.display()),
-        "status-version 2".to_owned(),
-    ];
-    lines.join("\n") + "\n"
+    let reader = Vpn2Reader::Upstream {
+        client_config_dir: ccd,
+        program: vpn_server,
+    };
+    render(&vpn2_lines(&seed_env(status), secrets, reader))
 }
 
 /// vpn2's `/client-config-dir/vpn-shoot-client`: an `iroute` per IPv4 network (dotted
@@ -115,37 +80,19 @@ pub fn ccd_vpn_shoot_client() -> String {
 }
 
 /// vpn2's `/openvpn-client.config` for the non-HA vpn-shoot pod (a dual-stack shoot, so
-/// `tcp-client`), with the secrets under `secrets` and `endpoint` as `ENDPOINT`.
+/// `tcp-client`), with the secrets under `secrets` and `endpoint` as `ENDPOINT`. The lines are
+/// vpn-client's ([`vpn_client::vpn2::client_lines`]) for the vpn-shoot container's
+/// environment.
 pub fn client_config(secrets: &Path, endpoint: &str) -> String {
-    let s = |rel: &str| secrets.join(rel).display().to_string();
-    let lines = [
-        "verb 3".to_owned(),
-        "auth-nocache".to_owned(),
-        "txqueuelen 1000".to_owned(),
-        "tcp-nodelay".to_owned(),
-        "pull".to_owned(),
-        "data-ciphers AES-256-GCM".to_owned(),
-        "tls-client".to_owned(),
-        "connect-retry 1 5".to_owned(),
-        "auth SHA256".to_owned(),
-        format!("tls-auth \"{}\" 1", s("tlsauth/vpn.tlsauth")),
-        "remote-cert-tls server".to_owned(),
-        "proto tcp-client".to_owned(),
-        format!("key {}", s("vpn-client/tls.key")),
-        format!("cert {}", s("vpn-client/tls.crt")),
-        format!("ca {}", s("vpn-client/ca.crt")),
-        format!("http-proxy {endpoint} {OPENVPN_PORT}"),
-        format!(
-            "http-proxy-option CUSTOM-HEADER {HEADER_KEY} {}",
-            header_value()
-        ),
-        "management 127.0.0.1 7505".to_owned(),
-        "dev tun0".to_owned(),
-        format!("remote {endpoint}"),
-        "script-security 2".to_owned(),
-        "up \"/bin/sh -c '/sbin/ip route replace 241.0.0.0/8 dev $1' -- \"".to_owned(),
-    ];
-    lines.join("\n") + "\n"
+    let mut vars = vpn_shoot_env();
+    vars.retain(|(k, _)| k != "ENDPOINT");
+    vars.push(("ENDPOINT".to_owned(), endpoint.to_owned()));
+    // The landscape's constants are a valid environment (the golden test reads them); an
+    // endpoint that is not one word of config text is the caller's error.
+    let env = Vpn2ClientEnv::parse(vars).expect("the landscape's vpn-shoot environment");
+    let lines = client_lines(&env, secrets, ClientReader::Upstream)
+        .expect("an endpoint and secrets directory vpn2's config can name");
+    render(&lines)
 }
 
 /// The `nft` script of vpn2's Go start in the seed pod: the proxy group's connections to the
@@ -199,6 +146,25 @@ pub fn install_shoot_rules(ns: &Netns) -> Result<(), LabError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The configs upstream gets are byte for byte what this module wrote before the lines
+    /// were vpn-server's and vpn-client's (Gardener's paths for the mounts).
+    #[test]
+    fn the_configs_are_the_golden_ones() {
+        assert_eq!(
+            server_config(
+                Path::new("/srv/secrets"),
+                Path::new("/client-config-dir"),
+                Path::new("/srv/status/openvpn.status"),
+                Path::new("/bin/vpn-server"),
+            ),
+            include_str!("golden/vpn2-server.conf")
+        );
+        assert_eq!(
+            client_config(Path::new("/srv/secrets"), "203.0.113.10"),
+            include_str!("golden/vpn2-client.conf")
+        );
+    }
 
     #[test]
     fn the_route_list_is_vpn2s() {

@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use ipnet::{IpNet, Ipv6Net};
 
+use super::model::Family;
+
 /// vpn2's default transfer network (Gardener's `DefaultVPNRangeV6`).
 pub const DEFAULT_VPN_NETWORK: &str = "fd8f:6d53:b97a:1::/96";
 /// The prefix length `VPN_NETWORK` must have.
@@ -244,10 +246,20 @@ impl IpFamilies {
     /// The client `proto` vpn2 writes: `tcp-client` for dual-stack, else `tcp4-client` or
     /// `tcp6-client`.
     pub fn client_proto(&self) -> &'static str {
+        match self.client_family() {
+            Family::Any => "tcp-client",
+            Family::V4 => "tcp4-client",
+            Family::V6 => "tcp6-client",
+        }
+    }
+
+    /// The socket family of [`IpFamilies::client_proto`]: either for dual-stack, else the
+    /// one family.
+    pub fn client_family(&self) -> Family {
         match (self.primary, self.secondary) {
-            (_, Some(_)) => "tcp-client",
-            (IpFamily::V4, None) => "tcp4-client",
-            (IpFamily::V6, None) => "tcp6-client",
+            (_, Some(_)) => Family::Any,
+            (IpFamily::V4, None) => Family::V4,
+            (IpFamily::V6, None) => Family::V6,
         }
     }
 }

@@ -13,7 +13,10 @@
 //!
 //! Pipeline: [`lex()`] (lines, comments, quoting via [`crate::push::tokenize`], inline blocks) →
 //! one pass over the directives into a collection of everything set, with line numbers →
-//! role checks and upstream's cross-directive validation → the typed model.
+//! role checks and upstream's cross-directive validation → the typed model. A generated
+//! config (vpn2's, built from its environment by the role crates) is a list of typed
+//! [`Line`]s instead: read into the same collection without text
+//! ([`ServerOptions::from_lines`]), or rendered as text for upstream OpenVPN ([`render`]).
 //!
 //! What upstream does that we refuse, with a clear error: UDP (`proto udp`: TCP only),
 //! `topology net30`/`p2p` (and `server` without `topology subnet`, since net30 is upstream's
@@ -24,6 +27,7 @@ mod args;
 mod ccd;
 pub mod env;
 pub mod lex;
+pub mod line;
 mod model;
 pub mod netmap;
 mod parse;
@@ -33,6 +37,7 @@ use std::path::PathBuf;
 
 pub use self::ccd::{CcdOptions, IfconfigIpv6Push, IfconfigPush};
 pub use self::lex::{lex, Directive, INLINE_TAGS};
+pub use self::line::{render, FileArg, Line};
 pub use self::model::*;
 pub use self::parse::parse;
 

@@ -18,6 +18,9 @@
 //! | [`ignored`] | accepted without effect (a [`Warning`](super::Warning)), and the client-config-dir directives refused here |
 //!
 //! A name in no row is [`ErrorReason::UnknownDirective`].
+//!
+//! A generated config's typed lines ([`Line`]) skip the text: [`typed`] stores each into
+//! [`Raw`] as its row would, and the same [`finish`] follows.
 
 mod client;
 mod connection;
@@ -28,10 +31,12 @@ mod ignored;
 mod raw;
 mod role;
 mod server;
+mod typed;
 
 use self::raw::Raw;
 use super::args::Args;
 use super::lex::{lex, Directive};
+use super::line::Line;
 use super::model::*;
 use super::{ConfigError, ErrorReason, Parsed};
 use crate::key::Role;
@@ -46,7 +51,16 @@ pub fn parse(file: &str, text: &str) -> Result<Parsed<Options>, ConfigError> {
 impl ServerOptions {
     /// Parses a server config; a client config is [`ErrorReason::RoleMismatch`].
     pub fn parse(file: &str, text: &str) -> Result<Parsed<ServerOptions>, ConfigError> {
-        let raw = collect(file, text)?;
+        ServerOptions::from_raw(file, collect(file, text)?)
+    }
+
+    /// The server config of typed `lines` (see [`Line`]), checked and completed as the
+    /// parse of their text is; `file` names it in errors and warnings.
+    pub fn from_lines(file: &str, lines: &[Line]) -> Result<Parsed<ServerOptions>, ConfigError> {
+        ServerOptions::from_raw(file, typed::collect_lines(file, lines)?)
+    }
+
+    fn from_raw(file: &str, raw: Raw) -> Result<Parsed<ServerOptions>, ConfigError> {
         check_role(file, raw.roles.role(file)?, Role::Server)?;
         let parsed = raw.finish(file, Role::Server)?;
         match parsed.config {
@@ -62,7 +76,16 @@ impl ServerOptions {
 impl ClientOptions {
     /// Parses a client config; a server config is [`ErrorReason::RoleMismatch`].
     pub fn parse(file: &str, text: &str) -> Result<Parsed<ClientOptions>, ConfigError> {
-        let raw = collect(file, text)?;
+        ClientOptions::from_raw(file, collect(file, text)?)
+    }
+
+    /// The client config of typed `lines` (see [`Line`]), checked and completed as the
+    /// parse of their text is; `file` names it in errors and warnings.
+    pub fn from_lines(file: &str, lines: &[Line]) -> Result<Parsed<ClientOptions>, ConfigError> {
+        ClientOptions::from_raw(file, typed::collect_lines(file, lines)?)
+    }
+
+    fn from_raw(file: &str, raw: Raw) -> Result<Parsed<ClientOptions>, ConfigError> {
         check_role(file, raw.roles.role(file)?, Role::Client)?;
         let parsed = raw.finish(file, Role::Client)?;
         match parsed.config {

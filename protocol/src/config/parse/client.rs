@@ -6,12 +6,12 @@
 
 use std::path::PathBuf;
 
-use super::raw::Raw;
+use super::raw::{Raw, RawClient};
 use super::{takes, Spec, NO_ARGS};
 use crate::config::args::{bad, port, u32_arg, Args};
 use crate::config::model::{
-    ConnectRetry, CustomHeader, HttpProxy, ProxyAuth, ProxyAuthMethod, ProxyCredentials,
-    DEFAULT_CONNECT_RETRY, MAX_CUSTOM_HTTP_HEADER,
+    ConnectRetry, CustomHeader, HttpProxy, HttpProxyOptions, ProxyAuth, ProxyAuthMethod,
+    ProxyCredentials, DEFAULT_CONNECT_RETRY, MAX_CUSTOM_HTTP_HEADER,
 };
 use crate::config::ErrorReason;
 use crate::push::{FilterAction, PullFilter};
@@ -89,19 +89,29 @@ fn http_proxy_option(raw: &mut Raw, a: &Args<'_>) -> Result<(), ErrorReason> {
             a.count(2, 2, "AGENT STRING")?;
             o.agent = Some(a.s(1).to_owned());
         }
-        "CUSTOM-HEADER" | "EXT1" | "EXT2" => {
-            if o.custom_headers.len() >= MAX_CUSTOM_HTTP_HEADER {
-                return Err(ErrorReason::TooMany {
-                    max: MAX_CUSTOM_HTTP_HEADER,
-                });
-            }
-            o.custom_headers.push(CustomHeader {
+        "CUSTOM-HEADER" | "EXT1" | "EXT2" => add_custom_header(
+            o,
+            CustomHeader {
                 name: a.s(1).to_owned(),
                 content: a.opt(2).map(str::to_owned),
-            });
-        }
+            },
+        )?,
         v => return Err(bad(v, "VERSION, AGENT, CUSTOM-HEADER, EXT1 or EXT2")),
     }
+    Ok(())
+}
+
+/// One more custom header, at most [`MAX_CUSTOM_HTTP_HEADER`].
+pub(super) fn add_custom_header(
+    o: &mut HttpProxyOptions,
+    header: CustomHeader,
+) -> Result<(), ErrorReason> {
+    if o.custom_headers.len() >= MAX_CUSTOM_HTTP_HEADER {
+        return Err(ErrorReason::TooMany {
+            max: MAX_CUSTOM_HTTP_HEADER,
+        });
+    }
+    o.custom_headers.push(header);
     Ok(())
 }
 
@@ -113,13 +123,16 @@ fn pull_filter(raw: &mut Raw, a: &Args<'_>) -> Result<(), ErrorReason> {
         "reject" => FilterAction::Reject,
         v => return Err(bad(v, "accept, ignore or reject")),
     };
-    let line = a.line();
-    let filters = raw
-        .client
+    add_pull_filter(&mut raw.client, PullFilter::new(action, a.s(1)), a.line());
+    Ok(())
+}
+
+/// One more filter; the first one's line is kept (a server warns about it).
+pub(super) fn add_pull_filter(client: &mut RawClient, filter: PullFilter, line: usize) {
+    let filters = client
         .pull_filters
         .get_or_insert_with(|| (Vec::new(), line));
-    filters.0.push(PullFilter::new(action, a.s(1)));
-    Ok(())
+    filters.0.push(filter);
 }
 
 fn route_nopull(raw: &mut Raw, _: &Args<'_>) -> Result<(), ErrorReason> {

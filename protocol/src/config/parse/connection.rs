@@ -139,12 +139,21 @@ fn persist_tun(raw: &mut Raw, _: &Args<'_>) -> Result<(), ErrorReason> {
 
 /// `keepalive N M`: upstream's rule, both above zero and M at least 2N.
 fn keepalive(raw: &mut Raw, a: &Args<'_>) -> Result<(), ErrorReason> {
-    let interval = u32_arg(a.s(0))?;
-    let timeout = u32_arg(a.s(1))?;
+    let k = Keepalive {
+        interval: u32_arg(a.s(0))?,
+        timeout: u32_arg(a.s(1))?,
+    };
+    check_keepalive(k)?;
+    raw.common.keepalive = Some((k, a.line()));
+    Ok(())
+}
+
+/// Upstream's rule for `keepalive N M`: both above zero and M at least 2N.
+pub(super) fn check_keepalive(k: Keepalive) -> Result<(), ErrorReason> {
+    let Keepalive { interval, timeout } = k;
     if interval == 0 || timeout == 0 || timeout < interval.saturating_mul(2) {
         return Err(ErrorReason::KeepaliveRatio { interval, timeout });
     }
-    raw.common.keepalive = Some((Keepalive { interval, timeout }, a.line()));
     Ok(())
 }
 

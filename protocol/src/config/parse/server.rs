@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+use ipnet::Ipv6Net;
+
 use super::raw::Raw;
 use super::{takes, Spec, NO_ARGS};
 use crate::config::args::{bad, ipv4, ipv4_net, ipv6_net, netmask_bits, u32_arg, Args};
@@ -58,9 +60,17 @@ fn server(raw: &mut Raw, a: &Args<'_>) -> Result<(), ErrorReason> {
 /// `server-ipv6 NETWORK/BITS`: a network address, /64 to /124.
 fn server_ipv6(raw: &mut Raw, a: &Args<'_>) -> Result<(), ErrorReason> {
     let net = ipv6_net(a.s(0))?;
+    check_server_ipv6(net, a.s(0))?;
+    raw.roles.mark(Role::Server, a.name(), a.line())?;
+    raw.server.server_ipv6 = Some(net);
+    Ok(())
+}
+
+/// `server-ipv6`'s network (`written` as in the config): a network address, /64 to /124.
+pub(super) fn check_server_ipv6(net: Ipv6Net, written: &str) -> Result<(), ErrorReason> {
     if net.network() != net.addr() {
         return Err(ErrorReason::NotNetworkAddress {
-            network: a.s(0).to_owned(),
+            network: written.to_owned(),
         });
     }
     let bits = net.prefix_len();
@@ -71,8 +81,6 @@ fn server_ipv6(raw: &mut Raw, a: &Args<'_>) -> Result<(), ErrorReason> {
             max: SERVER_IPV6_MAX_NETBITS,
         });
     }
-    raw.roles.mark(Role::Server, a.name(), a.line())?;
-    raw.server.server_ipv6 = Some(net);
     Ok(())
 }
 

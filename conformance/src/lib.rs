@@ -40,6 +40,9 @@
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).
 //! * [`flood`] - a flood of silent and bogus connections against a server or its proxy, held
 //!   in a lab namespace (the `preauth_*` tests and the bench's flood part).
+//! * [`kube_api`] - a stand-in for the Kubernetes API server (list, watch with bookmarks,
+//!   `410 Gone`, cut connections, slow answers, over HTTPS) for `vpn-router --kubernetes`:
+//!   no API server can run on the test machines.
 //! * [`wait`] - polling a lab until a check holds, with a limit and a panic naming what never
 //!   happened.
 //!
@@ -52,6 +55,7 @@ pub mod driver;
 pub mod echo;
 pub mod flood;
 pub mod gardener;
+pub mod kube_api;
 pub mod matrix;
 pub mod our_client;
 pub mod our_server;

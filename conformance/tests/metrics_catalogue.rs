@@ -159,6 +159,10 @@ fn render_every_part() -> Rendered {
     r.add("apiserver-proxy (Envoy mode)", &tcp.render());
 
     r.add("vpn-router", &vpn_router::Counters::default().render());
+    r.add(
+        "vpn-router --kubernetes",
+        &exposition(&vpn_router::kubernetes::KubeState::default()),
+    );
 
     r.add(
         "GEP-21 cloud side",

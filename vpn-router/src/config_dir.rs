@@ -636,7 +636,7 @@ fn at(line: Option<usize>) -> String {
     line.map(|l| format!(", line {l}")).unwrap_or_default()
 }
 
-mod owners;
+pub(crate) mod owners;
 
 #[cfg(test)]
 mod tests;

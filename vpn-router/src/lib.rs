@@ -70,6 +70,16 @@
 //! good seed settings; a removed shoot file removes its routes for new connections.
 //! `vpn-router/examples/router.d/` is an example.
 //!
+//! # From Kubernetes (`--config FILE --kubernetes`)
+//!
+//! The routes, SNI routes and rules come from the objects Gardener and the ACL extension
+//! create in the seed ([`kubernetes`]: Services, Istio Gateways and VirtualServices, the
+//! ACL Extension with its Cluster and Infrastructure), watched and translated by each
+//! replica itself; the file holds the rest (listeners, timeouts, trusted load balancers,
+//! router-wide always-allowed networks, and any routes of its own, which win). A change is
+//! in force for new connections within a fraction of a second ([`kubernetes::DEBOUNCE`]
+//! after the watch event); `/readyz` waits for the first policy built from complete lists.
+//!
 //! # Metrics per shoot
 //!
 //! Beside the router-wide series, each configured shoot has its own, by flow (`vpn`,
@@ -86,6 +96,7 @@
 //! | `policy` | the routes and the decisions: [`Policy::decide`] (CONNECT), [`Policy::decide_sni`], their refusals |
 //! | `config` | the TOML file parsed and checked into a [`RouterConfig`] and its [`Policy`] (`[[route]]` and `[[sni_route]]` tables alike) |
 //! | [`config_dir`] | `--config-dir`: the directory read one version at a time, each file's last good version, the `vpn_router_config_*` series |
+//! | [`kubernetes`] | `--kubernetes`: the routes and rules from Gardener's and the ACL extension's objects, watched; the `vpn_router_kube_*` series |
 //! | [`shoots`] | the per-shoot series |
 //! | `metrics` | the router's [`Counters`] (with the shoots', the files' and the SNI listeners') and `/metrics` |
 //! | `conn` | what every connection shares: the router's state, the open tunnel and its [`relay`], the wait for its first bytes a newer connection may cut short, the upstream connect (within the timeout), a refused head counted and logged |
@@ -210,6 +221,7 @@ mod config;
 pub mod config_dir;
 mod conn;
 mod connect;
+pub mod kubernetes;
 mod metrics;
 mod policy;
 mod serve;

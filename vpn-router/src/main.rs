@@ -4,6 +4,8 @@
 //! and kube-apiservers; SIGHUP reloads the routes and allow-lists, SIGTERM or SIGINT ends it.
 //! `vpn-router --config-dir DIR` reads a seed file and one file per shoot instead, and reads
 //! them again whenever they change (`vpn_router::config_dir`).
+//! `vpn-router --config FILE --kubernetes` takes the routes and allow-lists from the objects
+//! Gardener and the ACL extension create in the seed instead (`vpn_router::kubernetes`).
 //! A binary of its own, not a subcommand of `vpn-server`: it runs in the ingress deployment,
 //! not beside each VPN server, and leaving it (and its TOML parser) out of `vpn-server` keeps
 //! that binary's text, and so every VPN server's resident memory, smaller. Errors are one line
@@ -39,6 +41,35 @@ struct RouterArgs {
     /// (`vpn_router::config_dir`; a mounted ConfigMap or Secret).
     #[arg(long, env = "VPN_ROUTER_CONFIG_DIR")]
     config_dir: Option<PathBuf>,
+    /// Take the routes and allow-lists from the Kubernetes objects Gardener and the ACL
+    /// extension create (`vpn_router::kubernetes`); the `--config` file holds the rest.
+    #[arg(
+        long,
+        env = "VPN_ROUTER_KUBERNETES",
+        requires = "config",
+        conflicts_with = "config_dir"
+    )]
+    kubernetes: bool,
+    /// With `--kubernetes`: a kubeconfig file; without, the pod's service account (in the
+    /// cluster), else `KUBECONFIG` or `~/.kube/config`.
+    #[arg(long, env = "VPN_ROUTER_KUBECONFIG", requires = "kubernetes")]
+    kubeconfig: Option<PathBuf>,
+    /// With `--kubernetes`: the router's namespace; Services must be exported to it
+    /// (`networking.istio.io/exportTo`).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "istio-ingress")]
+    namespace: String,
+    /// With `--kubernetes`: the router pods' labels, `k=v,...`; the Gateways whose
+    /// `spec.selector` they satisfy are served (default: Gardener's default gateway's).
+    #[arg(long, env = "VPN_ROUTER_GATEWAY_LABELS", default_value = vpn_router::kubernetes::DEFAULT_GATEWAY_LABELS)]
+    gateway_labels: String,
+    /// With `--kubernetes`: the ACL extension's `--additional-allowed-cidrs` (comma list),
+    /// allowed on every shoot with an ACL.
+    #[arg(
+        long,
+        env = "VPN_ROUTER_ADDITIONAL_ALLOWED_CIDRS",
+        value_delimiter = ','
+    )]
+    additional_allowed_cidrs: Vec<ipnet::IpNet>,
     /// Log filter (`LEVEL` and `target=LEVEL` directives, e.g. `info,vpn_router=debug`).
     #[arg(long, env = "VPN_ROUTER_LOG", default_value = "info")]
     log: String,
@@ -72,6 +103,23 @@ fn run(args: RouterArgs) -> anyhow::Result<()> {
         // Signal handlers first, so a SIGTERM during start-up also ends in a clean exit.
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signals(shutdown.clone()).context("signal handlers")?);
+        if args.kubernetes {
+            let file = args
+                .config
+                .as_deref()
+                .context("--kubernetes needs --config FILE")?;
+            let router = Router::bind(file).await?;
+            let options = vpn_router::kubernetes::Options {
+                kubeconfig: args.kubeconfig.clone(),
+                settings: vpn_router::kubernetes::Settings {
+                    namespace: args.namespace.clone(),
+                    labels: labels(&args.gateway_labels)?,
+                    additional_allowed: args.additional_allowed_cidrs.clone(),
+                },
+            };
+            vpn_router::kubernetes::serve(router, options, shutdown).await?;
+            return Ok(());
+        }
         let router = match (&args.config, &args.config_dir) {
             (_, Some(dir)) => Router::bind_dir(dir).await?,
             (Some(file), None) => Router::bind(file).await?,
@@ -80,4 +128,17 @@ fn run(args: RouterArgs) -> anyhow::Result<()> {
         router.run_with_sighup(shutdown).await?;
         Ok(())
     })
+}
+
+/// `k=v,...` as a map.
+fn labels(text: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    text.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("--gateway-labels: {pair:?} is not key=value"))?;
+            Ok((k.trim().to_owned(), v.trim().to_owned()))
+        })
+        .collect()
 }

@@ -32,6 +32,8 @@ pub struct Router {
     listeners: Vec<(TcpListener, Arc<ListenerConfig>)>,
     admin: Option<AdminServer>,
     shared: Arc<Shared>,
+    /// More parts of `/metrics` and `/readyz` (the Kubernetes source's).
+    parts: Vec<Arc<dyn AdminState>>,
 }
 
 impl Router {
@@ -92,6 +94,7 @@ impl Router {
             listeners,
             admin,
             shared: Arc::new(Shared::new(config, path, dir, counters)),
+            parts: Vec::new(),
         })
     }
 
@@ -114,6 +117,17 @@ impl Router {
     /// The router's counters (shared; they keep counting while it runs).
     pub fn counters(&self) -> Arc<Counters> {
         Arc::clone(&self.shared.counters)
+    }
+
+    /// Adds `part` to the admin endpoint: its series in `/metrics`, and `/readyz` only
+    /// while it is ready too.
+    pub fn add_admin_part(&mut self, part: Arc<dyn AdminState>) {
+        self.parts.push(part);
+    }
+
+    /// The policy of the config file the router was bound with.
+    pub fn file_policy(&self) -> crate::Policy {
+        self.shared.config.policy.clone()
     }
 
     /// A handle that reloads this router's policy from its file (what SIGHUP does).
@@ -161,7 +175,9 @@ impl Router {
         counters.set_serving(true);
         if let Some(admin) = self.admin {
             let part: Arc<dyn AdminState> = Arc::clone(&counters) as _;
-            tracker.spawn(admin.serve(vec![part], shutdown.clone()));
+            let mut parts = vec![part];
+            parts.extend(self.parts);
+            tracker.spawn(admin.serve(parts, shutdown.clone()));
         }
         for (listener, config) in self.listeners {
             let slots = Arc::clone(&slots);
@@ -266,6 +282,12 @@ impl Reloader {
         self.shared.install(new.policy);
         files.reloaded();
         Ok(())
+    }
+
+    /// Swaps `policy` in, in one step (a request being decided keeps its snapshot): what
+    /// a source of routes other than the file calls (`crate::kubernetes`).
+    pub fn install(&self, policy: crate::Policy) {
+        self.shared.install(policy);
     }
 
     /// Reads the config directory (all of it if `force`d, else a volume only when its

@@ -230,7 +230,7 @@ impl<'ns> VpnProcess<'ns> {
             .map_err(|source| LabError::io(&log, source))?;
         let mut cmd = match imp {
             Impl::Upstream => {
-                let mut c = ns.command("openvpn");
+                let mut c = ns.command(&conformance::upstream::referee());
                 c.arg("--config").arg(&conf).args(["--verb", "3"]);
                 c
             }

@@ -52,7 +52,7 @@ impl Machine {
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu_model,
             kernel: run("uname", &["-r"]),
-            openvpn: run("openvpn", &["--version"]),
+            openvpn: run(&conformance::upstream::referee(), &["--version"]),
             date: run("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         }
     }

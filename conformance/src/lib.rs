@@ -11,7 +11,8 @@
 //!   it and, on drop (also while a test panics), kills every process it started and deletes itself.
 //! * [`pki_fixture::TestPki`] - a throwaway ECDSA P-256 CA, server and client certificate and a
 //!   `ta.key`, made with the `openssl` and `openvpn` CLIs in a temporary directory.
-//! * [`upstream::UpstreamOpenvpn`] - a real `openvpn` 2.6 process inside a [`netns::Netns`],
+//! * [`upstream::UpstreamOpenvpn`] - a real `openvpn` process (Debian's 2.6, or what
+//!   `OPENVPN_REFEREE` names: [`upstream::referee`]) inside a [`netns::Netns`],
 //!   with its log, killed on drop.
 //! * [`tinyproxy`] - Debian's tinyproxy as the CONNECT proxy of a lab, started and awaited.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.

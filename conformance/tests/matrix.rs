@@ -351,7 +351,7 @@ fn as_ours(route: &str) -> Option<String> {
 }
 
 fn upstream_version() -> String {
-    std::process::Command::new("openvpn")
+    std::process::Command::new(conformance::upstream::referee())
         .arg("--version")
         .output()
         .ok()

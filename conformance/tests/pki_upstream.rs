@@ -291,7 +291,7 @@ fn pki_upstream_refuses_certificate_from_another_ca() {
 /// Keys as OpenVPN reads them: `openvpn --test-crypto --secret FILE 0` at verb 7 logs the key
 /// bytes it will use; two files with the same bytes give the same log lines.
 fn openvpn_key_lines(path: &Path) -> Vec<String> {
-    let out = std::process::Command::new("openvpn")
+    let out = std::process::Command::new(conformance::upstream::referee())
         .args(["--test-crypto", "--secret"])
         .arg(path)
         .args([
@@ -322,7 +322,7 @@ fn pki_static_key_matches_openvpn_genkey() {
     let ours = tmp.path().join("ours.key");
     let theirs = tmp.path().join("theirs.key");
     vpn_pki(tmp.path(), &["static-key", "--out", ours.to_str().unwrap()]);
-    let status = std::process::Command::new("openvpn")
+    let status = std::process::Command::new(conformance::upstream::referee())
         .args(["--genkey", "secret"])
         .arg(&theirs)
         .status()

@@ -16,7 +16,7 @@ pub enum LabError {
     /// A required program could not be started.
     #[error("required program `{tool}` cannot be run")]
     MissingTool {
-        /// Program name as looked up on `PATH`.
+        /// Program name as looked up on `PATH`, or the path `OPENVPN_REFEREE` names.
         tool: String,
         /// Why it could not be started.
         #[source]

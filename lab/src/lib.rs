@@ -12,8 +12,9 @@
 //!   it and, on drop (also while a test panics), kills every process it started and deletes itself.
 //! * [`pki_fixture::TestPki`] - a throwaway ECDSA P-256 CA, server and client certificate and a
 //!   `ta.key`, made with the `openssl` and `openvpn` CLIs in a temporary directory.
-//! * [`upstream::UpstreamOpenvpn`] - a real `openvpn` 2.6 process inside a [`netns::Netns`],
-//!   with its log, killed on drop; configs for an upstream server and client.
+//! * [`upstream::UpstreamOpenvpn`] - a real `openvpn` process inside a [`netns::Netns`],
+//!   with its log, killed on drop; configs for an upstream server and client. The program is
+//!   [`upstream::referee`]: `$OPENVPN_REFEREE` (e.g. a 2.7 build), else Debian's `openvpn`.
 //! * [`tinyproxy`] - Debian's tinyproxy as the CONNECT proxy of a lab, started and awaited.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.
 //! * [`sidecar_client`] - certificates made with the `pki` crate, a runtime inside a namespace,
@@ -84,14 +85,19 @@ pub fn check_lab(tools: &[&str]) -> Result<(), LabError> {
             "openssl" => "version",
             _ => "--version",
         };
-        Command::new(tool)
+        // Upstream OpenVPN is the referee the environment names.
+        let program = match *tool {
+            "openvpn" => upstream::referee(),
+            other => other.to_owned(),
+        };
+        Command::new(&program)
             .arg(arg)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .map_err(|source| LabError::MissingTool {
-                tool: (*tool).to_owned(),
+                tool: program.clone(),
                 source,
             })?;
     }

@@ -1,4 +1,5 @@
-//! A real upstream `openvpn` 2.6 process inside a lab namespace.
+//! A real upstream `openvpn` process inside a lab namespace: Debian's 2.6, or the program
+//! `OPENVPN_REFEREE` names ([`referee`]).
 //!
 //! [`UpstreamOpenvpn::start`] writes the config into a fresh temporary directory, starts
 //! `openvpn --config FILE --verb N --log FILE` there under `ip netns exec`, and returns a guard.
@@ -16,6 +17,25 @@ use tempfile::TempDir;
 use crate::netns::Netns;
 use crate::pki_fixture::TestPki;
 use crate::LabError;
+
+/// The environment variable naming the upstream `openvpn` every test runs as the referee: a
+/// path (e.g. an OpenVPN 2.7 build) or a program on `PATH`. Unset or empty: `openvpn` from
+/// `PATH`, Debian's 2.6 in CI.
+pub const REFEREE_ENV: &str = "OPENVPN_REFEREE";
+
+/// The upstream `openvpn` program the lab starts ([`REFEREE_ENV`], else `openvpn`). Every
+/// place in `lab`, `conformance` and `bench` that runs upstream OpenVPN goes through it.
+///
+/// # Panics
+///
+/// When the variable is set to text that is not UTF-8 (it could not be passed on as given).
+pub fn referee() -> String {
+    match std::env::var(REFEREE_ENV) {
+        Ok(v) if !v.is_empty() => v,
+        Ok(_) | Err(std::env::VarError::NotPresent) => "openvpn".to_owned(),
+        Err(std::env::VarError::NotUnicode(v)) => panic!("{REFEREE_ENV}={v:?} is not UTF-8"),
+    }
+}
 
 /// What a TCP server logs once its listening socket is bound.
 pub const LISTENING_MARKER: &str = "Listening for incoming TCP connection";
@@ -56,7 +76,7 @@ impl<'ns> UpstreamOpenvpn<'ns> {
         let stderr_path = dir.path().join("stderr.txt");
         let stderr =
             File::create(&stderr_path).map_err(|source| LabError::io(&stderr_path, source))?;
-        let mut cmd = ns.command("openvpn");
+        let mut cmd = ns.command(&referee());
         cmd.arg("--config")
             .arg(&config_path)
             .arg("--verb")

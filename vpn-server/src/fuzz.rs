@@ -94,6 +94,7 @@ fn snapshot_from(data: &[u8]) -> StatusSnapshot {
         clients,
         routes,
         mac_routes: Vec::new(),
+        shoot_routes: Vec::new(),
         max_bcast_queue: bytes.u64(),
     }
 }

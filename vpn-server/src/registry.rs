@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,9 @@ use crate::pool::{Pool, PoolError};
 use crate::routing::{Forward, RoutingTable};
 use crate::settings::{ClientOptions, Settings};
 use crate::spoof::SourceFilter;
-use crate::status::{self, ClientStatus, MacRouteStatus, RouteStatus, StatusSnapshot};
+use crate::status::{
+    self, ClientStatus, MacRouteStatus, RouteStatus, ShootRouteStatus, StatusSnapshot,
+};
 use crate::switch::{Dropped, FromClient, FromTap, MacTable};
 
 pub mod admission;
@@ -141,13 +143,33 @@ pub enum Refused {
     },
 }
 
-/// Byte counters of one connection (the status file's).
+/// Byte counters of one connection (the status file's), and whether a packet was routed to
+/// it since the status was last taken (its routing-table rows' `Last Ref`).
 #[derive(Debug, Default)]
 pub struct Traffic {
     /// Bytes read from the client's socket.
     pub received: AtomicU64,
     /// Bytes written to the client's socket.
     pub sent: AtomicU64,
+    /// Set by the packet path when it routes a packet to the client; taken by
+    /// [`Registry::status`], which turns it into that status's time.
+    referenced: AtomicBool,
+}
+
+impl Traffic {
+    /// A packet was routed to this client. A load first: once set, the line is only read
+    /// until the next status takes the mark, so the packet path writes it at most once per
+    /// status interval.
+    pub fn mark_referenced(&self) {
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a packet was routed to the client since the last call; clears the mark.
+    fn take_referenced(&self) -> bool {
+        self.referenced.load(Ordering::Relaxed) && self.referenced.swap(false, Ordering::Relaxed)
+    }
 }
 
 /// What the registry keeps of a connection to reach it.
@@ -183,6 +205,23 @@ pub struct ClientEntry {
     pub since: u64,
     /// The data-channel cipher once the tunnel is up.
     pub cipher: String,
+    /// Its rows' `Last Ref` (unix seconds): `since`, then the time of each status that found
+    /// a reference ([`Registry::status`]).
+    last_ref: u64,
+    /// HA mode: `conn.traffic.received` when the status was last taken.
+    received_seen: u64,
+}
+
+impl ClientEntry {
+    /// Whether `addr` is the client's own address (not one of its iroutes): a packet routed
+    /// to it moves the `Last Ref` of the client's rows, as upstream's lookup of the host
+    /// route does.
+    pub fn is_own_address(&self, addr: IpAddr) -> bool {
+        match addr {
+            IpAddr::V4(a) => self.v4 == Some(a),
+            IpAddr::V6(a) => self.v6 == Some(a),
+        }
+    }
 }
 
 /// What an admitted client gets.
@@ -258,21 +297,12 @@ impl Table {
         }
     }
 
-    /// The IP prefixes and their owners, as the status file's routing table lists them: the
-    /// routes, or in HA mode the addresses the kube-apiservers own (as upstream lists learned
-    /// addresses); none in tap mode.
+    /// The IP prefixes and their owners, as the status file's routing table lists them in
+    /// routed mode; none in tap and HA mode (`Registry::ha_rows`).
     fn ip_routes(&self) -> Vec<(IpNet, ClientId)> {
         match self {
             Table::Routes(routes) => routes.entries().collect(),
-            Table::Macs(_) => Vec::new(),
-            Table::Ha(switch) => {
-                let mut owned: Vec<(IpNet, ClientId)> = switch
-                    .seed_addresses()
-                    .map(|(a, id)| (IpNet::from(a), id))
-                    .collect();
-                owned.sort();
-                owned
-            }
+            Table::Macs(_) | Table::Ha(_) => Vec::new(),
         }
     }
 }
@@ -591,6 +621,8 @@ impl Registry {
                 conn,
                 since: now_unix,
                 cipher: String::new(),
+                last_ref: now_unix,
+                received_seen: 0,
             },
         );
         Ok(Admitted {
@@ -646,6 +678,8 @@ impl Registry {
                 conn,
                 since: now_unix,
                 cipher: String::new(),
+                last_ref: now_unix,
+                received_seen: 0,
             },
         );
         Ok(Admitted {
@@ -667,6 +701,7 @@ impl Registry {
         };
         e.cipher = cipher.to_owned();
         e.since = now_unix;
+        e.last_ref = now_unix;
         if let Table::Routes(routes) = &self.table {
             let released = self.hold.release(|dst| routes.lookup(dst) == Some(id));
             if !released.is_empty() {
@@ -719,24 +754,19 @@ impl Registry {
         Some(entry)
     }
 
-    /// What the status file shows at `now_unix`.
-    pub fn status(&self, now_unix: u64) -> StatusSnapshot {
+    /// What the status file shows at `now_unix`, taking the references since the last call:
+    /// a client that a packet was routed to since then (in HA mode also one whose connection
+    /// received anything, its keepalive pings included) gets `now_unix` as the `Last Ref` of
+    /// its rows that follow traffic (`docs/metrics.md`, "Last Ref"). So `Last Ref` has the
+    /// resolution of the status interval.
+    pub fn status(&mut self, now_unix: u64) -> StatusSnapshot {
+        self.take_references(now_unix);
         let mut clients: Vec<(&ClientId, &ClientEntry)> = self.clients.iter().collect();
         clients.sort_by_key(|(id, _)| **id);
-        let routes = self
-            .table
-            .ip_routes()
-            .into_iter()
-            .filter_map(|(prefix, id)| {
-                let c = self.clients.get(&id)?;
-                Some(RouteStatus {
-                    prefix,
-                    common_name: c.common_name.clone(),
-                    real_address: c.conn.peer,
-                    last_ref: c.since,
-                })
-            })
-            .collect();
+        let (routes, shoot_routes) = match &self.table {
+            Table::Ha(_) => self.ha_rows(),
+            Table::Routes(_) | Table::Macs(_) => (self.ip_rows(), Vec::new()),
+        };
         let macs = match &self.table {
             Table::Macs(macs) => Some(macs),
             Table::Routes(_) | Table::Ha(_) => None,
@@ -750,7 +780,7 @@ impl Registry {
                     mac,
                     common_name: c.common_name.clone(),
                     real_address: c.conn.peer,
-                    last_ref: learned.since,
+                    last_ref: learned.since.max(c.last_ref),
                 })
             })
             .collect();
@@ -778,8 +808,73 @@ impl Registry {
                 .collect(),
             routes,
             mac_routes,
+            shoot_routes,
             max_bcast_queue: 0,
         }
+    }
+
+    /// Turns the marks of the packet path (and, in HA mode, moved receive counters) into
+    /// `now_unix`.
+    fn take_references(&mut self, now_unix: u64) {
+        let ha = matches!(self.table, Table::Ha(_));
+        for c in self.clients.values_mut() {
+            let mut referenced = c.conn.traffic.take_referenced();
+            if ha {
+                let received = c.conn.traffic.received.load(Ordering::Relaxed);
+                referenced |= received != c.received_seen;
+                c.received_seen = received;
+            }
+            if referenced {
+                c.last_ref = now_unix;
+            }
+        }
+    }
+
+    /// Routed mode's rows: a client's own addresses follow traffic to them, its iroutes keep
+    /// the time they were learned (as upstream's network rows; upstream's cached host rows,
+    /// which move, are not listed).
+    fn ip_rows(&self) -> Vec<RouteStatus> {
+        self.table
+            .ip_routes()
+            .into_iter()
+            .filter_map(|(prefix, id)| {
+                let c = self.clients.get(&id)?;
+                let own = prefix.prefix_len() == prefix.max_prefix_len()
+                    && c.is_own_address(prefix.addr());
+                Some(RouteStatus {
+                    prefix,
+                    common_name: c.common_name.clone(),
+                    real_address: c.conn.peer,
+                    last_ref: if own { c.last_ref } else { c.since },
+                })
+            })
+            .collect()
+    }
+
+    /// HA mode's rows: one per connection, as vpn2's tap server learns one MAC address per
+    /// client: a kube-apiserver by the pod IP it connected from, a shoot connection by its
+    /// index (`shoot-<j>`).
+    fn ha_rows(&self) -> (Vec<RouteStatus>, Vec<ShootRouteStatus>) {
+        let mut seeds = Vec::new();
+        let mut shoots = Vec::new();
+        for c in self.clients.values() {
+            if let Some(addr) = c.v4.map(IpAddr::V4).or(c.v6.map(IpAddr::V6)) {
+                seeds.push(RouteStatus {
+                    prefix: IpNet::from(addr),
+                    common_name: c.common_name.clone(),
+                    real_address: c.conn.peer,
+                    last_ref: c.last_ref,
+                });
+            } else if let Some(index) = ha::shoot_index(&c.common_name) {
+                shoots.push(ShootRouteStatus {
+                    index,
+                    common_name: c.common_name.clone(),
+                    real_address: c.conn.peer,
+                    last_ref: c.last_ref,
+                });
+            }
+        }
+        (seeds, shoots)
     }
 
     /// Without `duplicate-cn`: removes every other client with this CN and tells its

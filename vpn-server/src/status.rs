@@ -10,7 +10,7 @@
 //! HEADER,CLIENT_LIST,Common Name,Real Address,Virtual Address,Virtual IPv6 Address,Bytes Received,Bytes Sent,Connected Since,Connected Since (time_t),Username,Client ID,Peer ID,Data Channel Cipher
 //! CLIENT_LIST,<cn>,<real>,<v4 or empty>,<v6 or empty>,<rx>,<tx>,<since>,<since unix>,<user or UNDEF>,<client id>,<peer id>,<cipher>
 //! HEADER,ROUTING_TABLE,Virtual Address,Common Name,Real Address,Last Ref,Last Ref (time_t)
-//! ROUTING_TABLE,<addr, or net/len for iroutes; tap mode: MAC@VLAN>,<cn>,<real>,<last ref>,<last ref unix>
+//! ROUTING_TABLE,<addr, or net/len for iroutes; tap mode: MAC@VLAN; HA: pod IP or shoot-<j>>,<cn>,<real>,<last ref>,<last ref unix>
 //! GLOBAL_STATS,Max bcast/mcast queue length,<n>
 //! GLOBAL_STATS,dco_enabled,0
 //! END
@@ -23,6 +23,13 @@
 //! In tap mode the routing table holds the learned MAC addresses instead, as upstream prints
 //! them: lower-case hex with colons and the VLAN id (always 0: no VLAN tagging), e.g.
 //! `ROUTING_TABLE,5a:1e:03:9f:00:21@0,vpn-shoot-client,10.0.0.2:40122,<learned>,<unix>`.
+//!
+//! In HA mode the routing table has one row per connection, as vpn2's tap server learns one
+//! MAC address per client: a kube-apiserver's by the pod IP it connected from, a shoot
+//! connection's by its index, e.g. `ROUTING_TABLE,shoot-0,vpn-shoot-client-0,...`.
+//!
+//! `Last Ref` follows traffic as upstream's does, with the resolution of the status interval
+//! (`crate::registry::Registry::status`; `docs/metrics.md`, "Last Ref").
 //!
 //! Real addresses: an IPv4 peer is `a.b.c.d:port`, an IPv6 peer the bare address (2.6 prints
 //! no port there); a v4-mapped peer on a dual-stack socket is printed as its bare IPv6 form.
@@ -103,6 +110,19 @@ pub struct MacRouteStatus {
     pub last_ref: u64,
 }
 
+/// One HA shoot connection (HA mode): it owns an index of the switch, no address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShootRouteStatus {
+    /// Its index (`vpn-shoot-client-<j>`), printed as `shoot-<j>`.
+    pub index: u8,
+    /// Owner CN.
+    pub common_name: String,
+    /// Owner TCP address.
+    pub real_address: SocketAddr,
+    /// Last use (unix seconds).
+    pub last_ref: u64,
+}
+
 /// Everything one status file shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusSnapshot {
@@ -116,6 +136,8 @@ pub struct StatusSnapshot {
     pub routes: Vec<RouteStatus>,
     /// The learned MAC addresses (tap mode), printed in the routing table.
     pub mac_routes: Vec<MacRouteStatus>,
+    /// The shoot connections (HA mode), printed in the routing table after the routes.
+    pub shoot_routes: Vec<ShootRouteStatus>,
     /// `Max bcast/mcast queue length`.
     pub max_bcast_queue: u64,
 }
@@ -183,6 +205,19 @@ pub fn render(snapshot: &StatusSnapshot) -> String {
             out,
             "ROUTING_TABLE,{},{},{},{},{}",
             prefix(r.prefix),
+            field(&r.common_name),
+            real_address(r.real_address),
+            datetime(r.last_ref),
+            r.last_ref,
+        );
+    }
+    let mut shoots: Vec<&ShootRouteStatus> = snapshot.shoot_routes.iter().collect();
+    shoots.sort_by_key(|r| (r.index, r.real_address));
+    for r in shoots {
+        let _ = writeln!(
+            out,
+            "ROUTING_TABLE,shoot-{},{},{},{},{}",
+            r.index,
             field(&r.common_name),
             real_address(r.real_address),
             datetime(r.last_ref),
@@ -262,6 +297,7 @@ mod tests {
                 real_address: "10.0.0.2:40122".parse().unwrap(),
                 last_ref: 1_795_320_809,
             }],
+            shoot_routes: Vec::new(),
             max_bcast_queue: 0,
         };
         let text = render(&snap);
@@ -274,6 +310,35 @@ mod tests {
         );
         let back = read::parse(text.as_bytes()).unwrap();
         assert_eq!(back.routes.len(), 1);
+    }
+
+    #[test]
+    fn ha_shoot_connections_are_rows_by_index() {
+        let snap = StatusSnapshot {
+            title: "t".into(),
+            now: 0,
+            clients: Vec::new(),
+            routes: Vec::new(),
+            mac_routes: Vec::new(),
+            shoot_routes: vec![ShootRouteStatus {
+                index: 1,
+                common_name: "vpn-shoot-client-1".into(),
+                real_address: "10.0.0.2:40122".parse().unwrap(),
+                last_ref: 1_795_320_809,
+            }],
+            max_bcast_queue: 0,
+        };
+        let text = render(&snap);
+        assert!(
+            text.contains(
+                "\nROUTING_TABLE,shoot-1,vpn-shoot-client-1,10.0.0.2:40122,\
+                 2026-11-22 04:13:29,1795320809\nGLOBAL_STATS,"
+            ),
+            "{text}"
+        );
+        let back = read::parse(text.as_bytes()).unwrap();
+        assert_eq!(back.routes.len(), 1);
+        assert_eq!(back.routes[0].last_ref.unix, 1_795_320_809);
     }
 
     #[test]
@@ -324,6 +389,7 @@ mod tests {
                 route("fd00:99::/64"),
             ],
             mac_routes: Vec::new(),
+            shoot_routes: Vec::new(),
             max_bcast_queue: 1,
         }
     }
@@ -390,6 +456,7 @@ mod tests {
             clients: vec![],
             routes: vec![],
             mac_routes: Vec::new(),
+            shoot_routes: Vec::new(),
             max_bcast_queue: 0,
         };
         let text = render(&s);

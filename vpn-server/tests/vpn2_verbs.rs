@@ -92,6 +92,7 @@ fn written_by_us(path: &Path, time: u64, cns: &[&str]) {
         clients,
         routes: Vec::new(),
         mac_routes: Vec::new(),
+        shoot_routes: Vec::new(),
         max_bcast_queue: 0,
     };
     std::fs::write(path, status::render(&snapshot)).unwrap();

@@ -111,7 +111,7 @@ impl<'ns> Peer<'ns> {
                 c
             }
             Impl::Upstream => {
-                let mut c = self.ns.command("openvpn");
+                let mut c = self.ns.command(&crate::upstream::referee());
                 c.args(["--verb", "4"]);
                 c
             }

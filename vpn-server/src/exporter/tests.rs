@@ -179,6 +179,7 @@ fn empty_server_and_our_own_writer() {
                 last_ref: 1_799_999_999,
             }],
             mac_routes: Vec::new(),
+            shoot_routes: Vec::new(),
             max_bcast_queue: 0,
         };
         let (result, samples) = collected(status::render(&snapshot).as_bytes());

@@ -677,20 +677,22 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
         .expect("HA")
         .map(|c| c.common_name.clone());
     assert_eq!(target.as_deref(), Ok("vpn-seed-client"));
-    // The status file lists what the kube-apiserver owns.
-    let routes: Vec<String> = reg
-        .status(now)
+    // The status file lists one row per connection, as vpn2's tap server learns one MAC
+    // address per client: the kube-apiserver by its pod IP, each shoot connection by index.
+    let status = reg.status(now);
+    let routes: Vec<String> = status
         .routes
         .iter()
         .map(|r| format!("{} {}", r.prefix, r.common_name))
         .collect();
-    assert_eq!(
-        routes,
-        [
-            "10.1.1.20/32 vpn-seed-client",
-            "241.1.1.20/32 vpn-seed-client"
-        ]
-    );
+    assert_eq!(routes, ["10.1.1.20/32 vpn-seed-client"]);
+    let mut shoots: Vec<String> = status
+        .shoot_routes
+        .iter()
+        .map(|r| format!("{} {}", r.index, r.common_name))
+        .collect();
+    shoots.sort();
+    assert_eq!(shoots, ["0 vpn-shoot-client-0", "1 vpn-shoot-client-1"]);
     // Spoofed source, and the kube-apiserver gone: nothing reaches it any more.
     let spoofed = udp([10, 1, 1, 21], [100, 64, 0, 10]);
     assert!(matches!(
@@ -802,4 +804,125 @@ fn a_fresh_registry_holds_for_the_configured_clients_routes_until_the_bound() {
         reg.route_from_device(dst, t0 + bound),
         DeviceRoute::Unroutable
     ));
+}
+
+/// The `Last Ref` of each row (the status file's, `openvpn_server_route_last_reference_time_seconds`).
+fn last_refs(status: &StatusSnapshot) -> Vec<(String, u64)> {
+    let routes = status
+        .routes
+        .iter()
+        .map(|r| (r.prefix.to_string(), r.last_ref));
+    let shoots = status
+        .shoot_routes
+        .iter()
+        .map(|r| (format!("shoot-{}", r.index), r.last_ref));
+    let mut rows: Vec<(String, u64)> = routes.chain(shoots).collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn routed_last_ref_follows_packets_to_the_clients_own_address_and_iroutes_keep_theirs() {
+    let mut s = settings("10.8.0.0/24");
+    s.clients.insert(
+        "vpn-shoot-client".into(),
+        ClientOptions {
+            iroutes: vec![IpNet::from_str("100.96.0.0/11").unwrap()],
+            ..ClientOptions::default()
+        },
+    );
+    let mut reg = registry(&s);
+    admit(&mut reg, &s, 1, "vpn-shoot-client").expect("admitted");
+    let up = 1_700_000_100;
+    reg.established(1, "AES-256-GCM", up);
+    // Idle: upstream's learn time (the tunnel up) stays.
+    let idle = reg.status(up + 60);
+    assert_eq!(
+        last_refs(&idle),
+        [("10.8.0.2/32".into(), up), ("100.96.0.0/11".into(), up)]
+    );
+    // Busy: a packet routed to the client's address (as `route_from_device` marks it) moves
+    // the address's row to the next status; the iroute keeps its learn time, as upstream's
+    // network rows do.
+    let client = reg.route("10.8.0.2".parse().unwrap()).expect("routed");
+    assert!(client.is_own_address("10.8.0.2".parse().unwrap()));
+    assert!(!client.is_own_address("100.96.0.9".parse().unwrap()));
+    client.conn.traffic.mark_referenced();
+    client.conn.traffic.mark_referenced();
+    let busy = reg.status(up + 75);
+    assert_eq!(
+        last_refs(&busy),
+        [
+            ("10.8.0.2/32".into(), up + 75),
+            ("100.96.0.0/11".into(), up)
+        ]
+    );
+    // Idle again: the mark was taken; the time stays.
+    assert_eq!(last_refs(&reg.status(up + 90)), last_refs(&busy));
+    // Received bytes (keepalive pings) do not count in routed mode, as upstream's.
+    let client = reg.get(1).expect("client");
+    client.conn.traffic.received.store(4096, Ordering::Relaxed);
+    assert_eq!(last_refs(&reg.status(up + 105)), last_refs(&busy));
+}
+
+#[test]
+fn ha_last_ref_follows_packets_switched_to_a_connection_and_what_it_receives() {
+    let mut s = settings("192.168.123.0/24");
+    s.pool_v4 = None;
+    s.duplicate_cn = true;
+    let mut reg = Registry::ha(vec!["100.64.0.0/13".parse().expect("net")]);
+    let apiserver = ConnHandle {
+        peer: SocketAddr::from(([10, 1, 1, 20], 40000)),
+        ..conn(1)
+    };
+    let t0 = 1_700_000_000;
+    reg.admit(&s, 1, &identity("vpn-seed-client"), apiserver, t0)
+        .expect("seed");
+    reg.admit(&s, 2, &identity("vpn-shoot-client-0"), conn(2), t0)
+        .expect("shoot 0");
+    reg.admit(&s, 3, &identity("vpn-shoot-client-1"), conn(3), t0)
+        .expect("shoot 1");
+    for id in 1..=3 {
+        reg.established(id, "AES-256-GCM", t0);
+    }
+    // Idle, not even a keepalive: every row keeps the connect time.
+    assert_eq!(
+        last_refs(&reg.status(t0 + 15)),
+        [
+            ("10.1.1.20/32".into(), t0),
+            ("shoot-0".into(), t0),
+            ("shoot-1".into(), t0)
+        ]
+    );
+    // A packet switched from the kube-apiserver to shoot 0 and its reply: both move (the
+    // destination's lookup, as upstream's tap switch); shoot 1 carried nothing.
+    let now = Instant::now();
+    let to = reg
+        .switch_ha(1, &udp([10, 1, 1, 20], [100, 64, 0, 10]), now)
+        .expect("HA")
+        .expect("switched");
+    to.conn.traffic.mark_referenced();
+    let back = reg
+        .switch_ha(2, &udp([100, 64, 0, 10], [10, 1, 1, 20]), now)
+        .expect("HA")
+        .expect("switched");
+    back.conn.traffic.mark_referenced();
+    assert_eq!(
+        last_refs(&reg.status(t0 + 30)),
+        [
+            ("10.1.1.20/32".into(), t0 + 30),
+            ("shoot-0".into(), t0 + 30),
+            ("shoot-1".into(), t0)
+        ]
+    );
+    // Idle tunnels still send keepalive pings: in HA mode what a connection receives moves
+    // its row, so the HA panel counts every connected client.
+    for id in 1..=3 {
+        let c = reg.get(id).expect("client");
+        c.conn.traffic.received.fetch_add(26, Ordering::Relaxed);
+    }
+    let rows = last_refs(&reg.status(t0 + 45));
+    assert!(rows.iter().all(|(_, t)| *t == t0 + 45), "{rows:?}");
+    // Nothing received, nothing routed: the times stay.
+    assert_eq!(last_refs(&reg.status(t0 + 60)), rows);
 }

@@ -10,7 +10,10 @@
 //! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device | (there is no device) |
 //!
 //! The tables these decisions read (the routing table, the MAC table, the HA switch) are the
-//! registry's, under its lock: the one the mode chose ([`PacketMode::registry`]).
+//! registry's, under its lock: the one the mode chose ([`PacketMode::registry`]). A packet
+//! handed to a client marks it referenced (in routed mode only a packet to its own address,
+//! as upstream's host-route lookup), which the next status turns into its rows' `Last Ref`
+//! ([`crate::registry::Traffic::mark_referenced`]).
 
 use std::time::Instant;
 
@@ -185,9 +188,12 @@ fn route_from_client(
                 to_tun.push(payload);
                 return;
             }
-            let target = lock(&shared.registry)
-                .forward(from, dst, true)
-                .map(|c| c.conn.tx.clone());
+            let target = lock(&shared.registry).forward(from, dst, true).map(|c| {
+                if c.is_own_address(dst) {
+                    c.conn.traffic.mark_referenced();
+                }
+                c.conn.tx.clone()
+            });
             let Some(tx) = target else {
                 to_tun.push(payload);
                 return;
@@ -228,6 +234,7 @@ fn switch_from_client(
     match reg.switch_from_client(from, &frame, client_to_client, unix_now()) {
         Some(FromClient::Tap) | None => to_tun.push(frame),
         Some(FromClient::Client(other)) => {
+            other.conn.traffic.mark_referenced();
             match other.conn.tx.try_send(laid_out_for_send(&frame)) {
                 Ok(()) => metrics.packet_client_to_client(),
                 Err(_) => metrics.queue_overflowed(),
@@ -259,7 +266,12 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
     // The registry is held for the decision only, not for the copy and the send.
     let verdict = lock(&shared.registry)
         .switch_ha(from, packet, Instant::now())
-        .map(|to| to.map(|c| c.conn.tx.clone()));
+        .map(|to| {
+            to.map(|c| {
+                c.conn.traffic.mark_referenced();
+                c.conn.tx.clone()
+            })
+        });
     let why = match verdict {
         Some(Ok(tx)) => {
             match tx.try_send(laid_out_for_send(packet)) {
@@ -317,6 +329,9 @@ fn route_from_device(
         };
         let prefix = match reg.route_from_device(dst, now) {
             DeviceRoute::Client(client) => {
+                if client.is_own_address(dst) {
+                    client.conn.traffic.mark_referenced();
+                }
                 match client.conn.tx.try_send(packet) {
                     Ok(()) => metrics.packet_from_tun(),
                     Err(_) => metrics.queue_overflowed(),
@@ -366,10 +381,13 @@ fn switch_from_device(shared: &Shared, batch: &mut Vec<BytesMut>) {
             continue;
         };
         match reg.switch_from_tap(payload) {
-            Some(FromTap::Client(client)) => match client.conn.tx.try_send(frame) {
-                Ok(()) => metrics.packet_from_tun(),
-                Err(_) => metrics.queue_overflowed(),
-            },
+            Some(FromTap::Client(client)) => {
+                client.conn.traffic.mark_referenced();
+                match client.conn.tx.try_send(frame) {
+                    Ok(()) => metrics.packet_from_tun(),
+                    Err(_) => metrics.queue_overflowed(),
+                }
+            }
             Some(FromTap::Flood) => {
                 for client in reg.flood_targets(None) {
                     // A copy of the frame with its headroom, and room to encrypt in place.

@@ -242,6 +242,7 @@ fn snapshot(real: &str, clients: usize) -> StatusSnapshot {
             last_ref: 1_799_999_990,
         }],
         mac_routes: Vec::new(),
+        shoot_routes: Vec::new(),
         max_bcast_queue: 0,
     }
 }

@@ -1,0 +1,422 @@
+//! Gardener's HA dashboard panel "VPN Seed Servers Client Count" over our exporters: the
+//! expression `count(timestamp(x) - x < 35) by (service)` on
+//! `x = openvpn_server_route_last_reference_time_seconds`, evaluated on scrapes of both
+//! servers' `vpn-server exporter` every 3 s for 2 minutes (1 minute idle, then 1 minute of UDP
+//! from both kube-apiserver replicas to the shoot node), with `timestamp(x)` the scrape time,
+//! counts every connected client of each server (2 kube-apiservers and 2 shoot pods) at every
+//! sample once the first 35 s have passed; the status files read after the idle minute and
+//! after the busy one list one row per connection with a `Last Ref` under 35 s old.
+//!
+//! The layout is `gardener_ha.rs`'s (our binaries with the environment Gardener gives each HA
+//! container, the ingress router in front of the servers); the tunnel controllers and path
+//! controllers are left out, they carry no traffic. `docs/metrics.md`, "Last Ref".
+
+// One scenario read top to bottom.
+#![allow(clippy::too_many_lines)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use conformance::gardener::ha::{
+    HaLandscape, INGRESS_LB, NODE, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, UDP_ECHO,
+};
+use conformance::gardener::pods::{Binaries, Container, Spec};
+use conformance::netns::Netns;
+use conformance::pki_fixture::TestPki;
+use conformance::require_lab;
+use conformance::wait::wait_until;
+use lab::LabError;
+
+const SHOOT_NS: &str = "shoot--lab--lastref";
+const HEADER_KEY: &str = "X-Gardener-Destination";
+const OPENVPN_PORT: u16 = 8443;
+const EXPORTER: &str = "127.0.0.1:15000";
+const UP: Duration = Duration::from_secs(40);
+/// The panel's threshold.
+const FRESH: f64 = 35.0;
+const SERIES: &str = "openvpn_server_route_last_reference_time_seconds";
+/// Connections per server: two kube-apiserver replicas, two shoot pods.
+const CLIENTS: usize = 4;
+const PHASE: Duration = Duration::from_secs(60);
+const SCRAPE_EVERY: Duration = Duration::from_secs(3);
+
+fn header_value(i: usize) -> String {
+    format!("outbound|1194||vpn-seed-server-{i}.{SHOOT_NS}.svc.cluster.local")
+}
+
+fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+fn networks() -> Vec<(&'static str, String)> {
+    vec![
+        ("SHOOT_SERVICE_NETWORKS", SHOOT_SERVICE_NETWORKS.into()),
+        ("SHOOT_POD_NETWORKS", SHOOT_POD_NETWORKS.into()),
+        ("SHOOT_NODE_NETWORKS", SHOOT_NODE_NETWORK.into()),
+        ("SEED_POD_NETWORK", SEED_POD_NETWORK.into()),
+    ]
+}
+
+/// vpn2's secrets layout (`gardener_ha.rs`): `server/`, `seed/vpn-client/`,
+/// `shoot/vpn-client-<j>/`, each side with `tlsauth/`.
+fn write_secrets(pki: &TestPki, root: &Path) -> Result<(), LabError> {
+    let copy = |from: &Path, to: &Path| -> Result<(), LabError> {
+        std::fs::create_dir_all(to.parent().expect("lab step")).map_err(|e| LabError::io(to, e))?;
+        std::fs::copy(from, to)
+            .map(|_| ())
+            .map_err(|e| LabError::io(to, e))
+    };
+    for side in ["server", "seed", "shoot"] {
+        copy(&pki.ta_key(), &root.join(side).join("tlsauth/vpn.tlsauth"))?;
+    }
+    let server = root.join("server/vpn-server");
+    copy(&pki.ca_cert(), &server.join("ca.crt"))?;
+    copy(&pki.server_cert(), &server.join("tls.crt"))?;
+    copy(&pki.server_key(), &server.join("tls.key"))?;
+    let mut clients = vec![("vpn-seed-client".to_owned(), root.join("seed/vpn-client"))];
+    for j in 0..2 {
+        clients.push((
+            format!("vpn-shoot-client-{j}"),
+            root.join(format!("shoot/vpn-client-{j}")),
+        ));
+    }
+    for (cn, dir) in clients {
+        let (crt, key) = pki.issue_client(&cn)?;
+        copy(&pki.ca_cert(), &dir.join("ca.crt"))?;
+        copy(&crt, &dir.join("tls.crt"))?;
+        copy(&key, &dir.join("tls.key"))?;
+    }
+    Ok(())
+}
+
+fn status_path(root: &Path, i: usize) -> String {
+    root.join(format!("status-{i}")).display().to_string()
+}
+
+fn server_spec(bins: &Binaries, root: &Path, i: usize) -> Spec {
+    let mut e = networks();
+    e.extend([
+        ("IS_HA", "true".into()),
+        ("POD_NAME", format!("vpn-seed-server-{i}")),
+        ("HA_VPN_CLIENTS", "2".into()),
+        ("OPENVPN_STATUS_PATH", status_path(root, i)),
+        (
+            "VPN_SERVER_SECRETS_DIR",
+            root.join("server").display().to_string(),
+        ),
+    ]);
+    Spec::new(&format!("vpn-seed-server-{i}"), &bins.server, &[], env(&e))
+}
+
+fn seed_client_spec(bins: &Binaries, root: &Path, replica: usize, i: usize) -> Spec {
+    let mut e = networks();
+    e.extend([
+        ("ENDPOINT", SERVER[i].to_string()),
+        ("VPN_SERVER_INDEX", i.to_string()),
+        ("IS_HA", "true".into()),
+        ("HA_VPN_SERVERS", "2".into()),
+        ("HA_VPN_CLIENTS", "2".into()),
+        ("IP_FAMILIES", "IPv4".into()),
+        ("VPN2_SECRETS_DIR", root.join("seed").display().to_string()),
+    ]);
+    let name = format!("kapi{replica}-vpn-client-{i}");
+    Spec::new(&name, &bins.client, &[], env(&e))
+}
+
+fn shoot_client_spec(bins: &Binaries, root: &Path, pod: usize, i: usize) -> Spec {
+    let mut e = networks();
+    e.extend([
+        ("IS_SHOOT_CLIENT", "true".into()),
+        ("ENDPOINT", INGRESS_LB.to_string()),
+        ("OPENVPN_PORT", OPENVPN_PORT.to_string()),
+        ("REVERSED_VPN_HEADER", header_value(i)),
+        ("REVERSED_VPN_HEADER_KEY", HEADER_KEY.into()),
+        ("IS_HA", "true".into()),
+        ("VPN_SERVER_INDEX", i.to_string()),
+        ("POD_NAME", format!("vpn-shoot-{pod}")),
+        ("HA_VPN_SERVERS", "2".into()),
+        ("HA_VPN_CLIENTS", "2".into()),
+        ("IP_FAMILIES", "IPv4".into()),
+        ("VPN2_SECRETS_DIR", root.join("shoot").display().to_string()),
+    ]);
+    let name = format!("shoot{pod}-vpn-shoot-s{i}");
+    Spec::new(&name, &bins.client, &[], env(&e))
+}
+
+fn router_config() -> String {
+    let mut text = format!(
+        "[[listener]]\naddress = \"0.0.0.0:{OPENVPN_PORT}\"\nheaders = [\"{HEADER_KEY}\"]\n"
+    );
+    for (i, addr) in SERVER.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[[route]]\nvalue = \"{}\"\nupstream = \"{addr}:1194\"\n",
+            header_value(i)
+        ));
+    }
+    text
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64()
+}
+
+/// `GET /metrics` of the exporter in `ns`, and the scrape time (`timestamp(x)`).
+fn scrape(ns: &Netns) -> Option<(f64, String)> {
+    ns.run_in(|| {
+        let mut s =
+            TcpStream::connect_timeout(&EXPORTER.parse().expect("address"), Duration::from_secs(2))
+                .ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let at = unix_now();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        Some((at, text))
+    })
+    .ok()
+    .flatten()
+}
+
+/// The values of [`SERIES`] in an exposition, with their labels.
+fn last_refs(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{SERIES}{{")))
+        .filter_map(|l| {
+            let (labels, value) = l.rsplit_once(' ')?;
+            Some((labels.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The panel's expression for one server: `count(timestamp(x) - x < 35)`.
+fn panel_count(at: f64, refs: &[(String, f64)]) -> usize {
+    refs.iter().filter(|(_, x)| at - x < FRESH).count()
+}
+
+/// Connected clients with their tunnel up in a status file (`CLIENT_LIST` rows with a cipher).
+fn connected(status: &str) -> usize {
+    status
+        .lines()
+        .filter(|l| l.starts_with("CLIENT_LIST,") && !l.ends_with(','))
+        .count()
+}
+
+/// The status file's `TIME` and each `ROUTING_TABLE` row's virtual address and `Last Ref`.
+fn status_rows(status: &str) -> (u64, Vec<(String, u64)>) {
+    let time = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TIME,")?.rsplit(',').next()?.parse().ok())
+        .expect("TIME");
+    let rows = status
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.strip_prefix("ROUTING_TABLE,")?.split(',').collect();
+            Some((f.first()?.to_string(), f.last()?.parse().ok()?))
+        })
+        .collect();
+    (time, rows)
+}
+
+fn check_status_files(root: &Path, phase: &str) {
+    for i in 0..2 {
+        let text = std::fs::read_to_string(status_path(root, i)).expect("status file");
+        let (time, rows) = status_rows(&text);
+        assert_eq!(rows.len(), CLIENTS, "server {i} after {phase}: {text}");
+        for (addr, last_ref) in &rows {
+            assert!(
+                time.saturating_sub(*last_ref) < 35,
+                "server {i} after {phase}: {addr} last referenced {}s before the file's TIME:\n{text}",
+                time.saturating_sub(*last_ref)
+            );
+        }
+        eprintln!("server {i} status after {phase}: {rows:?} at {time}");
+    }
+}
+
+#[test]
+fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
+    require_lab(&["ip", "nft", "sysctl"]);
+    let bins = Binaries::locate()
+        .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
+    let l = HaLandscape::build(Some("vpnt-lr")).expect("layout");
+    let pki = TestPki::generate().expect("pki");
+    let dir = tempfile::Builder::new()
+        .prefix("vpnt-lastref-")
+        .tempdir()
+        .expect("tempdir");
+    let root = dir.path();
+    write_secrets(&pki, root).expect("secrets");
+    l.start_echo().expect("echo");
+
+    for (i, ns) in l.kapi.iter().enumerate() {
+        let mut e = networks();
+        e.extend([
+            ("IS_HA", "true".into()),
+            ("HA_VPN_SERVERS", "2".into()),
+            ("HA_VPN_CLIENTS", "2".into()),
+        ]);
+        Spec::new(&format!("kapi{i}-init"), &bins.client, &["setup"], env(&e))
+            .run(ns, root)
+            .expect("kube-apiserver init");
+    }
+    for (p, ns) in l.shoot.iter().enumerate() {
+        let e = [
+            ("IS_SHOOT_CLIENT", "true".into()),
+            ("IS_HA", "true".into()),
+            ("POD_NAME", format!("vpn-shoot-{p}")),
+        ];
+        Spec::new(&format!("shoot{p}-init"), &bins.client, &["setup"], env(&e))
+            .run(ns, root)
+            .expect("shoot init");
+    }
+    let router_toml = root.join("router.toml");
+    std::fs::write(&router_toml, router_config()).expect("lab step");
+    let router_args = ["--config", router_toml.to_str().expect("path")];
+    let ingress = Spec::new("ingress", &bins.router, &router_args, Vec::new())
+        .start(&l.ingress, root)
+        .expect("router");
+    ingress
+        .wait_log("router listening", UP)
+        .expect("router listening");
+    let mut running: Vec<Container<'_>> = Vec::new();
+    for i in 0..2 {
+        let server = server_spec(&bins, root, i)
+            .start(&l.server[i], root)
+            .expect("server");
+        server
+            .wait_log("Initialization Sequence Completed", UP)
+            .expect("server up");
+        running.push(server);
+        let exporter_env = env(&[
+            ("OPENVPN_STATUS_PATH", status_path(root, i)),
+            ("VPN_SERVER_LOG", "error".into()),
+        ]);
+        let exporter_args = ["exporter", "--listen", EXPORTER];
+        let name = format!("openvpn-exporter-{i}");
+        running.push(
+            Spec::new(&name, &bins.server, &exporter_args, exporter_env)
+                .start(&l.server[i], root)
+                .expect("exporter"),
+        );
+    }
+    for p in 0..2 {
+        for i in 0..2 {
+            running.push(
+                shoot_client_spec(&bins, root, p, i)
+                    .start(&l.shoot[p], root)
+                    .expect("shoot client"),
+            );
+            running.push(
+                seed_client_spec(&bins, root, p, i)
+                    .start(&l.kapi[p], root)
+                    .expect("seed client"),
+            );
+        }
+    }
+    wait_until("every client connected to both servers", UP, || {
+        (0..2).all(|i| {
+            std::fs::read_to_string(status_path(root, i)).is_ok_and(|s| connected(&s) == CLIENTS)
+        })
+    });
+    wait_until("both exporters serve the route series", UP, || {
+        l.server
+            .iter()
+            .all(|ns| scrape(ns).is_some_and(|(_, t)| !last_refs(&t).is_empty()))
+    });
+    // Traffic through the tunnels works before the idle minute (the busy one needs it).
+    let probe = |ns: &Netns| -> bool {
+        ns.run_in(|| {
+            let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+            s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+            s.send_to(b"probe", SocketAddr::from((NODE, UDP_ECHO)))
+                .ok()?;
+            let mut b = [0u8; 16];
+            s.recv_from(&mut b).ok()
+        })
+        .ok()
+        .flatten()
+        .is_some()
+    };
+    wait_until("UDP echo through the tunnel from both replicas", UP, || {
+        l.kapi.iter().all(probe)
+    });
+
+    // Scrapes every 3 s: an idle minute, then a busy one.
+    let start = Instant::now();
+    let busy = Arc::new(AtomicBool::new(false));
+    let mut load = Vec::new();
+    let mut samples: Vec<(Duration, usize, usize, f64)> = Vec::new();
+    let mut failures = Vec::new();
+    let mut idle_checked = false;
+    while start.elapsed() < 2 * PHASE {
+        if !idle_checked && start.elapsed() >= PHASE {
+            check_status_files(root, "the idle minute");
+            idle_checked = true;
+            busy.store(true, Ordering::Relaxed);
+            for ns in &l.kapi {
+                let sock = ns
+                    .run_in(|| UdpSocket::bind("0.0.0.0:0"))
+                    .expect("lab step")
+                    .expect("socket");
+                let busy = Arc::clone(&busy);
+                // Bounded: 50 packets a second for at most the busy minute.
+                load.push(std::thread::spawn(move || {
+                    let until = Instant::now() + PHASE + Duration::from_secs(5);
+                    while busy.load(Ordering::Relaxed) && Instant::now() < until {
+                        let _ = sock.send_to(&[0u8; 200], SocketAddr::from((NODE, UDP_ECHO)));
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }));
+            }
+        }
+        for (i, ns) in l.server.iter().enumerate() {
+            let Some((at, text)) = scrape(ns) else {
+                failures.push(format!(
+                    "{:?}: exporter {i} did not answer",
+                    start.elapsed()
+                ));
+                continue;
+            };
+            let refs = last_refs(&text);
+            let count = panel_count(at, &refs);
+            let oldest = refs.iter().map(|(_, x)| at - x).fold(0.0, f64::max);
+            samples.push((start.elapsed(), i, count, oldest));
+            if start.elapsed() >= Duration::from_secs(35) && count != CLIENTS {
+                failures.push(format!(
+                    "{:?} ({}): server {i} panel counts {count} of {CLIENTS}: {refs:?}",
+                    start.elapsed(),
+                    if busy.load(Ordering::Relaxed) {
+                        "busy"
+                    } else {
+                        "idle"
+                    },
+                ));
+            }
+        }
+        std::thread::sleep(SCRAPE_EVERY);
+    }
+    busy.store(false, Ordering::Relaxed);
+    for t in load {
+        t.join().expect("load thread");
+    }
+    check_status_files(root, "the busy minute");
+    for (t, i, count, oldest) in &samples {
+        eprintln!("{t:>8.1?} server {i}: panel {count}, oldest Last Ref {oldest:.1}s");
+    }
+    assert!(samples.len() >= 70, "{} samples", samples.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    drop(running);
+    drop(ingress);
+}

@@ -246,7 +246,7 @@ fn tunnel_only_rules_read_back_and_drop_what_would_leave_by_another_interface() 
         "oifname \"tun*\" accept",
         "ip daddr 244.0.0.0/8 drop",
         "ip6 daddr fd00:250::/64 drop",
-        "meta skgid 31415 ip daddr 100.96.0.0/11 drop",
+        "meta skgid 31415 ip daddr 100.96.0.0/11 ct state new drop",
     ] {
         assert!(listed.contains(line), "{line} missing: {listed}");
     }

@@ -76,7 +76,7 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         "oifname \"tun0\" accept",
         "ip daddr 244.0.0.0/8 drop",
         "ip6 daddr fd00:96::/48 drop",
-        "meta skgid 31415 ip daddr 100.96.0.0/11 drop",
+        "meta skgid 31415 ip daddr 100.96.0.0/11 ct state new drop",
     ] {
         assert!(guard.contains(line), "{line} missing: {guard}");
     }

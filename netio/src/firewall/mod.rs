@@ -208,16 +208,20 @@ impl Chain {
     /// the tunnel's routes are gone (a server or client process restarting, both HA tunnels
     /// down). A dropped SYN is retried by the sender's kernel, so a connection started in
     /// that moment completes once the tunnel is back. `proxy_nets` are the shoot networks
-    /// that overlap the pod's own (only the proxy group means the shoot by them).
+    /// that overlap the pod's own (only the proxy group means the shoot by them); there only
+    /// the proxy's new connections are dropped, since its answers to the kube-apiserver (a
+    /// seed pod whose address may lie in those networks) leave by `eth0`.
     pub fn tunnel_only(devices: &str, nets: &[IpNet], proxy_nets: &[IpNet]) -> Chain {
         Chain::filter("tunnel-only", Hook::Postrouting, priority::FILTER)
             .rule(Rule::new().oifname(devices).accept())
             .rules(nets.iter().map(|net| Rule::new().daddr(*net).drop()))
-            .rules(
-                proxy_nets
-                    .iter()
-                    .map(|net| Rule::new().skgid(VPN2_PROXY_GID).daddr(*net).drop()),
-            )
+            .rules(proxy_nets.iter().map(|net| {
+                Rule::new()
+                    .skgid(VPN2_PROXY_GID)
+                    .daddr(*net)
+                    .new_connection()
+                    .drop()
+            }))
     }
 }
 

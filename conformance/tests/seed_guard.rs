@@ -81,6 +81,11 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         assert!(guard.contains(line), "{line} missing: {guard}");
     }
 
+    // The proxy's answers to a seed neighbour whose address lies in the shoot's networks (the
+    // kube-apiserver's, in an overlapping landscape) leave by eth0: only the proxy's new
+    // connections to those networks are the guard's.
+    answers_as_the_proxy(&seed, &network);
+
     server.signal("KILL").expect("kill -9");
     server
         .wait_exit(Duration::from_secs(10))
@@ -131,4 +136,41 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         seen.iter().any(|p| p.dst.to_string() == "100.96.5.5"),
         "the capture sees what does leave: {seen:?}"
     );
+}
+
+/// A listener of the proxy group (gid 31415, as Envoy's and our sidecar's) in `seed` on 9443
+/// accepts a connection from `network` (100.96.0.1, inside the shoot's 100.96.0.0/11) and
+/// its answer comes back.
+fn answers_as_the_proxy(seed: &Netns, network: &Netns) {
+    let listener = seed
+        .run_in(|| {
+            // Per thread on Linux: only this (short-lived) thread takes the proxy's group.
+            rustix::thread::set_thread_gid(rustix::process::Gid::from_raw(VPN2_PROXY_GID))?;
+            std::net::TcpListener::bind((SEED_POD, 9443))
+        })
+        .expect("in the seed pod")
+        .expect("listener as the proxy group");
+    let server = std::thread::spawn(move || {
+        if let Ok((mut c, _)) = listener.accept() {
+            let _ = std::io::Write::write_all(&mut c, b"ok");
+        }
+    });
+    let got = network
+        .run_in(|| -> std::io::Result<Vec<u8>> {
+            let mut s = std::net::TcpStream::connect_timeout(
+                &(SEED_POD, 9443).into(),
+                Duration::from_secs(3),
+            )?;
+            s.set_read_timeout(Some(Duration::from_secs(3)))?;
+            let mut buf = vec![0u8; 2];
+            std::io::Read::read_exact(&mut s, &mut buf)?;
+            Ok(buf)
+        })
+        .expect("in the seed network");
+    assert_eq!(
+        got.as_ref().map(Vec::as_slice).ok(),
+        Some(&b"ok"[..]),
+        "the proxy's answer to 100.96.0.1 left by eth0: {got:?}"
+    );
+    server.join().expect("listener thread");
 }

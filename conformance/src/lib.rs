@@ -35,7 +35,8 @@
 //!   ping and a download through the tunnel, a summary.
 //! * [`gardener`] - Gardener's non-HA VPN pods replayed in namespaces: the landscape, a
 //!   kubelet's probes, our binaries started as Gardener starts vpn2's images, upstream
-//!   OpenVPN configured as vpn2 configures it, and the checks a replay must pass.
+//!   OpenVPN configured as vpn2 configures it, and the checks a replay must pass; the
+//!   in-place switch's surge pods, Service and load (`tests/switch_nonha.rs`).
 //! * [`matrix`] - the conformance matrix: our server and client against upstream OpenVPN 2.6
 //!   and each other over ciphers, control-channel wrapping, key derivation, transports and
 //!   life-cycle scenarios (`tests/matrix.rs` runs it).

@@ -43,10 +43,8 @@ use conformance::gardener::pods::{
 };
 use conformance::gardener::rules::{self, forward_guard, vpn2_seed, vpn2_shoot, Expected};
 use conformance::gardener::verdict::{self, our_seed_rules, our_seed_rules_after_exit};
-use conformance::gardener::vpn2_upstream::{
-    ccd_vpn_shoot_client, client_config, install_seed_proxy_nat, install_shoot_rules,
-    server_config, shoot_networks,
-};
+use conformance::gardener::vpn2_pods;
+use conformance::gardener::vpn2_upstream::{client_config, install_shoot_rules, shoot_networks};
 use conformance::netns::Netns;
 use conformance::require_lab;
 use conformance::upstream::{UpstreamOpenvpn, INITIALIZED_MARKER};
@@ -241,50 +239,18 @@ fn our_server_with_upstream_client_passes_the_checks() {
     );
 }
 
-/// vpn2's seed pod with upstream OpenVPN: the Go step's group-31415 NAT and files (config,
-/// CCD), then `openvpn` with our `vpn-server firewall` as its hooks; and our sidecar as
+/// vpn2's seed pod with upstream OpenVPN ([`vpn2_pods::start_seed_pod`]) and our sidecar as
 /// Envoy's container.
 fn upstream_seed_pod<'l>(
     l: &'l Landscape,
     mounts: &Mounts,
     bins: &Binaries,
 ) -> (UpstreamOpenvpn<'l>, Container<'l>, String) {
-    let logs = mounts.dir();
     step(
-        "vpn2's proxy NAT",
-        logs,
-        install_seed_proxy_nat(&l.seed_pod, logs),
-    );
-    let ccd = logs.join("client-config-dir");
-    std::fs::create_dir_all(&ccd).expect("ccd");
-    std::fs::write(ccd.join("vpn-shoot-client"), ccd_vpn_shoot_client()).expect("ccd file");
-    let config = server_config(
-        &mounts.seed_secrets(),
-        &ccd,
-        &mounts.status_path(),
-        &bins.server,
-    );
-    let server = step(
-        "upstream server",
-        logs,
-        UpstreamOpenvpn::start(&l.seed_pod, &config, 3),
-    );
-    step(
-        "upstream server",
-        logs,
-        server.wait_for_log(INITIALIZED_MARKER, TUNNEL),
-    );
-    let sidecar = step(
-        "sidecar",
-        logs,
-        start_until(
-            &sidecar_spec(bins, mounts),
-            &l.seed_pod,
-            logs,
-            SIDECAR_READY,
-        ),
-    );
-    (server, sidecar, config)
+        "vpn2's seed pod",
+        mounts.dir(),
+        vpn2_pods::start_seed_pod(&l.seed_pod, mounts, bins, &mounts.status_path()),
+    )
 }
 
 #[test]

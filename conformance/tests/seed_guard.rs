@@ -82,6 +82,11 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         assert!(guard.contains(line), "{line} missing: {guard}");
     }
 
+    // The proxy's answers to a seed neighbour whose address lies in the shoot's networks (the
+    // kube-apiserver's, in an overlapping landscape) leave by eth0: only the proxy's new
+    // connections to those networks are the guard's.
+    answers_as_the_proxy(&seed, &network);
+
     server.signal("KILL").expect("kill -9");
     server
         .wait_exit(Duration::from_secs(10))
@@ -122,54 +127,53 @@ fn the_tunnel_only_rules_outlive_a_killed_server() {
         sends(&seed, None, "100.96.5.5"),
         "the pod's own traffic to its seed neighbours still leaves"
     );
-    // The proxy group answers the seed's pods in the overlapping range: a listener of that
-    // group (as the sidecar's 9443) completes a handshake with a seed neighbour.
-    let listener = seed
-        .spawn(seed.command("setpriv").args([
-            "--regid",
-            &VPN2_PROXY_GID.to_string(),
-            "--clear-groups",
-            "python3",
-            "-c",
-            "import socket; s = socket.socket(); \
-             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); \
-             s.bind(('0.0.0.0', 8080)); s.listen(); c, _ = s.accept(); c.sendall(b'ok')",
-        ]))
-        .expect("listener of the proxy group");
-    let answered = network
-        .run_in(|| {
-            let addr = std::net::SocketAddr::from((SEED_POD, 8080));
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-                    Ok(mut s) => {
-                        let mut b = Vec::new();
-                        let _ = std::io::Read::read_to_end(&mut s, &mut b);
-                        return b;
-                    }
-                    Err(_) if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    Err(e) => panic!("no answer from the proxy group's listener: {e}"),
-                }
-            }
-        })
-        .expect("in the seed network");
-    seed.stop(listener);
-    assert_eq!(
-        answered, b"ok",
-        "the proxy group's answer to a seed pod passes"
-    );
     let seen = capture.finish().expect("capture");
     let leaked: Vec<_> = seen
         .iter()
-        // Sent by the pod, but for its own sockets' datagram and the listener's answers.
+        // Sent by the pod, but for its own sockets' datagram.
         .filter(|p| ["100.96.0.10", "fd00:1::10"].contains(&p.src.to_string().as_str()))
-        .filter(|p| !["100.96.5.5", "100.96.0.1"].contains(&p.dst.to_string().as_str()))
+        .filter(|p| p.dst.to_string() != "100.96.5.5")
         .collect();
     assert!(leaked.is_empty(), "left by eth0: {leaked:?}");
     assert!(
         seen.iter().any(|p| p.dst.to_string() == "100.96.5.5"),
         "the capture sees what does leave: {seen:?}"
     );
+}
+
+/// A listener of the proxy group (gid 31415, as Envoy's and our sidecar's) in `seed` on 9443
+/// accepts a connection from `network` (100.96.0.1, inside the shoot's 100.96.0.0/11) and
+/// its answer comes back.
+fn answers_as_the_proxy(seed: &Netns, network: &Netns) {
+    let listener = seed
+        .run_in(|| {
+            // Per thread on Linux: only this (short-lived) thread takes the proxy's group.
+            rustix::thread::set_thread_gid(rustix::process::Gid::from_raw(VPN2_PROXY_GID))?;
+            std::net::TcpListener::bind((SEED_POD, 9443))
+        })
+        .expect("in the seed pod")
+        .expect("listener as the proxy group");
+    let server = std::thread::spawn(move || {
+        if let Ok((mut c, _)) = listener.accept() {
+            let _ = std::io::Write::write_all(&mut c, b"ok");
+        }
+    });
+    let got = network
+        .run_in(|| -> std::io::Result<Vec<u8>> {
+            let mut s = std::net::TcpStream::connect_timeout(
+                &(SEED_POD, 9443).into(),
+                Duration::from_secs(3),
+            )?;
+            s.set_read_timeout(Some(Duration::from_secs(3)))?;
+            let mut buf = vec![0u8; 2];
+            std::io::Read::read_exact(&mut s, &mut buf)?;
+            Ok(buf)
+        })
+        .expect("in the seed network");
+    assert_eq!(
+        got.as_ref().map(Vec::as_slice).ok(),
+        Some(&b"ok"[..]),
+        "the proxy's answer to 100.96.0.1 left by eth0: {got:?}"
+    );
+    server.join().expect("listener thread");
 }

@@ -116,6 +116,29 @@ impl Egress {
     pub fn sidecar(&self) -> SocketAddr {
         self.sidecar
     }
+
+    /// The same client toward another address (a Service's in front of the seed pods).
+    pub fn toward(&self, sidecar: SocketAddr) -> Egress {
+        Egress {
+            tls: self.tls.clone(),
+            sidecar,
+        }
+    }
+}
+
+/// One kube-apiserver connection through the sidecar (call it inside the kube-apiserver's
+/// namespace): TLS to the sidecar, `CONNECT target`, the stream once answered 200; each step
+/// waits at most `wait`.
+pub fn connect(
+    egress: &Egress,
+    target: SocketAddr,
+    wait: Duration,
+) -> Result<SslStream<TcpStream>, CheckError> {
+    let mut s = open(egress, wait)?;
+    match request(&mut s, target, wait)? {
+        Answer::Status(200) => Ok(s),
+        answer => Err(CheckError::NotConnected { target, answer }),
+    }
 }
 
 /// How a CONNECT was answered.

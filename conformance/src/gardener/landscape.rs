@@ -278,6 +278,30 @@ pub fn internet(
     Ok(())
 }
 
+/// Adds a pod to a built landscape (a surge pod of a rolling update): a veth from `router`
+/// (`router_if` there) to `pod` (`eth0`), the router's and the pod's IPv4 addresses `v4` in a
+/// /24 (and IPv6 in a /64), the link's MTU, default routes, no duplicate address detection.
+pub fn add_pod(
+    router: &Netns,
+    pod: &Netns,
+    router_if: &'static str,
+    v4: (Ipv4Addr, Ipv4Addr),
+    v6: Option<(Ipv6Addr, Ipv6Addr)>,
+    mtu: Option<u32>,
+) -> Result<(), LabError> {
+    pod.run(["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"])?;
+    attach(
+        router,
+        &Link {
+            pod,
+            router_if,
+            v4,
+            v6,
+            mtu,
+        },
+    )
+}
+
 /// A veth from `router` to the link's pod (`eth0` there), its addresses and default routes.
 fn attach(router: &Netns, link: &Link<'_>) -> Result<(), LabError> {
     Netns::veth_pair(router, link.router_if, link.pod, "eth0")?;

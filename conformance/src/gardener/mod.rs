@@ -4,7 +4,9 @@
 //! ([`pods`]), or upstream OpenVPN configured as vpn2 configures it for one side
 //! ([`vpn2_upstream`], the rolling-upgrade pairs); `tests/gardener_checks.rs` runs the checks
 //! against both; the images themselves are started by `tests/gardener_nonha.rs` ([`verdict`]:
-//! what both report).
+//! what both report). [`vpn2_pods`] starts vpn2's pods (upstream OpenVPN, our sidecar for
+//! Envoy); [`switch`] holds what `tests/switch_nonha.rs` adds to replay the in-place switch
+//! (surge pods, the Service's endpoints, the kube-apiserver's load).
 
 pub mod capture;
 pub mod checks;
@@ -14,5 +16,7 @@ pub mod kubelet;
 pub mod landscape;
 pub mod pods;
 pub mod rules;
+pub mod switch;
 pub mod verdict;
+pub mod vpn2_pods;
 pub mod vpn2_upstream;

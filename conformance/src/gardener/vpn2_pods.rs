@@ -1,0 +1,51 @@
+//! vpn2's non-HA pods as the replays start them: upstream OpenVPN with the config vpn2
+//! renders ([`super::vpn2_upstream`]), vpn2's rules, and our sidecar in the place of
+//! Envoy's container (Envoy itself cannot run here).
+
+use std::path::Path;
+
+use super::landscape::INGRESS_LB;
+use super::pods::{sidecar_spec, start_until, Binaries, Container, Mounts, SIDECAR_READY};
+use super::vpn2_upstream::{
+    ccd_vpn_shoot_client, client_config, install_seed_proxy_nat, install_shoot_rules, server_config,
+};
+use crate::netns::Netns;
+use crate::upstream::{UpstreamOpenvpn, INITIALIZED_MARKER};
+use crate::LabError;
+
+/// How long upstream OpenVPN may take to serve.
+const START: std::time::Duration = std::time::Duration::from_secs(45);
+
+/// vpn2's seed pod in `ns` with upstream OpenVPN: the Go step's group-31415 NAT and files
+/// (config, CCD), then `openvpn` with our `vpn-server firewall` as its hooks and its status
+/// file at `status`, serving; then our sidecar as Envoy's container, listening. Returns the
+/// server, the sidecar and the server's config.
+pub fn start_seed_pod<'ns>(
+    ns: &'ns Netns,
+    mounts: &Mounts,
+    bins: &Binaries,
+    status: &Path,
+) -> Result<(UpstreamOpenvpn<'ns>, Container<'ns>, String), LabError> {
+    let logs = mounts.dir();
+    install_seed_proxy_nat(ns, logs)?;
+    let ccd = logs.join("client-config-dir");
+    std::fs::create_dir_all(&ccd).map_err(|source| LabError::io(&ccd, source))?;
+    let file = ccd.join("vpn-shoot-client");
+    std::fs::write(&file, ccd_vpn_shoot_client()).map_err(|source| LabError::io(&file, source))?;
+    let config = server_config(&mounts.seed_secrets(), &ccd, status, &bins.server);
+    let server = UpstreamOpenvpn::start(ns, &config, 3)?;
+    server.wait_for_log(INITIALIZED_MARKER, START)?;
+    let sidecar = start_until(&sidecar_spec(bins, mounts), ns, logs, SIDECAR_READY)?;
+    Ok((server, sidecar, config))
+}
+
+/// vpn2's vpn-shoot container in `ns`: its Go step's rules, then upstream OpenVPN with
+/// vpn2's client config toward the ingress load balancer (started, not yet connected).
+pub fn start_shoot_pod<'ns>(
+    ns: &'ns Netns,
+    mounts: &Mounts,
+) -> Result<UpstreamOpenvpn<'ns>, LabError> {
+    install_shoot_rules(ns)?;
+    let config = client_config(&mounts.shoot_secrets(), &INGRESS_LB.to_string());
+    UpstreamOpenvpn::start(ns, &config, 3)
+}

@@ -14,7 +14,7 @@
 //!   `ta.key`, made with the `openssl` and `openvpn` CLIs in a temporary directory.
 //! * [`upstream::UpstreamOpenvpn`] - a real `openvpn` process inside a [`netns::Netns`],
 //!   with its log, killed on drop; configs for an upstream server and client. The program is
-//!   [`upstream::referee`]: `$OPENVPN_REFEREE` (e.g. a 2.7 build), else Debian's `openvpn`.
+//!   [`referee::referee`]: `$OPENVPN_REFEREE` (e.g. a 2.7 build), else Debian's `openvpn`.
 //! * [`tinyproxy`] - Debian's tinyproxy as the CONNECT proxy of a lab, started and awaited.
 //! * [`icmp`] - IPv4 echo requests to push through a tunnel, and the check of the reply.
 //! * [`sidecar_client`] - certificates made with the `pki` crate, a runtime inside a namespace,
@@ -37,6 +37,7 @@ pub mod icmp;
 pub mod image;
 pub mod netns;
 pub mod pki_fixture;
+pub mod referee;
 pub mod sidecar_client;
 pub mod tinyproxy;
 pub mod tls_hello;

@@ -93,7 +93,7 @@ impl TestPki {
                 .args(["-out", &format!("{name}.crt")])
                 .run()?;
         }
-        tool(d, &crate::upstream::referee())
+        tool(d, &crate::referee::referee())
             .args(["--genkey", "secret", "ta.key"])
             .run()?;
         Ok(Self { dir })

@@ -18,24 +18,7 @@ use crate::netns::Netns;
 use crate::pki_fixture::TestPki;
 use crate::LabError;
 
-/// The environment variable naming the upstream `openvpn` every test runs as the referee: a
-/// path (e.g. an OpenVPN 2.7 build) or a program on `PATH`. Unset or empty: `openvpn` from
-/// `PATH`, Debian's 2.6 in CI.
-pub const REFEREE_ENV: &str = "OPENVPN_REFEREE";
-
-/// The upstream `openvpn` program the lab starts ([`REFEREE_ENV`], else `openvpn`). Every
-/// place in `lab`, `conformance` and `bench` that runs upstream OpenVPN goes through it.
-///
-/// # Panics
-///
-/// When the variable is set to text that is not UTF-8 (it could not be passed on as given).
-pub fn referee() -> String {
-    match std::env::var(REFEREE_ENV) {
-        Ok(v) if !v.is_empty() => v,
-        Ok(_) | Err(std::env::VarError::NotPresent) => "openvpn".to_owned(),
-        Err(std::env::VarError::NotUnicode(v)) => panic!("{REFEREE_ENV}={v:?} is not UTF-8"),
-    }
-}
+pub use crate::referee::{referee, REFEREE_ENV};
 
 /// What a TCP server logs once its listening socket is bound.
 pub const LISTENING_MARKER: &str = "Listening for incoming TCP connection";

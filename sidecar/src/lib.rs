@@ -86,6 +86,8 @@ pub mod apiserver_proxy;
 pub mod cli;
 pub mod dns;
 pub mod envoy;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod metrics;
 pub mod policy;
 mod proxy;

@@ -210,6 +210,8 @@ mod config;
 pub mod config_dir;
 mod conn;
 mod connect;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 mod metrics;
 mod policy;
 mod serve;

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::cloud_api::file::{self, FileError, MAX_DEVICE_LEN};
+use crate::config::LoadError;
 
 /// The path the connection file is said to have (messages and the device name only).
 const PATH: &str = "/etc/cloud-api/seed-a.conf";
@@ -29,6 +30,14 @@ pub fn connection_file(data: &[u8]) {
             assert!(spec.proxy_port > 0);
             assert!(spec.settings.pull.route_nopull);
             assert_eq!(spec.name, "seed-a");
+        }
+        Err(FileError::Config(LoadError::Read { path, .. })) => {
+            // A file the text names (a certificate, a key) that cannot be read.
+            assert!(
+                text.contains(&*path.to_string_lossy()),
+                "{}",
+                path.display()
+            );
         }
         Err(e) => {
             let shown = e.to_string();
@@ -64,5 +73,9 @@ mod tests {
         connection_file(b"cloud-api-port 1\ncloud-api-port 2\n");
         connection_file(b"cloud-api-allow a:1\nbogus 1\n");
         connection_file(b"");
+        // Found by the fuzz target: an unreadable certificate is named by its own path.
+        connection_file(
+            b"cloud-api-allow a:1\nclient\ndev tun\nremote 10.1.0.2 1194\nca /nonexistent/ca.crt\n",
+        );
     }
 }

@@ -12,7 +12,7 @@ pub fn envoy_yaml(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let lines = text.split('\n').count();
+    let lines = yaml::line_count(text);
     let doc = match yaml::load(text) {
         Ok(doc) => doc,
         Err(e) => return in_text(&e, lines),
@@ -62,5 +62,8 @@ mod tests {
         envoy_yaml(b"a: [\n");
         envoy_yaml(b"---\na: 1\n---\nb: 2\n");
         envoy_yaml(b"static_resources:\n  listeners: 3\n");
+        // Found by the fuzz target: lines that end in a lone CR are lines to YAML.
+        envoy_yaml(b"a: 1\rb: 2\rc:\r  - d\r  e: [\r");
+        envoy_yaml(include_bytes!("../fixtures/fuzz-envoy-yaml-cr-lines.yaml"));
     }
 }

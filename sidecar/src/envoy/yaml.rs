@@ -83,7 +83,7 @@ pub enum Problem {
 pub fn load(text: &str) -> Result<MarkedYaml<'_>, YamlError> {
     let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
         // The scanner may mark the end of the text one line past its last one.
-        line: e.marker().line().clamp(1, text.split('\n').count()),
+        line: e.marker().line().clamp(1, line_count(text)),
         path: String::new(),
         problem: Problem::Syntax(e),
     })?;
@@ -97,6 +97,11 @@ pub fn load(text: &str) -> Result<MarkedYaml<'_>, YamlError> {
             problem: Problem::Documents(count),
         }),
     }
+}
+
+/// The lines of `text` as YAML counts them: `\r\n`, `\r` and `\n` each end one.
+pub fn line_count(text: &str) -> usize {
+    1 + text.replace("\r\n", "\n").matches(['\r', '\n']).count()
 }
 
 /// One node and where it is.

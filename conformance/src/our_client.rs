@@ -35,13 +35,31 @@ impl<'scope> ClientThread<'scope> {
         ns: &'env Netns,
         settings: Settings,
     ) -> Self {
+        Self::spawn_logged(scope, ns, settings, None)
+    }
+
+    /// [`ClientThread::spawn`], the client's log going to `log` (its thread and its runtime's
+    /// workers take it as their default subscriber) instead of the process's subscriber.
+    pub fn spawn_logged<'env>(
+        scope: &'scope Scope<'scope, 'env>,
+        ns: &'env Netns,
+        settings: Settings,
+        log: Option<tracing::Dispatch>,
+    ) -> Self {
         let token = CancellationToken::new();
         let run_token = token.clone();
         let thread = scope.spawn(move || {
+            let _default = log.clone().map(|d| tracing::dispatcher::set_default(&d));
             ns.run_in(move || {
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
                     .enable_all()
+                    .on_thread_start(move || {
+                        if let Some(d) = &log {
+                            // The worker's default for its whole life.
+                            std::mem::forget(tracing::dispatcher::set_default(d));
+                        }
+                    })
                     .build()
                     .map_err(|source| LabError::Socket {
                         what: "tokio runtime for our vpn-client",

@@ -18,7 +18,10 @@
 //! * the server is killed and started again: the client reconnects by itself within 5 s of
 //!   the new server listening, and traffic crosses again;
 //! * the server is frozen (SIGSTOP) with `keepalive 1 3`: the client's ping-restart ends the
-//!   session and a new one comes up once the server runs again.
+//!   session and a new one comes up once the server runs again;
+//! * the server pushes `route-ipv6 2000::/3` (all of the IPv6 internet's global unicast space)
+//!   to a client configured as vpn2 configures it (no pull-filters): the push guard refuses it
+//!   with a warning naming the option (DEVIATIONS P12), the other pushed route is installed.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -453,4 +456,80 @@ fn client_restarts_on_ping_restart_when_the_server_freezes() {
         }
         echo.abort();
     });
+}
+
+/// A log buffer for [`ClientThread::spawn_logged`].
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    fn dispatch(&self) -> tracing::Dispatch {
+        let buffer = self.clone();
+        tracing::Dispatch::new(
+            tracing_subscriber::fmt()
+                .with_env_filter("info")
+                .with_writer(move || buffer.clone())
+                .with_ansi(false)
+                .finish(),
+        )
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+        .into_owned()
+    }
+}
+
+#[test]
+fn a_pushed_route_ipv6_2000_slash_3_is_refused_by_a_vpn2_configured_client() {
+    let lab = Lab::new();
+    let server = lab.start_server(&["route-ipv6 2000::/3", "route 10.99.0.0 255.255.0.0"]);
+    let log = LogBuffer::default();
+    // vpn2's client config: no pull-filters, no strict mode.
+    let settings = lab.settings();
+    assert!(settings.pull.filters.is_empty());
+    std::thread::scope(|scope| {
+        let client = ClientThread::spawn_logged(scope, &lab.shoot, settings, Some(log.dispatch()));
+        wait_for_tun_address(&lab, &client);
+        client
+            .wait_until("10.99.0.0/16 on tun0", TIMEOUT, || {
+                lab.ip_shoot(&["route"]).contains("10.99.0.0/16 dev tun0")
+            })
+            .expect("the other pushed route");
+        let v6 = lab.ip_shoot(&["-6", "route"]);
+        assert!(!v6.contains("2000::/3"), "refused route installed: {v6}");
+        let text = log.text();
+        let line = text
+            .lines()
+            .find(|l| l.contains("pushed option refused by the push guard"))
+            .unwrap_or_else(|| panic!("no refusal logged:\n{text}"));
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(
+            line.contains("2000::/3 is wider than any network a tunnel carries: it amounts to a default route")
+                && line.contains("option=\"route-ipv6 2000::/3\""),
+            "{line}"
+        );
+        assert_eq!(client.stop().expect("our client"), Stopped::Shutdown);
+    });
+    assert!(
+        server.log().contains("PUSH_REPLY") || server.log().contains("Peer Connection Initiated")
+    );
 }

@@ -85,6 +85,22 @@ pub fn read_bounded(
     read_with(dir, extension, listing, max_bytes, &mut || {})
 }
 
+/// The most bytes a configuration, certificate, key or CCD file of ours may have: what a
+/// Kubernetes ConfigMap or Secret holds. A larger one is a mistake or an attack; it is refused
+/// unread, with its size ([`read_file_bounded`]).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// [`read_file_bounded`] as text: a file that is not UTF-8 fails as with
+/// [`std::fs::read_to_string`] (kind [`io::ErrorKind::InvalidData`]).
+pub fn read_text_bounded(path: &Path, max_bytes: u64) -> io::Result<String> {
+    String::from_utf8(read_file_bounded(path, max_bytes)?).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        )
+    })
+}
+
 /// Reads the file at `path` unless it has more than `max_bytes`: then an error of kind
 /// [`io::ErrorKind::InvalidData`] naming its size and the bound. Reads at most one byte past
 /// the bound, so a file that grows meanwhile is refused too.

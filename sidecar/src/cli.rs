@@ -306,9 +306,13 @@ pub(super) fn vpn2_shoot_networks(
     ])
 }
 
+/// Reads a certificate or key file: at most 1 MiB (`netio::volume::MAX_FILE_BYTES`, what a
+/// Secret holds), else refused unread with its size.
 fn read(path: &Path) -> Result<Vec<u8>, SidecarConfigError> {
-    std::fs::read(path).map_err(|source| SidecarConfigError::Read {
-        path: path.to_owned(),
-        source,
+    netio::volume::read_file_bounded(path, netio::volume::MAX_FILE_BYTES).map_err(|source| {
+        SidecarConfigError::Read {
+            path: path.to_owned(),
+            source,
+        }
     })
 }

@@ -98,6 +98,8 @@ pub mod apiserver_proxy;
 pub mod cli;
 pub mod dns;
 pub mod envoy;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 mod hold;
 pub mod metrics;
 pub mod policy;

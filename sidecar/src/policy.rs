@@ -4,7 +4,10 @@
 //!
 //! A destination is checked in this order, the first match deciding:
 //!
-//! 1. an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is checked as the IPv4 address;
+//! 1. an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is checked as the IPv4 address (and an
+//!    IPv4-mapped network among the shoot or seed networks is the IPv4 network it carries,
+//!    `netio::ingress::canonical_net`: as written it could never match, and a seed network so
+//!    written would deny nothing);
 //! 2. **always denied**: unspecified (`0.0.0.0/8`, `::`), loopback (`127.0.0.0/8`, `::1`),
 //!    link-local (`169.254.0.0/16`, `fe80::/10`, where cloud metadata services live),
 //!    multicast and the IPv4 broadcast address;
@@ -31,6 +34,7 @@ pub use protocol::config::netmap::{
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use netio::ingress::canonical_net;
 
 /// Why a destination was refused (answered 403).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -92,7 +96,7 @@ impl DestinationPolicy {
     /// Allows `shoot` networks, denies `seed` networks (and the always-denied ranges) and
     /// every other destination (see [`DestinationPolicy::with_external`]).
     pub fn new(shoot: Vec<IpNet>, seed: Vec<IpNet>) -> Self {
-        let norm = |v: Vec<IpNet>| v.into_iter().map(|n| n.trunc()).collect();
+        let norm = |v: Vec<IpNet>| v.into_iter().map(|n| canonical_net(n.trunc())).collect();
         DestinationPolicy {
             allowed: norm(shoot),
             seed: norm(seed),
@@ -337,5 +341,29 @@ mod tests {
         let p = DestinationPolicy::from_shoot_networks(&[n("fd00::/64")], &[], &[], vec![]);
         assert_eq!(p.check(a("244.0.0.1")), Err(Denied::NotShoot));
         assert_eq!(p.allowed(), &[n("fd00::/64")]);
+    }
+
+    #[test]
+    fn ipv4_mapped_networks_are_the_ipv4_networks_they_carry() {
+        let p = DestinationPolicy::new(
+            vec![n("10.0.0.0/8"), n("::ffff:100.64.0.0/106")],
+            vec![n("::ffff:10.250.0.0/112")],
+        );
+        assert_eq!(p.seed(), [n("10.250.0.0/16")]);
+        assert_eq!(p.allowed(), [n("10.0.0.0/8"), n("100.64.0.0/10")]);
+        assert_eq!(
+            p.check(a("10.250.1.1")),
+            Err(Denied::SeedNetwork {
+                network: n("10.250.0.0/16")
+            })
+        );
+        assert_eq!(
+            p.check(a("::ffff:10.250.1.1")),
+            Err(Denied::SeedNetwork {
+                network: n("10.250.0.0/16")
+            })
+        );
+        assert_eq!(p.check(a("100.64.0.1")), Ok(Destination::Shoot));
+        assert_eq!(p.check(a("10.1.0.1")), Ok(Destination::Shoot));
     }
 }

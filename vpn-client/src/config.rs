@@ -4,7 +4,8 @@
 //! [`ClientOptions`] with [`settings_from_options`], which reads every [`Source::Path`] (`ca`,
 //! `cert`, `key`, `tls-auth`, `tls-crypt`, the `http-proxy` credentials file). Errors name what
 //! the user has to fix: the path of a file that cannot be read or parsed, the config file and
-//! line of a directive we refuse.
+//! line of a directive we refuse. A file over 1 MiB (`netio::volume::MAX_FILE_BYTES`, what a
+//! Kubernetes Secret holds) is refused unread, with its size and the bound.
 //!
 //! What we do not act on is returned as a warning (to be logged at start), never dropped:
 //! the parser's own warnings (`management`, `user`, ...) plus these of the mapping:
@@ -28,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use netio::http::{BasicAuth, CustomHeader, HttpVersion};
+use netio::volume::{read_file_bounded, read_text_bounded, MAX_FILE_BYTES};
 use pki::check::{RemoteCertTls, VerifyX509Name, X509NameType};
 use pki::tls::PeerPolicy;
 use pki::{CaBundle, Identity};
@@ -130,7 +132,7 @@ pub enum LoadError {
 
 /// Reads and maps the client config at `path`.
 pub fn load(path: &Path) -> Result<Loaded, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+    let text = read_text_bounded(path, MAX_FILE_BYTES).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
     })?;
@@ -418,10 +420,11 @@ fn http_proxy(o: &ClientOptions, lines: &Lines<'_>) -> Result<Option<HttpProxy>,
     if let Some(auth) = &p.auth {
         match (&auth.credentials, auth.method) {
             (ProxyCredentials::File(path), None | Some(ProxyAuthMethod::Basic)) => {
-                let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
+                let text =
+                    read_text_bounded(path, MAX_FILE_BYTES).map_err(|source| LoadError::Read {
+                        path: path.clone(),
+                        source,
+                    })?;
                 let mut it = text.lines();
                 match (it.next(), it.next()) {
                     (Some(user), Some(password)) if !user.is_empty() => {
@@ -482,10 +485,12 @@ fn origin(source: &Source) -> String {
 fn read_source(source: &Source) -> Result<Vec<u8>, LoadError> {
     match source {
         Source::Inline(text) => Ok(text.as_bytes().to_vec()),
-        Source::Path(path) => std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.clone(),
-            source,
-        }),
+        Source::Path(path) => {
+            read_file_bounded(path, MAX_FILE_BYTES).map_err(|source| LoadError::Read {
+                path: path.clone(),
+                source,
+            })
+        }
     }
 }
 
@@ -771,6 +776,39 @@ pub(crate) mod tests {
         let err = load_text("c.conf", &fixture_in(dir.path())).expect_err("missing cert");
         assert!(matches!(&err, LoadError::Read { path, .. } if *path == cert));
         assert!(err.to_string().contains(&cert.display().to_string()));
+    }
+
+    #[test]
+    fn files_over_a_mebibyte_are_refused_unread_with_their_size() {
+        let dir = secrets();
+        let big = usize::try_from(MAX_FILE_BYTES).unwrap() + 1;
+        for file in [
+            "vpn-client/ca.crt",
+            "vpn-client/tls.crt",
+            "vpn-client/tls.key",
+            "tlsauth/vpn.tlsauth",
+        ] {
+            let path = dir.path().join(file);
+            let keep = std::fs::read(&path).expect("secret");
+            std::fs::write(&path, "x".repeat(big)).expect("grow");
+            let err = load_text("c.conf", &fixture_in(dir.path())).expect_err(file);
+            assert_eq!(
+                netio::report::chain(&err),
+                format!(
+                    "cannot read {}: 1048577 bytes, more than the 1048576 bytes a file may have",
+                    path.display()
+                )
+            );
+            std::fs::write(&path, keep).expect("restore");
+        }
+        let conf = dir.path().join("c.conf");
+        std::fs::write(&conf, "#".repeat(big)).expect("config");
+        let err = load(&conf).expect_err("config too large");
+        assert!(
+            netio::report::chain(&err)
+                .ends_with("1048577 bytes, more than the 1048576 bytes a file may have"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -68,6 +68,8 @@ pub mod cloud_api;
 pub mod config;
 pub mod connection;
 pub mod dial;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod ha;
 pub mod script;
 mod settings;

@@ -135,14 +135,24 @@ impl DirLoader {
     /// Reads `dir` the first time: `seed.toml` must be good; shoot files that are refused
     /// are reported in the log and `files`. Returns the loader and the configuration.
     pub fn open(dir: &Path, files: &ConfigFiles) -> Result<(DirLoader, RouterConfig), DirError> {
+        let snapshot = scan_version(dir).map_err(|source| DirError::Scan {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        DirLoader::open_snapshot(dir, snapshot, files)
+    }
+
+    /// [`DirLoader::open`] on the files already read from `dir`: no I/O.
+    pub(crate) fn open_snapshot(
+        dir: &Path,
+        snapshot: Snapshot,
+        files: &ConfigFiles,
+    ) -> Result<(DirLoader, RouterConfig), DirError> {
         let Snapshot {
             files: found,
             too_large,
             version,
-        } = scan_version(dir).map_err(|source| DirError::Scan {
-            dir: dir.to_owned(),
-            source,
-        })?;
+        } = snapshot;
         if let Some(&size) = too_large.get(SEED_FILE) {
             return Err(DirError::TooLarge {
                 file: dir.join(SEED_FILE),
@@ -187,19 +197,29 @@ impl DirLoader {
         if !force && self.version.is_some() && volume::version(&self.dir) == self.version {
             return Ok(None);
         }
+        let snapshot = scan_version(&self.dir).map_err(|source| DirError::Scan {
+            dir: self.dir.clone(),
+            source,
+        })?;
+        Ok(self.poll_snapshot(snapshot, files))
+    }
+
+    /// [`DirLoader::poll`] on the files already read: no I/O.
+    pub(crate) fn poll_snapshot(
+        &mut self,
+        snapshot: Snapshot,
+        files: &ConfigFiles,
+    ) -> Option<Change> {
         let Snapshot {
             files: found,
             too_large,
             version,
-        } = scan_version(&self.dir).map_err(|source| DirError::Scan {
-            dir: self.dir.clone(),
-            source,
-        })?;
+        } = snapshot;
         self.version = version;
         if found == self.seen && too_large == self.too_large {
-            return Ok(None);
+            return None;
         }
-        Ok(Some(self.apply(found, too_large, files)))
+        Some(self.apply(found, too_large, files))
     }
 
     /// Takes the files of `found` that changed since the last read; those of `too_large`
@@ -389,6 +409,19 @@ impl DirLoader {
 /// Logs a refused file.
 fn refused(name: &str, e: &DirError, keeping: &str) {
     warn!(file = %name, line = e.line(), "config file refused, {keeping}: {}", chain(e));
+}
+
+/// Whether file `name` of `dir` holding `text` is refused for its own content, and the line
+/// the refusal names (for the fuzz target's check).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn refused_at(dir: &Path, name: &str, text: &[u8]) -> Option<Option<usize>> {
+    let path = dir.join(name);
+    let e = if name == SEED_FILE {
+        parse_seed(&path, text).err()
+    } else {
+        parse_shoot(&path, owners::shoot_of(name), text).err()
+    }?;
+    Some(e.line())
 }
 
 /// Parses `seed.toml`: a router config without routes.

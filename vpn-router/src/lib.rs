@@ -221,6 +221,8 @@ mod config;
 pub mod config_dir;
 mod conn;
 mod connect;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod kubernetes;
 mod metrics;
 mod policy;

@@ -45,7 +45,7 @@ use netio::admin::{AdminState, Exposition, Kind};
 use netio::firewall::Table;
 use netio::http::ConnectRequest;
 use netio::http_connect::{connect_over, ConnectError};
-use netio::ingress::{accept_connect, canonical_ip, Accepted, Deadlines, ProxyMode};
+use netio::ingress::{accept_connect, canonical_ip, canonical_net, Accepted, Deadlines, ProxyMode};
 use netio::relay::{relay_tcp, RelayConfig};
 use netio::report::chain;
 use protocol::http::connect::{Authority, Host, Status};
@@ -110,7 +110,13 @@ impl CloudApiArgs {
             (true, true) => Ok(None),
             (false, false) => Ok(Some(CloudApiConfig {
                 listen: self.cloud_api_listen.clone(),
-                clients: self.cloud_api_clients.iter().map(IpNet::trunc).collect(),
+                // Peers are compared in canonical form: an IPv4-mapped network as written
+                // could never match one.
+                clients: self
+                    .cloud_api_clients
+                    .iter()
+                    .map(|n| canonical_net(n.trunc()))
+                    .collect(),
                 tunnel_networks,
                 cloud_port: self.cloud_api_port,
                 idle_timeout: netio::relay::DEFAULT_IDLE_TIMEOUT,
@@ -627,6 +633,22 @@ mod tests {
         );
         let out = client_refused(&c, ip("10.1.0.2")).unwrap();
         assert!(out.contains("not in --cloud-api-clients"), "{out}");
+    }
+
+    #[test]
+    fn ipv4_mapped_clients_are_the_ipv4_networks_they_carry() {
+        let c = CloudApiArgs {
+            cloud_api_listen: vec!["10.0.0.1:3128".parse().unwrap()],
+            cloud_api_clients: vec![net("::ffff:10.0.0.0/112")],
+            cloud_api_port: DEFAULT_CLOUD_PORT,
+        }
+        .resolve(Vec::new())
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.clients, [net("10.0.0.0/16")]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(client_refused(&c, ip("10.0.3.4")), None);
+        assert!(client_refused(&c, ip("10.1.0.2")).is_some());
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //!
 //! This is the only place the server reads files: every [`Source::Path`] (`ca`, `cert`, `key`,
 //! `tls-auth`, `tls-crypt`) and every file of `client-config-dir` (by certificate CN, `DEFAULT`
-//! for the rest). Relative paths are taken from the working directory, as upstream does.
+//! for the rest). Relative paths are taken from the working directory, as upstream does. Each
+//! file (the config too) is read only if it has at most 1 MiB (`netio::volume::MAX_FILE_BYTES`,
+//! what a ConfigMap or Secret holds); a larger one is refused unread, with its size.
 //!
 //! Errors name what is at fault: a config or client-config-dir problem as `file:line:
 //! 'directive': reason` ([`ConfigError`]), an unreadable or malformed key or certificate file by
@@ -889,10 +891,14 @@ fn unsupported(file: &str, directive: &'static str, reason: String) -> LoadError
     }
 }
 
+/// Reads a file we were given (config, CCD file, certificate, key): at most 1 MiB
+/// (`netio::volume::MAX_FILE_BYTES`), else refused unread with its size.
 fn read_text(path: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(path).map_err(|source| LoadError::Read {
-        path: path.to_owned(),
-        source,
+    netio::volume::read_text_bounded(path, netio::volume::MAX_FILE_BYTES).map_err(|source| {
+        LoadError::Read {
+            path: path.to_owned(),
+            source,
+        }
     })
 }
 
@@ -1145,6 +1151,34 @@ mod tests {
         );
         assert!(l.up.is_none() && l.down.is_none());
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    }
+
+    #[test]
+    fn files_over_a_mebibyte_are_refused_unread_with_their_size() {
+        let dir = secrets();
+        let conf = dir.path().join("server.conf");
+        let big = "#".repeat(usize::try_from(netio::volume::MAX_FILE_BYTES).unwrap() + 1);
+        let too_large = "cannot read: 1048577 bytes, more than the 1048576 bytes a file may have";
+        std::fs::write(&conf, fixture("gep14-server.conf", dir.path())).unwrap();
+        let ccd = dir.path().join("ccd");
+        std::fs::create_dir(&ccd).unwrap();
+        std::fs::write(ccd.join("shoot"), &big).unwrap();
+        let e = chain(&load_file(&conf).unwrap_err());
+        assert!(e.ends_with(&format!("ccd/shoot: {too_large}")), "{e}");
+        std::fs::remove_file(ccd.join("shoot")).unwrap();
+        let cert = dir.path().join("vpn-server/tls.crt");
+        let keep = std::fs::read(&cert).unwrap();
+        std::fs::write(&cert, &big).unwrap();
+        let e = chain(&load_file(&conf).unwrap_err());
+        assert!(
+            e.ends_with(&format!("vpn-server/tls.crt: {too_large}")),
+            "{e}"
+        );
+        std::fs::write(&cert, keep).unwrap();
+        load_file(&conf).expect("the files within the bound load");
+        std::fs::write(&conf, &big).unwrap();
+        let e = chain(&load_file(&conf).unwrap_err());
+        assert!(e.ends_with(&format!("server.conf: {too_large}")), "{e}");
     }
 
     #[test]

@@ -44,8 +44,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::status::read::MAX_STATUS_BYTES;
 use netio::admin::{AdminBindError, AdminServer, AdminState, Exposition, Kind};
 use netio::report::chain;
+use netio::volume::read_file_bounded;
 use protocol::config::env::{EnvError, Vpn2ServerEnv};
 use tokio_util::sync::CancellationToken;
 
@@ -148,7 +150,7 @@ impl Exporter {
     pub fn collect(&self) -> Vec<Sample> {
         let mut out = Vec::new();
         for path in &self.status_paths {
-            let up = match std::fs::read(path) {
+            let up = match read_file_bounded(path.as_ref(), MAX_STATUS_BYTES) {
                 Ok(bytes) => {
                     kumina::collect(path, &bytes, &mut out).map_err(|source| ScrapeError::Strict {
                         path: path.clone(),

@@ -33,8 +33,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use protocol::config::env::{EnvError, Vpn2ServerEnv};
 
-use crate::status::read::{self, ParseError, Status, Timestamp};
+use crate::status::read::{self, ParseError, Status, Timestamp, MAX_STATUS_BYTES};
 use crate::status::read::{SEED_CLIENT_PREFIX, SHOOT_CLIENT_PREFIX};
+use netio::volume::read_file_bounded;
 
 /// How often OpenVPN (and our server) rewrites the status file (`status <path> 15`).
 pub const STATUS_UPDATE_INTERVAL: Duration = Duration::from_secs(15);
@@ -178,7 +179,7 @@ where
 
 /// Reads and parses the status file at `path`.
 pub fn read_status(path: &Path) -> Result<Status, ProbeError> {
-    let bytes = std::fs::read(path).map_err(|source| ProbeError::Read {
+    let bytes = read_file_bounded(path, MAX_STATUS_BYTES).map_err(|source| ProbeError::Read {
         path: path.to_owned(),
         source,
     })?;

@@ -22,7 +22,9 @@
 //! * the flags are Envoy's that Gardener passes ([`EnvoyArgs`]); an unknown flag is an error;
 //! * everything else comes from the bootstrap file ([`bootstrap`]): listeners, certificates,
 //!   whether a client certificate is required (Envoy: optional), `stat_prefix`, access log,
-//!   connect timeout, connection limit, DNS cache;
+//!   connect timeout, connection limit, DNS cache; it and the certificates it names are read
+//!   up to 1 MiB each (`netio::volume::MAX_FILE_BYTES`), a larger file is refused unread with
+//!   its size;
 //! * destinations outside the shoot networks are dialed, as Envoy's dynamic forward proxy
 //!   does, except the always-denied ranges and the seed networks we know of
 //!   (`SEED_POD_NETWORK` and `--sidecar-deny` / `SIDECAR_DENY`, when given: Gardener gives
@@ -196,10 +198,12 @@ impl EnvoyArgs {
         I: IntoIterator<Item = (String, String)>,
     {
         let path = &self.config_path;
-        let text = std::fs::read_to_string(path).map_err(|source| EnvoyModeError::Read {
-            path: path.clone(),
-            source,
-        })?;
+        let text = netio::volume::read_text_bounded(path, netio::volume::MAX_FILE_BYTES).map_err(
+            |source| EnvoyModeError::Read {
+                path: path.clone(),
+                source,
+            },
+        )?;
         let in_file = |source| EnvoyModeError::Bootstrap {
             path: path.clone(),
             source,
@@ -411,6 +415,45 @@ mod tests {
             text.starts_with(&format!("{}: line 131: static_resources.clusters[0].lb_policy: unsupported value \"RANDOM\"", path.display())),
             "{text}"
         );
+        let missing = parse(&["-c", "/nonexistent/envoy.yaml"]).unwrap();
+        let e = netio::report::chain(&missing.resolve(Vec::new()).unwrap_err());
+        assert!(e.starts_with("cannot read /nonexistent/envoy.yaml"), "{e}");
+    }
+
+    #[test]
+    fn files_over_a_mebibyte_are_refused_unread_with_their_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = bootstrap_in(dir.path());
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        let size = usize::try_from(netio::volume::MAX_FILE_BYTES).unwrap() + 1 - text.len();
+        text.push_str(&"#".repeat(size));
+        std::fs::write(&path, text).unwrap();
+        let args = parse(&["-c", &path.display().to_string()]).unwrap();
+        let e = netio::report::chain(&args.resolve(Vec::new()).unwrap_err());
+        assert_eq!(
+            e,
+            format!(
+                "cannot read {}: 1048577 bytes, more than the 1048576 bytes a file may have",
+                path.display()
+            )
+        );
+        // A certificate the file names.
+        let path = bootstrap_in(dir.path());
+        let cert = dir.path().join("tls.crt");
+        std::fs::write(&cert, "x".repeat(2 << 20)).unwrap();
+        std::fs::write(dir.path().join("tls.key"), "x").unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "x").unwrap();
+        let args = parse(&["-c", &path.display().to_string()]).unwrap();
+        let e = netio::report::chain(&args.resolve(Vec::new()).unwrap_err());
+        assert!(
+            e.contains(&cert.display().to_string())
+                && e.contains("2097152 bytes, more than the 1048576 bytes a file may have"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
         let missing = parse(&["-c", "/nonexistent/envoy.yaml"]).unwrap();
         let e = netio::report::chain(&missing.resolve(Vec::new()).unwrap_err());
         assert!(e.starts_with("cannot read /nonexistent/envoy.yaml"), "{e}");

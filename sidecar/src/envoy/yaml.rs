@@ -82,7 +82,8 @@ pub enum Problem {
 /// Parses `text` as exactly one YAML document (duplicate keys refused).
 pub fn load(text: &str) -> Result<MarkedYaml<'_>, YamlError> {
     let docs = MarkedYaml::load_from_str(text).map_err(|e| YamlError {
-        line: e.marker().line(),
+        // The scanner may mark the end of the text one line past its last one.
+        line: e.marker().line().clamp(1, line_count(text)),
         path: String::new(),
         problem: Problem::Syntax(e),
     })?;
@@ -96,6 +97,11 @@ pub fn load(text: &str) -> Result<MarkedYaml<'_>, YamlError> {
             problem: Problem::Documents(count),
         }),
     }
+}
+
+/// The lines of `text` as YAML counts them: `\r\n`, `\r` and `\n` each end one.
+pub fn line_count(text: &str) -> usize {
+    1 + text.replace("\r\n", "\n").matches(['\r', '\n']).count()
 }
 
 /// One node and where it is.
@@ -430,5 +436,18 @@ mod tests {
         assert!(m.req("h").unwrap().bool().unwrap());
         assert!(m.req("i").unwrap().duration().is_err());
         m.finish().unwrap();
+    }
+
+    #[test]
+    fn a_syntax_error_at_the_end_names_the_last_line() {
+        // Found by the envoy_yaml fuzz target: the scanner marked line 58 of a 57-line text.
+        let text = include_str!("../../fixtures/fuzz-envoy-yaml-line-past-end.yaml");
+        let e = load(text).unwrap_err();
+        assert_eq!(e.line, 57, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("line {}: not valid YAML", e.line)),
+            "{e}"
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The API endpoints one connection may reach: `HOST:PORT` entries, where `HOST` is an exact
 //! name (`keystone.example`), a wildcard (`*.nsx.example`: any name below `nsx.example`, not
 //! `nsx.example` itself), an address (`10.20.3.10`, `[fd00::10]`) or a network
-//! (`10.20.0.0/22`, `[fd00::/64]`).
+//! (`10.20.0.0/22`, `[fd00::/64]`). An IPv4-mapped address or network
+//! (`[::ffff:10.20.0.0/118]`) is the IPv4 one it carries (`10.20.0.0/22`), as everywhere
+//! networks are configured (`netio::ingress::canonical_net`): as written it could never match.
 //!
 //! Names and addresses play different parts. A name entry says which names the seed may
 //! *ask for*; only address and network entries say where the proxy may *connect*. A CONNECT
@@ -20,6 +22,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use ipnet::IpNet;
+use netio::ingress::canonical_net;
 
 /// One `HOST:PORT` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +79,9 @@ impl FromStr for Entry {
             if !matches!(net, IpNet::V6(_)) {
                 return Err(host_err());
             }
-            HostPattern::Net(net)
+            // An IPv4-mapped network is the IPv4 network it carries: addresses are compared
+            // in their canonical form, so as written it could never match.
+            HostPattern::Net(canonical_net(net))
         } else if let Some(net) = parse_net(host) {
             if !matches!(net, IpNet::V4(_)) {
                 return Err(host_err());
@@ -301,5 +306,21 @@ mod tests {
         }
         assert_eq!(special(ip("10.20.3.10")), None);
         assert_eq!(special(ip("fd00::1")), None);
+    }
+
+    #[test]
+    fn ipv4_mapped_entries_are_the_ipv4_networks_they_carry() {
+        let list = AllowList::new(vec![
+            "[::ffff:10.20.0.0/118]:443".parse().unwrap(),
+            "[::ffff:10.30.0.7]:5000".parse().unwrap(),
+        ]);
+        let shown: Vec<String> = list.entries().iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["10.20.0.0/22:443", "10.30.0.7:5000"]);
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(list.address_allowed(ip("10.20.3.255"), 443));
+        assert!(list.address_allowed(ip("::ffff:10.20.0.1"), 443));
+        assert!(list.address_allowed(ip("10.30.0.7"), 5000));
+        assert!(!list.address_allowed(ip("10.20.4.0"), 443));
+        assert!(!list.address_allowed(ip("10.30.0.8"), 5000));
     }
 }

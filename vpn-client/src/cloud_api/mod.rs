@@ -20,7 +20,8 @@
 //!   connection; a changed one restarts it; a removed one stops it (the tunnel device goes,
 //!   the endpoint no longer reaches this VM through it). A file that does not parse, or
 //!   wants a device another connection holds, is reported once (file and line) and changes
-//!   nothing: a running connection of the same file keeps its last good version.
+//!   nothing: a running connection of the same file keeps its last good version. A file over
+//!   1 MiB (`netio::volume::MAX_FILE_BYTES`) is refused so, unread, with its size.
 //! * **Tunnel** ([`crate::run`]) with `route-nopull` forced: only the tunnel address is
 //!   applied, no pushed route.
 //! * **Proxy** ([`proxy`]): bound to the tunnel device, so only what arrives through the
@@ -50,7 +51,7 @@ use std::time::Duration;
 use netio::admin::{AdminBindError, AdminServer, AdminState};
 use netio::firewall::{priority, Chain, Firewall, Hook, Rule, Table};
 use netio::report::chain;
-use netio::volume::{self, Listing};
+use netio::volume::{self, Listing, Snapshot, MAX_FILE_BYTES};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn, Instrument as _};
@@ -124,6 +125,8 @@ struct Slot {
     running: Option<Running>,
     /// The content last refused (reported once).
     rejected: Option<Vec<u8>>,
+    /// The size of the file last refused unread, over [`MAX_FILE_BYTES`] (reported once).
+    too_large: Option<u64>,
 }
 
 struct Watcher {
@@ -139,12 +142,34 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Refuses the files of `too_large` (name -> size) not refused for that size already: a
+    /// running connection keeps its last good version, as for a file that does not parse.
+    fn refuse_too_large(&mut self, too_large: &BTreeMap<String, u64>) {
+        for (name, &size) in too_large {
+            let slot = self.slots.entry(name.clone()).or_default();
+            if slot.too_large.replace(size) == Some(size) {
+                continue;
+            }
+            slot.rejected = None;
+            self.metrics.file_rejected();
+            let keeps = if slot.running.is_some() {
+                "the running connection keeps its last good version"
+            } else {
+                "no connection started"
+            };
+            error!(
+                "connection file refused: {}: {size} bytes, more than the {MAX_FILE_BYTES} a connection file may have, not read ({keeps})",
+                self.dir.join(name).display()
+            );
+        }
+    }
+
     /// One poll: start, restart and stop connections to match the directory.
     async fn reconcile(&mut self) {
-        let files = match scan(&self.dir) {
+        let (files, too_large) = match scan(&self.dir) {
             Ok(f) => {
                 self.dir_error = false;
-                f
+                (f.files, f.too_large)
             }
             Err(e) => {
                 if !self.dir_error {
@@ -157,7 +182,7 @@ impl Watcher {
         let gone: Vec<String> = self
             .slots
             .keys()
-            .filter(|k| !files.contains_key(*k))
+            .filter(|k| !files.contains_key(*k) && !too_large.contains_key(*k))
             .cloned()
             .collect();
         for name in gone {
@@ -169,8 +194,10 @@ impl Watcher {
                 r.stop().await;
             }
         }
+        self.refuse_too_large(&too_large);
         for (name, content) in files {
             let slot = self.slots.entry(name.clone()).or_default();
+            slot.too_large = None;
             let same = |c: &Vec<u8>| *c == content;
             if slot.running.as_ref().is_some_and(|r| same(&r.content))
                 || slot.rejected.as_ref().is_some_and(same)
@@ -309,9 +336,10 @@ pub fn vm_table(tunnels: &[(String, u16)]) -> Table {
 /// The `*.conf` files of `dir` (not hidden) and their contents, read through symlinks.
 /// Entries that cannot be read (a directory, a dangling link) are skipped. A Kubernetes
 /// volume's files are read as one version: a read during which `..data` moved is done again
-/// (`netio::volume`, [`Listing::Links`]).
-pub fn scan(dir: &Path) -> io::Result<BTreeMap<String, Vec<u8>>> {
-    volume::read(dir, file::EXTENSION, Listing::Links).map(|snapshot| snapshot.files)
+/// (`netio::volume`, [`Listing::Links`]). A file over [`MAX_FILE_BYTES`] is not read: it is
+/// listed in [`Snapshot::too_large`] with its size.
+pub fn scan(dir: &Path) -> io::Result<Snapshot> {
+    volume::read_bounded(dir, file::EXTENSION, Listing::Links, MAX_FILE_BYTES)
 }
 
 /// A running connection: its thread, and the token that stops it.
@@ -457,7 +485,7 @@ mod tests {
         std::fs::write(d.join(".hidden.conf"), "skipped").unwrap();
         symlink("..data/gone.conf", d.join("dangling.conf")).unwrap();
         std::fs::create_dir(d.join("dir.conf")).unwrap();
-        let got = scan(d).unwrap();
+        let got = scan(d).unwrap().files;
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(got["seed-a.conf"], b"one");
 
@@ -465,10 +493,25 @@ mod tests {
         std::fs::write(d.join("..v2/seed-a.conf"), "two").unwrap();
         symlink("..v2", d.join("..data_tmp")).unwrap();
         std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
-        assert_eq!(scan(d).unwrap()["seed-a.conf"], b"two");
+        assert_eq!(scan(d).unwrap().files["seed-a.conf"], b"two");
 
         std::fs::remove_file(d.join("seed-a.conf")).unwrap();
-        assert!(scan(d).unwrap().is_empty());
+        assert!(scan(d).unwrap().files.is_empty());
         assert!(scan(&d.join("missing")).is_err());
+    }
+
+    #[test]
+    fn a_connection_file_over_a_mebibyte_is_listed_unread_with_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let size = usize::try_from(MAX_FILE_BYTES).unwrap();
+        std::fs::write(d.join("big.conf"), "#".repeat(size + 1)).unwrap();
+        std::fs::write(d.join("edge.conf"), "#".repeat(size)).unwrap();
+        let got = scan(d).unwrap();
+        assert_eq!(got.files.keys().collect::<Vec<_>>(), ["edge.conf"]);
+        assert_eq!(
+            got.too_large,
+            BTreeMap::from([("big.conf".to_owned(), 1_048_577)])
+        );
     }
 }

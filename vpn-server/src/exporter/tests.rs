@@ -344,6 +344,13 @@ fn exporter_reads_its_files_at_each_scrape() {
     // Malformed now: up 0 again.
     std::fs::write(&status, "TITLE,x\nBOGUS\n").unwrap();
     assert!(scrape().contains(&format!("{up} 0\n")));
+    // Over the bound (a good file, then empty lines): up 0, not read.
+    let mut big = fixture!("ha-2.6.status").to_vec();
+    big.resize(usize::try_from(MAX_STATUS_BYTES).unwrap() + 1, b'\n');
+    std::fs::write(&status, &big).unwrap();
+    let text = scrape();
+    assert!(text.contains(&format!("{up} 0\n")), "{text}");
+    assert!(!text.contains("openvpn_server_connected_clients"), "{text}");
     // A malformed snmp file: no netstat series, the rest unchanged.
     std::fs::write(&snmp, "Tcp: A B\nTcp: 1\n").unwrap();
     let text = scrape();

@@ -254,3 +254,25 @@ fn environment_missing_file_and_parse_errors() {
         )
     );
 }
+
+#[test]
+fn a_status_file_over_the_bound_is_refused_unread_with_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("openvpn.status");
+    // A good file, then empty lines (which the reader skips) past the bound.
+    let mut bytes = include_bytes!("../../fixtures/status/ha-2.6.status").to_vec();
+    let size = usize::try_from(crate::status::read::MAX_STATUS_BYTES).unwrap() + 1;
+    bytes.resize(size, b'\n');
+    std::fs::write(&path, &bytes).unwrap();
+    let e = readiness(env(&path, HA)).unwrap_err();
+    assert_eq!(
+        netio::report::chain(&e),
+        format!(
+            "cannot read the OpenVPN status file {}: 16777217 bytes, more than the 16777216 bytes a file may have",
+            path.display()
+        )
+    );
+    bytes.truncate(size - 1);
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(readiness(env(&path, HA)).is_ok());
+}

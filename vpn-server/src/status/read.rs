@@ -17,6 +17,11 @@
 //! | `GLOBAL_STATS` | at least 2 fields |
 //! | anything else | an error, as is a line of 64 KiB or more |
 //!
+//! A refusal quotes the field at fault by at most its first 80 characters
+//! (`netio::report::quote`). The probes and the exporter read a file of at most
+//! [`MAX_STATUS_BYTES`] (16 MiB, some 50,000 clients with their routes); a larger one is
+//! refused unread, with its size.
+//!
 //! Real addresses ([`parse_real_address`]) come in OpenVPN 2.6's form (`1.2.3.4:5678`, or a
 //! bare IPv6 address without port) or 2.7's (`[fd00::1]:5678`, also for IPv4 peers
 //! `1.2.3.4:5678`), optionally after a protocol prefix such as `tcp6-server:` or `udp4:`.
@@ -31,6 +36,8 @@
 //! invalid bytes replaced (only the text of names changes, never whether a line parses).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use netio::report::quote;
 
 /// The CN prefix of shoot-side clients (`vpn-shoot-client`, in HA `vpn-shoot-client-0`, …).
 pub const SHOOT_CLIENT_PREFIX: &str = "vpn-shoot-client";
@@ -140,11 +147,16 @@ pub struct ParseError {
     pub fault: Fault,
 }
 
+/// The most bytes of a status file the probes and the exporter read: far more than any
+/// server of ours writes (a client's two lines take about 250 bytes), and a bound on what a
+/// file written by someone else can cost.
+pub const MAX_STATUS_BYTES: u64 = 16 << 20;
+
 /// What is wrong with a line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Fault {
     /// The first field is none of the known ones.
-    #[error("unknown line type {first:?}")]
+    #[error("unknown line type {}", quote(first))]
     UnknownType {
         /// The first field.
         first: String,
@@ -160,7 +172,7 @@ pub enum Fault {
         needs: usize,
     },
     /// A time that is not `YYYY-MM-DD HH:MM:SS`.
-    #[error("{field} {value:?} is not a YYYY-MM-DD HH:MM:SS time")]
+    #[error("{field} {} is not a YYYY-MM-DD HH:MM:SS time", quote(value))]
     Time {
         /// Which field.
         field: &'static str,
@@ -168,13 +180,16 @@ pub enum Fault {
         value: String,
     },
     /// A peer address in neither 2.6's nor 2.7's form.
-    #[error("real address {value:?} is neither ip:port, a bare IP address nor [ipv6]:port")]
+    #[error(
+        "real address {} is neither ip:port, a bare IP address nor [ipv6]:port",
+        quote(value)
+    )]
     RealAddress {
         /// Its text.
         value: String,
     },
     /// A byte counter that is not an unsigned decimal number.
-    #[error("{field} {value:?} is not an unsigned 64-bit decimal number")]
+    #[error("{field} {} is not an unsigned 64-bit decimal number", quote(value))]
     Counter {
         /// Which field.
         field: &'static str,

@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 
 use conformance::gardener::capture::Capture;
 use conformance::gardener::ha::{
-    self as ha, gateway, routes6_via, routes_via, standby_routes_via, HaLandscape, INGRESS_LB,
-    KAPI, NODE, NODE_V6, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6,
-    SHOOT_POD, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
+    self as ha, gateway, routes6_via, routes_via, standby_routes_via, HaLandscape, KAPI, NODE,
+    NODE_V6, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6, SHOOT_POD, SHOOT_POD_NETWORKS,
+    SHOOT_SERVICE_NETWORKS, TCP_ECHO, UDP_ECHO,
 };
+use conformance::gardener::ha_pods::{env, status_path, write_secrets, HaPods};
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
@@ -43,146 +44,15 @@ use conformance::require_lab;
 use conformance::wait::wait_until;
 use lab::LabError;
 
+const PODS: HaPods = HaPods {
+    shoot_ns: SHOOT_NS,
+    dual_stack_nodes: true,
+};
 const SHOOT_NS: &str = "shoot--lab--ha";
-const HEADER_KEY: &str = "X-Gardener-Destination";
 /// The address kube-apiserver replica 0 alternates to on its restarts (a new pod).
 const KAPI0_NEW: Ipv4Addr = Ipv4Addr::new(10, 1, 1, 21);
-const OPENVPN_PORT: u16 = 8443;
 /// How long anything may take to come up.
 const UP: Duration = Duration::from_secs(40);
-
-fn header_value(i: usize) -> String {
-    format!("outbound|1194||vpn-seed-server-{i}.{SHOOT_NS}.svc.cluster.local")
-}
-
-fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect()
-}
-
-/// vpn2's secrets layout for every pod: `server/` (the servers' `/srv/secrets`), `seed/`
-/// (the kube-apiservers': `vpn-client/` with CN `vpn-seed-client`), `shoot/` (the shoot pods':
-/// `vpn-client-0/`, `vpn-client-1/` with CN `vpn-shoot-client-<j>`), each with `tlsauth/`.
-fn write_secrets(pki: &TestPki, root: &Path) -> Result<(), LabError> {
-    let io = |p: &Path, e| LabError::io(p, e);
-    let copy = |from: &Path, to: &Path| -> Result<(), LabError> {
-        std::fs::create_dir_all(to.parent().expect("lab step")).map_err(|e| io(to, e))?;
-        std::fs::copy(from, to).map(|_| ()).map_err(|e| io(to, e))
-    };
-    let ta = pki.ta_key();
-    for side in ["server", "seed", "shoot"] {
-        copy(&ta, &root.join(side).join("tlsauth/vpn.tlsauth"))?;
-    }
-    let server = root.join("server/vpn-server");
-    copy(&pki.ca_cert(), &server.join("ca.crt"))?;
-    copy(&pki.server_cert(), &server.join("tls.crt"))?;
-    copy(&pki.server_key(), &server.join("tls.key"))?;
-    let mut clients = vec![("vpn-seed-client".to_owned(), root.join("seed/vpn-client"))];
-    for j in 0..2 {
-        clients.push((
-            format!("vpn-shoot-client-{j}"),
-            root.join(format!("shoot/vpn-client-{j}")),
-        ));
-    }
-    for (cn, dir) in clients {
-        let (crt, key) = pki.issue_client(&cn)?;
-        copy(&pki.ca_cert(), &dir.join("ca.crt"))?;
-        copy(&crt, &dir.join("tls.crt"))?;
-        copy(&key, &dir.join("tls.key"))?;
-    }
-    Ok(())
-}
-
-fn networks() -> Vec<(&'static str, String)> {
-    vec![
-        ("SHOOT_SERVICE_NETWORKS", SHOOT_SERVICE_NETWORKS.into()),
-        ("SHOOT_POD_NETWORKS", SHOOT_POD_NETWORKS.into()),
-        (
-            "SHOOT_NODE_NETWORKS",
-            format!("{SHOOT_NODE_NETWORK},{SHOOT_NODE_NETWORK_V6}"),
-        ),
-        ("SEED_POD_NETWORK", SEED_POD_NETWORK.into()),
-    ]
-}
-
-fn server_spec(bins: &Binaries, root: &Path, i: usize) -> Spec {
-    let mut e = networks();
-    e.extend([
-        ("IS_HA", "true".into()),
-        ("POD_NAME", format!("vpn-seed-server-{i}")),
-        ("HA_VPN_CLIENTS", "2".into()),
-        ("OPENVPN_STATUS_PATH", status_path(root, i)),
-        (
-            "VPN_SERVER_SECRETS_DIR",
-            root.join("server").display().to_string(),
-        ),
-    ]);
-    Spec::new(&format!("vpn-seed-server-{i}"), &bins.server, &[], env(&e))
-}
-
-fn status_path(root: &Path, i: usize) -> String {
-    root.join(format!("status-{i}")).display().to_string()
-}
-
-/// `vpn-client-<i>` of a kube-apiserver pod.
-fn seed_client_spec(bins: &Binaries, root: &Path, replica: usize, i: usize) -> Spec {
-    let mut e = networks();
-    e.extend([
-        ("ENDPOINT", SERVER[i].to_string()),
-        ("VPN_SERVER_INDEX", i.to_string()),
-        ("IS_HA", "true".into()),
-        ("HA_VPN_SERVERS", "2".into()),
-        ("HA_VPN_CLIENTS", "2".into()),
-        ("IP_FAMILIES", "IPv4".into()),
-        ("VPN2_SECRETS_DIR", root.join("seed").display().to_string()),
-    ]);
-    Spec::new(
-        &format!("kapi{replica}-vpn-client-{i}"),
-        &bins.client,
-        &[],
-        env(&e),
-    )
-}
-
-/// `vpn-shoot-s<i>` of shoot pod `pod`.
-fn shoot_client_spec(bins: &Binaries, root: &Path, pod: usize, i: usize) -> Spec {
-    let mut e = networks();
-    e.extend([
-        ("IS_SHOOT_CLIENT", "true".into()),
-        ("ENDPOINT", INGRESS_LB.to_string()),
-        ("OPENVPN_PORT", OPENVPN_PORT.to_string()),
-        ("REVERSED_VPN_HEADER", header_value(i)),
-        ("REVERSED_VPN_HEADER_KEY", HEADER_KEY.into()),
-        ("IS_HA", "true".into()),
-        ("VPN_SERVER_INDEX", i.to_string()),
-        ("POD_NAME", format!("vpn-shoot-{pod}")),
-        ("HA_VPN_SERVERS", "2".into()),
-        ("HA_VPN_CLIENTS", "2".into()),
-        ("IP_FAMILIES", "IPv4".into()),
-        ("VPN2_SECRETS_DIR", root.join("shoot").display().to_string()),
-    ]);
-    Spec::new(
-        &format!("shoot{pod}-vpn-shoot-s{i}"),
-        &bins.client,
-        &[],
-        env(&e),
-    )
-}
-
-fn router_config() -> String {
-    let mut text = format!(
-        "[[listener]]\naddress = \"0.0.0.0:{OPENVPN_PORT}\"\nheaders = [\"{HEADER_KEY}\"]\n"
-    );
-    for (i, addr) in SERVER.iter().enumerate() {
-        text.push_str(&format!(
-            "\n[[route]]\nvalue = \"{}\"\nupstream = \"{addr}:1194\"\n",
-            header_value(i)
-        ));
-    }
-    text
-}
 
 /// Replies received by a probe, by arrival time.
 #[derive(Default)]
@@ -426,7 +296,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
 
     // Init containers: the kernel settings of each pod.
     for (i, ns) in l.kapi.iter().enumerate() {
-        let mut e = networks();
+        let mut e = PODS.networks();
         e.extend([
             ("IS_HA", "true".into()),
             ("HA_VPN_SERVERS", "2".into()),
@@ -458,7 +328,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     }
 
     let router_toml = root.join("router.toml");
-    std::fs::write(&router_toml, router_config()).expect("lab step");
+    std::fs::write(&router_toml, PODS.router_config()).expect("lab step");
     let ingress = Spec::new(
         "ingress",
         &bins.router,
@@ -472,7 +342,8 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
         .expect("router listening");
     let mut servers: Vec<Container<'_>> = (0..2)
         .map(|i| {
-            let c = server_spec(&bins, root, i)
+            let c = PODS
+                .server_spec(&bins, root, i)
                 .start(&l.server[i], logs)
                 .expect("server");
             c.wait_log("Initialization Sequence Completed", UP)
@@ -500,7 +371,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
         .map(|p| {
             (0..2)
                 .map(|i| {
-                    shoot_client_spec(&bins, root, p, i)
+                    PODS.shoot_client_spec(&bins, root, p, i)
                         .start(&l.shoot[p], logs)
                         .expect("shoot client")
                 })
@@ -557,7 +428,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
         .map(|r| {
             (0..2)
                 .map(|i| {
-                    seed_client_spec(&bins, root, r, i)
+                    PODS.seed_client_spec(&bins, root, r, i)
                         .start(&l.kapi[r], logs)
                         .expect("seed client")
                 })
@@ -565,7 +436,7 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
         })
         .collect();
     let path_controller = {
-        let mut e = networks();
+        let mut e = PODS.networks();
         e.extend([
             ("POD_IP", KAPI[0].to_string()),
             ("HA_VPN_CLIENTS", "2".into()),

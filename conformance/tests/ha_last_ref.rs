@@ -21,20 +21,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use conformance::gardener::ha::{
-    HaLandscape, INGRESS_LB, NODE, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK,
-    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS, UDP_ECHO,
-};
+use conformance::gardener::ha::{HaLandscape, NODE, UDP_ECHO};
+use conformance::gardener::ha_pods::{env, status_path, write_secrets, HaPods};
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
 use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::wait::wait_until;
-use lab::LabError;
 
+const PODS: HaPods = HaPods {
+    shoot_ns: SHOOT_NS,
+    dual_stack_nodes: false,
+};
 const SHOOT_NS: &str = "shoot--lab--lastref";
-const HEADER_KEY: &str = "X-Gardener-Destination";
-const OPENVPN_PORT: u16 = 8443;
 const EXPORTER: &str = "127.0.0.1:15000";
 const UP: Duration = Duration::from_secs(40);
 /// The panel's threshold.
@@ -44,125 +43,6 @@ const SERIES: &str = "openvpn_server_route_last_reference_time_seconds";
 const CLIENTS: usize = 4;
 const PHASE: Duration = Duration::from_secs(60);
 const SCRAPE_EVERY: Duration = Duration::from_secs(3);
-
-fn header_value(i: usize) -> String {
-    format!("outbound|1194||vpn-seed-server-{i}.{SHOOT_NS}.svc.cluster.local")
-}
-
-fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect()
-}
-
-fn networks() -> Vec<(&'static str, String)> {
-    vec![
-        ("SHOOT_SERVICE_NETWORKS", SHOOT_SERVICE_NETWORKS.into()),
-        ("SHOOT_POD_NETWORKS", SHOOT_POD_NETWORKS.into()),
-        ("SHOOT_NODE_NETWORKS", SHOOT_NODE_NETWORK.into()),
-        ("SEED_POD_NETWORK", SEED_POD_NETWORK.into()),
-    ]
-}
-
-/// vpn2's secrets layout (`gardener_ha.rs`): `server/`, `seed/vpn-client/`,
-/// `shoot/vpn-client-<j>/`, each side with `tlsauth/`.
-fn write_secrets(pki: &TestPki, root: &Path) -> Result<(), LabError> {
-    let copy = |from: &Path, to: &Path| -> Result<(), LabError> {
-        std::fs::create_dir_all(to.parent().expect("lab step")).map_err(|e| LabError::io(to, e))?;
-        std::fs::copy(from, to)
-            .map(|_| ())
-            .map_err(|e| LabError::io(to, e))
-    };
-    for side in ["server", "seed", "shoot"] {
-        copy(&pki.ta_key(), &root.join(side).join("tlsauth/vpn.tlsauth"))?;
-    }
-    let server = root.join("server/vpn-server");
-    copy(&pki.ca_cert(), &server.join("ca.crt"))?;
-    copy(&pki.server_cert(), &server.join("tls.crt"))?;
-    copy(&pki.server_key(), &server.join("tls.key"))?;
-    let mut clients = vec![("vpn-seed-client".to_owned(), root.join("seed/vpn-client"))];
-    for j in 0..2 {
-        clients.push((
-            format!("vpn-shoot-client-{j}"),
-            root.join(format!("shoot/vpn-client-{j}")),
-        ));
-    }
-    for (cn, dir) in clients {
-        let (crt, key) = pki.issue_client(&cn)?;
-        copy(&pki.ca_cert(), &dir.join("ca.crt"))?;
-        copy(&crt, &dir.join("tls.crt"))?;
-        copy(&key, &dir.join("tls.key"))?;
-    }
-    Ok(())
-}
-
-fn status_path(root: &Path, i: usize) -> String {
-    root.join(format!("status-{i}")).display().to_string()
-}
-
-fn server_spec(bins: &Binaries, root: &Path, i: usize) -> Spec {
-    let mut e = networks();
-    e.extend([
-        ("IS_HA", "true".into()),
-        ("POD_NAME", format!("vpn-seed-server-{i}")),
-        ("HA_VPN_CLIENTS", "2".into()),
-        ("OPENVPN_STATUS_PATH", status_path(root, i)),
-        (
-            "VPN_SERVER_SECRETS_DIR",
-            root.join("server").display().to_string(),
-        ),
-    ]);
-    Spec::new(&format!("vpn-seed-server-{i}"), &bins.server, &[], env(&e))
-}
-
-fn seed_client_spec(bins: &Binaries, root: &Path, replica: usize, i: usize) -> Spec {
-    let mut e = networks();
-    e.extend([
-        ("ENDPOINT", SERVER[i].to_string()),
-        ("VPN_SERVER_INDEX", i.to_string()),
-        ("IS_HA", "true".into()),
-        ("HA_VPN_SERVERS", "2".into()),
-        ("HA_VPN_CLIENTS", "2".into()),
-        ("IP_FAMILIES", "IPv4".into()),
-        ("VPN2_SECRETS_DIR", root.join("seed").display().to_string()),
-    ]);
-    let name = format!("kapi{replica}-vpn-client-{i}");
-    Spec::new(&name, &bins.client, &[], env(&e))
-}
-
-fn shoot_client_spec(bins: &Binaries, root: &Path, pod: usize, i: usize) -> Spec {
-    let mut e = networks();
-    e.extend([
-        ("IS_SHOOT_CLIENT", "true".into()),
-        ("ENDPOINT", INGRESS_LB.to_string()),
-        ("OPENVPN_PORT", OPENVPN_PORT.to_string()),
-        ("REVERSED_VPN_HEADER", header_value(i)),
-        ("REVERSED_VPN_HEADER_KEY", HEADER_KEY.into()),
-        ("IS_HA", "true".into()),
-        ("VPN_SERVER_INDEX", i.to_string()),
-        ("POD_NAME", format!("vpn-shoot-{pod}")),
-        ("HA_VPN_SERVERS", "2".into()),
-        ("HA_VPN_CLIENTS", "2".into()),
-        ("IP_FAMILIES", "IPv4".into()),
-        ("VPN2_SECRETS_DIR", root.join("shoot").display().to_string()),
-    ]);
-    let name = format!("shoot{pod}-vpn-shoot-s{i}");
-    Spec::new(&name, &bins.client, &[], env(&e))
-}
-
-fn router_config() -> String {
-    let mut text = format!(
-        "[[listener]]\naddress = \"0.0.0.0:{OPENVPN_PORT}\"\nheaders = [\"{HEADER_KEY}\"]\n"
-    );
-    for (i, addr) in SERVER.iter().enumerate() {
-        text.push_str(&format!(
-            "\n[[route]]\nvalue = \"{}\"\nupstream = \"{addr}:1194\"\n",
-            header_value(i)
-        ));
-    }
-    text
-}
 
 fn unix_now() -> f64 {
     SystemTime::now()
@@ -261,7 +141,7 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
     l.start_echo().expect("echo");
 
     for (i, ns) in l.kapi.iter().enumerate() {
-        let mut e = networks();
+        let mut e = PODS.networks();
         e.extend([
             ("IS_HA", "true".into()),
             ("HA_VPN_SERVERS", "2".into()),
@@ -282,7 +162,7 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
             .expect("shoot init");
     }
     let router_toml = root.join("router.toml");
-    std::fs::write(&router_toml, router_config()).expect("lab step");
+    std::fs::write(&router_toml, PODS.router_config()).expect("lab step");
     let router_args = ["--config", router_toml.to_str().expect("path")];
     let ingress = Spec::new("ingress", &bins.router, &router_args, Vec::new())
         .start(&l.ingress, root)
@@ -292,7 +172,8 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
         .expect("router listening");
     let mut running: Vec<Container<'_>> = Vec::new();
     for i in 0..2 {
-        let server = server_spec(&bins, root, i)
+        let server = PODS
+            .server_spec(&bins, root, i)
             .start(&l.server[i], root)
             .expect("server");
         server
@@ -314,12 +195,12 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
     for p in 0..2 {
         for i in 0..2 {
             running.push(
-                shoot_client_spec(&bins, root, p, i)
+                PODS.shoot_client_spec(&bins, root, p, i)
                     .start(&l.shoot[p], root)
                     .expect("shoot client"),
             );
             running.push(
-                seed_client_spec(&bins, root, p, i)
+                PODS.seed_client_spec(&bins, root, p, i)
                     .start(&l.kapi[p], root)
                     .expect("seed client"),
             );

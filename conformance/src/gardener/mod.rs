@@ -6,12 +6,14 @@
 //! against both; the images themselves are started by `tests/gardener_nonha.rs` ([`verdict`]:
 //! what both report). [`vpn2_pods`] starts vpn2's pods (upstream OpenVPN, our sidecar for
 //! Envoy); [`switch`] holds what `tests/switch_nonha.rs` adds to replay the in-place switch
-//! (surge pods, the Service's endpoints, the kube-apiserver's load).
+//! (surge pods, the Service's endpoints, the kube-apiserver's load). [`ha`] and [`ha_pods`] are
+//! the HA layout's namespaces and containers.
 
 pub mod capture;
 pub mod checks;
 pub mod far_end;
 pub mod ha;
+pub mod ha_pods;
 pub mod kubelet;
 pub mod landscape;
 pub mod pods;

@@ -1,0 +1,178 @@
+//! The containers of Gardener's HA VPN layout as our binaries run them in [`super::ha`]'s
+//! namespaces: each process with the environment Gardener gives its container
+//! (gardener-pods.md §2.2, 2.3, 2.5), vpn2's secrets layout, the ingress router's routes to the
+//! two servers. Shared by `tests/gardener_ha.rs` (failover) and `tests/ha_last_ref.rs` (the HA
+//! dashboard's client count).
+
+use std::path::Path;
+
+use super::ha::{
+    INGRESS_LB, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6,
+    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS,
+};
+use super::pods::{Binaries, Spec};
+use crate::pki_fixture::TestPki;
+use crate::LabError;
+
+/// The header the shoot clients send through the ingress (`REVERSED_VPN_HEADER_KEY`).
+pub const HEADER_KEY: &str = "X-Gardener-Destination";
+/// The ingress port the shoot clients dial (`OPENVPN_PORT`).
+pub const OPENVPN_PORT: u16 = 8443;
+
+/// One HA shoot's containers: its control-plane namespace (in the header values) and whether
+/// its nodes are dual-stack (`SHOOT_NODE_NETWORKS` with [`SHOOT_NODE_NETWORK_V6`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HaPods {
+    /// The shoot's namespace in the seed (`shoot--<project>--<name>`).
+    pub shoot_ns: &'static str,
+    /// Whether the node network has its IPv6 half.
+    pub dual_stack_nodes: bool,
+}
+
+impl HaPods {
+    /// `REVERSED_VPN_HEADER` of the shoot clients of server `i`.
+    pub fn header_value(&self, i: usize) -> String {
+        format!(
+            "outbound|1194||vpn-seed-server-{i}.{}.svc.cluster.local",
+            self.shoot_ns
+        )
+    }
+
+    /// The network variables every container gets.
+    pub fn networks(&self) -> Vec<(&'static str, String)> {
+        let nodes = if self.dual_stack_nodes {
+            format!("{SHOOT_NODE_NETWORK},{SHOOT_NODE_NETWORK_V6}")
+        } else {
+            SHOOT_NODE_NETWORK.to_owned()
+        };
+        vec![
+            ("SHOOT_SERVICE_NETWORKS", SHOOT_SERVICE_NETWORKS.into()),
+            ("SHOOT_POD_NETWORKS", SHOOT_POD_NETWORKS.into()),
+            ("SHOOT_NODE_NETWORKS", nodes),
+            ("SEED_POD_NETWORK", SEED_POD_NETWORK.into()),
+        ]
+    }
+
+    /// `vpn-seed-server-<i>`, its secrets under `root/server`, its status file
+    /// [`status_path`].
+    pub fn server_spec(&self, bins: &Binaries, root: &Path, i: usize) -> Spec {
+        let mut e = self.networks();
+        e.extend([
+            ("IS_HA", "true".into()),
+            ("POD_NAME", format!("vpn-seed-server-{i}")),
+            ("HA_VPN_CLIENTS", "2".into()),
+            ("OPENVPN_STATUS_PATH", status_path(root, i)),
+            (
+                "VPN_SERVER_SECRETS_DIR",
+                root.join("server").display().to_string(),
+            ),
+        ]);
+        Spec::new(&format!("vpn-seed-server-{i}"), &bins.server, &[], env(&e))
+    }
+
+    /// `vpn-client-<i>` of kube-apiserver replica `replica`.
+    pub fn seed_client_spec(&self, bins: &Binaries, root: &Path, replica: usize, i: usize) -> Spec {
+        let mut e = self.networks();
+        e.extend([
+            ("ENDPOINT", SERVER[i].to_string()),
+            ("VPN_SERVER_INDEX", i.to_string()),
+            ("IS_HA", "true".into()),
+            ("HA_VPN_SERVERS", "2".into()),
+            ("HA_VPN_CLIENTS", "2".into()),
+            ("IP_FAMILIES", "IPv4".into()),
+            ("VPN2_SECRETS_DIR", root.join("seed").display().to_string()),
+        ]);
+        Spec::new(
+            &format!("kapi{replica}-vpn-client-{i}"),
+            &bins.client,
+            &[],
+            env(&e),
+        )
+    }
+
+    /// `vpn-shoot-s<i>` of shoot pod `pod`, through the ingress.
+    pub fn shoot_client_spec(&self, bins: &Binaries, root: &Path, pod: usize, i: usize) -> Spec {
+        let mut e = self.networks();
+        e.extend([
+            ("IS_SHOOT_CLIENT", "true".into()),
+            ("ENDPOINT", INGRESS_LB.to_string()),
+            ("OPENVPN_PORT", OPENVPN_PORT.to_string()),
+            ("REVERSED_VPN_HEADER", self.header_value(i)),
+            ("REVERSED_VPN_HEADER_KEY", HEADER_KEY.into()),
+            ("IS_HA", "true".into()),
+            ("VPN_SERVER_INDEX", i.to_string()),
+            ("POD_NAME", format!("vpn-shoot-{pod}")),
+            ("HA_VPN_SERVERS", "2".into()),
+            ("HA_VPN_CLIENTS", "2".into()),
+            ("IP_FAMILIES", "IPv4".into()),
+            ("VPN2_SECRETS_DIR", root.join("shoot").display().to_string()),
+        ]);
+        Spec::new(
+            &format!("shoot{pod}-vpn-shoot-s{i}"),
+            &bins.client,
+            &[],
+            env(&e),
+        )
+    }
+
+    /// The ingress router's configuration: one CONNECT listener, a route per server.
+    pub fn router_config(&self) -> String {
+        let mut text = format!(
+            "[[listener]]\naddress = \"0.0.0.0:{OPENVPN_PORT}\"\nheaders = [\"{HEADER_KEY}\"]\n"
+        );
+        for (i, addr) in SERVER.iter().enumerate() {
+            text.push_str(&format!(
+                "\n[[route]]\nvalue = \"{}\"\nupstream = \"{addr}:1194\"\n",
+                self.header_value(i)
+            ));
+        }
+        text
+    }
+}
+
+/// `(name, value)` pairs as a container's environment.
+pub fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+/// Server `i`'s status file under `root`.
+pub fn status_path(root: &Path, i: usize) -> String {
+    root.join(format!("status-{i}")).display().to_string()
+}
+
+/// vpn2's secrets layout for every pod: `server/` (the servers' `/srv/secrets`), `seed/`
+/// (the kube-apiservers': `vpn-client/` with CN `vpn-seed-client`), `shoot/` (the shoot pods':
+/// `vpn-client-0/`, `vpn-client-1/` with CN `vpn-shoot-client-<j>`), each with `tlsauth/`.
+pub fn write_secrets(pki: &TestPki, root: &Path) -> Result<(), LabError> {
+    let copy = |from: &Path, to: &Path| -> Result<(), LabError> {
+        std::fs::create_dir_all(to.parent().expect("a file in a directory"))
+            .map_err(|e| LabError::io(to, e))?;
+        std::fs::copy(from, to)
+            .map(|_| ())
+            .map_err(|e| LabError::io(to, e))
+    };
+    for side in ["server", "seed", "shoot"] {
+        copy(&pki.ta_key(), &root.join(side).join("tlsauth/vpn.tlsauth"))?;
+    }
+    let server = root.join("server/vpn-server");
+    copy(&pki.ca_cert(), &server.join("ca.crt"))?;
+    copy(&pki.server_cert(), &server.join("tls.crt"))?;
+    copy(&pki.server_key(), &server.join("tls.key"))?;
+    let mut clients = vec![("vpn-seed-client".to_owned(), root.join("seed/vpn-client"))];
+    for j in 0..2 {
+        clients.push((
+            format!("vpn-shoot-client-{j}"),
+            root.join(format!("shoot/vpn-client-{j}")),
+        ));
+    }
+    for (cn, dir) in clients {
+        let (crt, key) = pki.issue_client(&cn)?;
+        copy(&pki.ca_cert(), &dir.join("ca.crt"))?;
+        copy(&crt, &dir.join("tls.crt"))?;
+        copy(&key, &dir.join("tls.key"))?;
+    }
+    Ok(())
+}

@@ -241,10 +241,12 @@ impl<S: Session> Pump<S> {
                 match event {
                     Event::Closed(reason) => closed = Some(reason),
                     event => {
-                        if let Event::Connected(_) = event {
-                            self.connected = true;
-                        }
+                        let connected = matches!(event, Event::Connected(_));
+                        self.connected |= connected;
                         role.on_event(self, event).await?;
+                        if connected {
+                            self.deliver_early_payloads(role).await;
+                        }
                     }
                 }
             }
@@ -299,9 +301,25 @@ impl<S: Session> Pump<S> {
         role.on_received(self.reader.received());
         match role.tun_writer() {
             Some(writer) => writer.write(&mut self.to_tun).await,
+            // The device may open only at `Connected` (the client's first), which the session
+            // reports after this batch: what came in with the handshake's last packets (a
+            // peer sends its first data right behind its push, e.g. packets it held for a
+            // reconnecting client) waits for it, one batch at most.
+            None if !self.connected => self.to_tun.truncate(RECV_BATCH),
             None => self.to_tun.clear(),
         }
         Ok(())
+    }
+
+    /// After `Connected`: the payloads kept for a device that was not open yet go to it now.
+    async fn deliver_early_payloads<R: Role<Session = S>>(&mut self, role: &mut R) {
+        if self.to_tun.is_empty() {
+            return;
+        }
+        match role.tun_writer() {
+            Some(writer) => writer.write(&mut self.to_tun).await,
+            None => self.to_tun.clear(),
+        }
     }
 
     /// A timer fired: the role's deadlines first, then the session's timers if due.

@@ -6,7 +6,8 @@
 //!   `vpn-seed-server` (replies only from `tun0`, the 241/8 mapping of the seed's pods, the
 //!   proxy group's mapping of the shoot networks), routes only the mapped ranges and IPv6 shoot
 //!   networks into `tun0`; a second start after `kill -9` finds no leftovers and makes no
-//!   duplicates; SIGTERM removes the table;
+//!   duplicates; SIGTERM removes the table; the tunnel-only rules (`vpn-seed-server-guard`)
+//!   stay after either;
 //! * `vpn-server firewall --mode up|down` (vpn2's OpenVPN hooks) installs and removes the rules
 //!   and routes for a device, and `up` twice is `up` once.
 
@@ -228,7 +229,15 @@ fn the_env_mode_start_holds_vpn2s_rules_and_leaves_none_behind() {
     // kill -9: the kernel drops the owned table with the process.
     assert!(!stop(&ns, pid, "-KILL").success());
     let ruleset = stdout(&ns, &["nft", "list", "ruleset"]);
-    assert!(!ruleset.contains("vpn-seed-server"), "{ruleset}");
+    assert!(
+        !ruleset.contains("table inet vpn-seed-server {"),
+        "{ruleset}"
+    );
+    // Only the tunnel-only rules stay (DEVIATIONS V8).
+    assert!(
+        ruleset.contains("table inet vpn-seed-server-guard {"),
+        "{ruleset}"
+    );
 
     // A restart installs the same rules once; SIGTERM removes them and exits 0.
     let pid = start(&ns, dir.path(), &log);
@@ -243,7 +252,15 @@ fn the_env_mode_start_holds_vpn2s_rules_and_leaves_none_behind() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     let ruleset = stdout(&ns, &["nft", "list", "ruleset"]);
-    assert!(!ruleset.contains("vpn-seed-server"), "{ruleset}");
+    assert!(
+        !ruleset.contains("table inet vpn-seed-server {"),
+        "{ruleset}"
+    );
+    // Only the tunnel-only rules stay (DEVIATIONS V8).
+    assert!(
+        ruleset.contains("table inet vpn-seed-server-guard {"),
+        "{ruleset}"
+    );
 }
 
 #[test]

@@ -44,7 +44,8 @@
 //!   in a lab namespace (the `preauth_*` tests and the bench's flood part).
 //! * [`kube_api`] - a stand-in for the Kubernetes API server (list, watch with bookmarks,
 //!   `410 Gone`, cut connections, slow answers, over HTTPS) for `vpn-router --kubernetes`:
-//!   no API server can run on the test machines.
+//!   no API server can run on the test machines; [`kube_objects`] - the objects Gardener and
+//!   the ACL extension create for a shoot, as the stand-in serves them.
 //! * [`wait`] - polling a lab until a check holds, with a limit and a panic naming what never
 //!   happened.
 //!
@@ -58,6 +59,7 @@ pub mod echo;
 pub mod flood;
 pub mod gardener;
 pub mod kube_api;
+pub mod kube_objects;
 pub mod matrix;
 pub mod our_client;
 pub mod our_server;

@@ -29,6 +29,8 @@
 //! * [`sidecar_lab`] - our CONNECT sidecar started in process inside a lab namespace, with
 //!   `lab::sidecar_client` (certificates, a namespaced runtime, an mTLS CONNECT client, a
 //!   connection recorder and a metrics scrape) re-exported.
+//! * [`tunnel_lab`] - the seed–shoot–pod namespaces with our server and client's settings
+//!   for the in-process tunnel tests (`sidecar_tunnel`, `hold_reconnect`).
 //! * [`connect_acceptor`] - a minimal CONNECT proxy (strict head, an optional required header,
 //!   a fixed or requested upstream) standing in for a gateway or corporate proxy.
 //! * [`demo`] - the demo: seed, ingress proxy, shoot and pod namespaces, our server and client,
@@ -66,6 +68,7 @@ pub mod our_server;
 pub mod our_settings;
 pub mod probe;
 pub mod sidecar_lab;
+pub mod tunnel_lab;
 pub mod wait;
 
 pub use lab::{

@@ -642,3 +642,53 @@ fn undecodable_objects_are_reported_whole() {
     );
     assert_eq!(t.policy, first.policy);
 }
+
+/// Two replicas route identically however differently they came to the same objects: one
+/// that followed the seed's history (an ACL replaced, a shoot created, another going HA, its
+/// last good rules carried along) and one started at the end, the objects arriving in another
+/// order. (With an object that cannot be translated they may differ: the early one keeps its
+/// last good rules, `a_bad_acl_is_reported_by_field_and_keeps_the_last_good_rules_while_others_change`.)
+#[test]
+fn replicas_started_at_different_times_route_identically() {
+    let ha = |o: &mut Objects| {
+        o.set(Kind::Service, key("shoot--p--c", "vpn-seed-server"), None);
+        for (i, ip) in ["10.0.3.10", "10.0.3.11"].into_iter().enumerate() {
+            o.set(
+                Kind::Service,
+                key("shoot--p--c", &format!("vpn-seed-server-{i}")),
+                Some(&service(ip, &[1194], ISTIO_NS)),
+            );
+        }
+    };
+    let final_acl = acl("deny", "remote_ip", &["198.51.100.0/24", "2001:db8::/32"]);
+
+    let mut early = Objects::default();
+    acl_shoot(
+        &mut early,
+        "shoot--p--a",
+        &acl("allow", "remote_ip", &["192.0.2.0/24"]),
+    );
+    let mut last = run(&early, &LastGood::default()).last_good;
+    plain_shoot(&mut early, "shoot--p--c", 3);
+    last = run(&early, &last).last_good;
+    early.set(Kind::Extension, key("shoot--p--a", "acl"), Some(&final_acl));
+    last = run(&early, &last).last_good;
+    plain_shoot(&mut early, "shoot--p--b", 2);
+    last = run(&early, &last).last_good;
+    ha(&mut early);
+    let early = run(&early, &last);
+
+    let mut late = Objects::default();
+    plain_shoot(&mut late, "shoot--p--c", 3);
+    ha(&mut late);
+    plain_shoot(&mut late, "shoot--p--b", 2);
+    acl_shoot(&mut late, "shoot--p--a", &final_acl);
+    let late = run(&late, &LastGood::default());
+
+    assert!(early.problems.is_empty() && late.problems.is_empty());
+    assert_eq!(early.policy, late.policy);
+    assert!(early.policy.routes.contains_key(&value(
+        "outbound|1194||vpn-seed-server-1.shoot--p--c.svc.cluster.local"
+    )));
+    assert!(!early.policy.routes[&value(VPN_A)].rules.is_empty());
+}

@@ -40,6 +40,20 @@ impl Drop for RunningSidecar {
     }
 }
 
+impl RunningSidecar {
+    /// Cancels its token, as SIGTERM does; it drains (`SidecarConfig::drain_timeout`).
+    pub fn signal(&self) {
+        self.token.cancel();
+    }
+
+    /// Whether it has stopped serving (its run ended).
+    pub fn ended(&self) -> bool {
+        self.task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+    }
+}
+
 /// Binds `config` on `rt` (see [`ns_runtime`]) and serves until dropped.
 pub fn start_sidecar(
     rt: tokio::runtime::Runtime,

@@ -389,11 +389,21 @@ fn switch(from: Side, to: Side) {
                 > 0,
         "the load ran through the roll: {figures:?}"
     );
-    // Every failure must be one that no VPN process of ours could have avoided (`excuse`);
-    // with our pods on both ends of a step there is none.
+    judge(&direction, &steps, &records, &roll, logs);
+}
+
+/// Every failure must be one that no VPN process of ours could have avoided ([`excuse`]);
+/// the excused ones are printed.
+fn judge(
+    direction: &str,
+    steps: &[Step],
+    records: &[switch::Record],
+    roll: &SeedRoll,
+    logs: &Path,
+) {
     let mut excused: Vec<(&str, String)> = Vec::new();
     let mut unexplained: Vec<String> = Vec::new();
-    for r in &records {
+    for r in records {
         let Some(e) = &r.error else { continue };
         let step = steps
             .iter()
@@ -401,7 +411,7 @@ fn switch(from: Side, to: Side) {
             .find(|s| s.start <= r.started)
             .map_or("?", |s| s.name.as_str());
         let line = format!("{step}: {}: {e}", r.target);
-        match excuse(r, e, &roll) {
+        match excuse(r, e, roll) {
             Some(why) => excused.push((why, line)),
             None => unexplained.push(line),
         }
@@ -449,7 +459,7 @@ struct SeedRoll {
 ///   anything (in a landscape this lasts until kube-proxy has synced, about a second).
 /// - **our old pod after its sidecar drained**: refused after SIGTERM by our old pod whose
 ///   sidecar, having finished every connection, closed its listeners while the server was
-///   still ending (its own shutdown after the sidecar's sockets are gone: 5 to 600 ms here,
+///   still ending (its own shutdown after the sidecar's sockets are gone: 70 to 760 ms here,
 ///   the longer under load). Not solved: the pod's processes cannot end at one instant, and
 ///   the address stays an endpoint until the last has. Printed, so the figures show it.
 fn excuse(r: &switch::Record, e: &str, roll: &SeedRoll) -> Option<&'static str> {

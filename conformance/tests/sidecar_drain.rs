@@ -1,7 +1,8 @@
 //! The sidecar at SIGTERM, in a lab namespace: it drains. A tunnel open at the signal carries
 //! its answer to the end, a CONNECT made while it drains is still accepted and served (the
 //! pod stays an endpoint of its Service until its processes have exited), and once none is
-//! open the sidecar stops, its port refusing. With a drain time of 0 (Envoy's behaviour, the
+//! open the sidecar stops, its port refusing. Connections the kernel has queued when it stops
+//! accepting are taken and served, not reset. With a drain time of 0 (Envoy's behaviour, the
 //! vpn2 stand-in's setting) the open tunnel ends at the signal.
 //!
 //! ```text
@@ -144,5 +145,56 @@ fn without_a_drain_time_open_tunnels_end_at_the_signal() {
     assert_eq!(got, "", "the tunnel ended without its answer");
     let stopped = stopped.expect("stopped");
     assert!(stopped < SLOW, "stopped after {stopped:?}");
+    drop(sidecar);
+}
+
+/// The sidecar's threads are busy (a loaded host) at the signal while connections arrive: the
+/// kernel completes their handshakes and queues them, and the sidecar, finding none open, stops
+/// accepting. Closing the listener with them queued would reset them; each is taken and
+/// served. (This reset cut requests through a draining seed pod in `switch_nonha`.)
+#[test]
+fn connections_queued_when_the_sidecar_stops_accepting_are_served() {
+    const QUEUED: usize = 3;
+    require_lab(&[]);
+    let (ns, pki, sidecar) = setup(Duration::from_secs(5));
+    let addr = sidecar.addrs[0];
+    let good = connector(&pki.bundle, Some(&pki.client));
+    let (answers, stopped, after) = ns
+        .run_in(|| {
+            sidecar.stall(Duration::from_millis(300));
+            sidecar.signal();
+            let clients: Vec<_> = (0..QUEUED)
+                .map(|i| {
+                    let good = good.clone();
+                    // Threads start in the namespace of the thread that made them.
+                    std::thread::spawn(move || {
+                        let mut s = match tls(&good, addr) {
+                            Ok(s) => s,
+                            Err(e) => return format!("handshake: {e}"),
+                        };
+                        if connect_status(&mut s, TARGET) != Some(200) {
+                            return "CONNECT without 200".to_owned();
+                        }
+                        if s.write_all(format!("queued {i}\n").as_bytes()).is_err() {
+                            return "write failed".to_owned();
+                        }
+                        line(&mut s)
+                    })
+                })
+                .collect();
+            let answers: Vec<String> = clients
+                .into_iter()
+                .map(|c| c.join().expect("client thread"))
+                .collect();
+            let stopped = wait_ended(&sidecar, Duration::from_secs(3));
+            let after = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map(drop);
+            (answers, stopped, after)
+        })
+        .expect("run in namespace");
+    let want: Vec<String> = (0..QUEUED).map(|i| format!("queued {i}\n")).collect();
+    assert_eq!(answers, want, "each queued connection carried its answer");
+    stopped.expect("the sidecar stopped once they were done");
+    let refused = after.expect_err("the port after the drain");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     drop(sidecar);
 }

@@ -416,20 +416,22 @@ impl Sidecar {
     /// Serves until `shutdown` is cancelled; then drains: the listeners keep accepting and
     /// every connection keeps being served until none is open (a pod's address stays an
     /// endpoint of its Service until its processes have exited, so a closed listener would
-    /// refuse the kube-apiserver), at most `drain_timeout`; then stops accepting, ends what
-    /// is still open and returns when every task has ended.
+    /// refuse the kube-apiserver), at most `drain_timeout`; then stops accepting (the
+    /// connections the kernel has queued by then are taken and served, not reset), ends what
+    /// is still open at `drain_timeout` and returns when every task has ended.
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
         let accepting = CancellationToken::new();
         let cut = CancellationToken::new();
+        let mut accept_loops = Vec::new();
         for listener in self.listeners {
-            tracker.spawn(proxy::accept_loop(
+            accept_loops.push(tracker.spawn(proxy::accept_loop(
                 Arc::clone(&self.shared),
                 listener,
                 accepting.clone(),
                 cut.clone(),
                 tracker.clone(),
-            ));
+            )));
         }
         tracker.spawn(self.admin.serve(self.parts, accepting.clone()));
         self.serving.store(true, Ordering::Relaxed);
@@ -447,7 +449,11 @@ impl Sidecar {
         let deadline = tokio::time::Instant::now() + drain;
         self.shared.idle_by(deadline).await;
         accepting.cancel();
-        // Those accepted while the accept loops learnt of it.
+        // The accept loops take what the kernel queued and close their listeners; every
+        // connection they took is counted open before the wait below.
+        for accept_loop in accept_loops {
+            let _ = accept_loop.await;
+        }
         let drained = self.shared.idle_by(deadline).await;
         if !drained {
             info!(

@@ -125,8 +125,10 @@ impl Drop for OpenGuard {
     }
 }
 
-/// Accepts until `accepting` is cancelled; each connection is served until it ends or `cut`
-/// is cancelled.
+/// Accepts until `accepting` is cancelled, then takes the connections the kernel has queued
+/// (their handshakes completed before the listener closes: closing it with them queued
+/// would reset them) and closes the listener; each connection is served until it ends or
+/// `cut` is cancelled.
 pub(super) async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
@@ -135,41 +137,80 @@ pub(super) async fn accept_loop(
     tracker: TaskTracker,
 ) {
     while let Some((stream, peer)) = netio::listen::accept(&listener, &accepting).await {
-        let open = OpenGuard::new(&shared);
-        let Admitted {
-            guard: pending,
-            evicted,
-        } = shared.pending.admit();
-        if let Some(e) = evicted {
-            let total = shared.metrics.pending_evicted();
-            if let Some(unlogged) = shared.log(|l| &mut l.evicted) {
-                info!(
-                    max_pending = shared.config.max_pending,
-                    handshake_done = e.proven,
-                    evicted_total = total,
-                    unlogged,
-                    "pending connections full: the oldest was closed for a new one"
-                );
-            }
-        }
-        let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(&shared);
-        let cut = cut.clone();
-        let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
-        tracker.spawn(
-            async move {
-                let opened = Instant::now();
-                shared.metrics.downstream_opened();
-                tokio::select! {
-                    _ = cut.cancelled() => {}
-                    _ = serve(&shared, stream, peer, pending) => {}
-                }
-                shared.metrics.downstream_closed(opened.elapsed());
-                drop(open);
-            }
-            .instrument(span),
-        );
+        spawn_connection(&shared, stream, peer, &cut, &tracker);
     }
+    for (stream, peer) in queued(listener) {
+        spawn_connection(&shared, stream, peer, &cut, &tracker);
+    }
+}
+
+/// The connections waiting in `listener`'s queue, taken without waiting (at most
+/// [`netio::listen::BACKLOG`]); the listener is closed after.
+fn queued(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
+    let Ok(listener) = listener.into_std() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for _ in 0..netio::listen::BACKLOG {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let stream = stream
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(stream));
+                if let Ok(stream) = stream {
+                    out.push((stream, peer));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // `WouldBlock`: none left.
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// Serves one accepted connection on its own task, counted open until it ends.
+fn spawn_connection(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    cut: &CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let open = OpenGuard::new(shared);
+    let Admitted {
+        guard: pending,
+        evicted,
+    } = shared.pending.admit();
+    if let Some(e) = evicted {
+        let total = shared.metrics.pending_evicted();
+        if let Some(unlogged) = shared.log(|l| &mut l.evicted) {
+            info!(
+                max_pending = shared.config.max_pending,
+                handshake_done = e.proven,
+                evicted_total = total,
+                unlogged,
+                "pending connections full: the oldest was closed for a new one"
+            );
+        }
+    }
+    let _ = stream.set_nodelay(true);
+    let shared = Arc::clone(shared);
+    let cut = cut.clone();
+    let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
+    tracker.spawn(
+        async move {
+            let opened = Instant::now();
+            shared.metrics.downstream_opened();
+            tokio::select! {
+                _ = cut.cancelled() => {}
+                _ = serve(&shared, stream, peer, pending) => {}
+            }
+            shared.metrics.downstream_closed(opened.elapsed());
+            drop(open);
+        }
+        .instrument(span),
+    );
 }
 
 /// What one request came to, for the access logs.

@@ -41,7 +41,8 @@
 //! `SIDECAR_DRAIN_TIMEOUT_MS=0`, Envoy's behaviour. Excused too, whoever's the pod: a
 //! connection refused by the old pod's address after all its processes have exited (the
 //! Service keeps it until the pod is gone; no process is left to act), and one refused by
-//! our old pod after its sidecar drained while its server was still ending (a gap left). See
+//! our old pod after its sidecar stopped listening (seen in the pod's `/proc/net/tcp`) while
+//! its server was still ending (a gap left). See
 //! docs/operations.md, "In-place switch and rollback". Both tests run one at a time (a
 //! lock); each takes about 20 s.
 
@@ -124,6 +125,57 @@ impl Pod<'_> {
         let pids: Vec<u32> = self.procs.iter().map(Proc::pid).collect();
         step("terminate", logs, switch::terminate(self.ns, &pids, GRACE))
     }
+
+    /// [`Pod::terminate`] for a seed pod, watching its sidecar's port meanwhile: when it got
+    /// SIGTERM, how it ended, and the last instant a socket was seen listening on
+    /// [`SIDECAR_PORT`] in it (its `/proc/net/tcp` tables read every millisecond, the instant
+    /// taken before the read: the listener closed after it; at the latest the pod's end).
+    fn terminate_watching_port(&self, logs: &Path) -> (Instant, Termination, Instant) {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                self.ns
+                    .run_in(|| {
+                        let mut seen = Instant::now();
+                        loop {
+                            let now = Instant::now();
+                            if done.load(Ordering::Relaxed) || !listening(SIDECAR_PORT) {
+                                return seen;
+                            }
+                            seen = now;
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    })
+                    .unwrap_or_else(|e| panic!("watch the seed pod's port: {e}"))
+            });
+            let sigterm = Instant::now();
+            let ended = self.terminate(logs);
+            done.store(true, Ordering::Relaxed);
+            let closed = watcher
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (sigterm, ended, closed.min(sigterm + ended.took))
+        })
+    }
+}
+
+/// Whether a socket of the calling thread's network namespace listens on TCP `port` (IPv4
+/// or IPv6). `/proc/net` is the process's (its first thread's) namespace, so the thread's
+/// own tables are read.
+fn listening(port: u16) -> bool {
+    let local = format!(":{port:04X} ");
+    ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+        .iter()
+        .any(|table| {
+            std::fs::read_to_string(table).is_ok_and(|t| {
+                t.lines().skip(1).any(|l| {
+                    let mut fields = l.split_whitespace().skip(1);
+                    let addr = fields.next().unwrap_or_default();
+                    let state = fields.nth(1).unwrap_or_default();
+                    format!("{addr} ").ends_with(&local) && state == "0A"
+                })
+            })
+        })
 }
 
 /// A seed pod of `side` in `ns`: the init container, then `publish` (the kubelet reports
@@ -314,16 +366,19 @@ fn switch(from: Side, to: Side) {
             endpoints(&[SEED_POD, SURGE_SEED_POD]);
         });
         mark("2 vpn-seed-server old pod terminating");
-        let sigterm = Instant::now();
-        let ended = old_seed.terminate(logs);
+        let (sigterm, ended, closed) = old_seed.terminate_watching_port(logs);
         let roll = SeedRoll {
             from,
             to,
             surge_listening: new_seed.listening,
             sigterm,
+            closed,
             ended: sigterm + ended.took,
         };
-        eprintln!("{direction}: old seed pod ended after {ended:?}");
+        eprintln!(
+            "{direction}: old seed pod's {SIDECAR_PORT} closed after {} ms, the pod ended after {ended:?}",
+            ms_from(closed, sigterm)
+        );
         assert!(
             !ended.killed,
             "{direction}: the old seed pod needed SIGKILL"
@@ -410,7 +465,13 @@ fn judge(
             .rev()
             .find(|s| s.start <= r.started)
             .map_or("?", |s| s.name.as_str());
-        let line = format!("{step}: {}: {e}", r.target);
+        let line = format!(
+            "{step}: {}: {e} (started {} ms from the old seed pod's SIGTERM, {} ms from its end; took {} ms)",
+            r.target,
+            ms_from(r.started, roll.sigterm),
+            ms_from(r.started, roll.ended),
+            r.took.as_millis()
+        );
         match excuse(r, e, roll) {
             Some(why) => excused.push((why, line)),
             None => unexplained.push(line),
@@ -427,6 +488,14 @@ fn judge(
     );
 }
 
+/// Milliseconds from `from` to `t`, negative if `t` is earlier.
+fn ms_from(t: Instant, from: Instant) -> i128 {
+    match t.checked_duration_since(from) {
+        Some(d) => i128::try_from(d.as_millis()).unwrap_or(i128::MAX),
+        None => -i128::try_from(from.duration_since(t).as_millis()).unwrap_or(i128::MAX),
+    }
+}
+
 /// The seed pods' roll, as the failures are judged against it.
 #[derive(Debug, Clone, Copy)]
 struct SeedRoll {
@@ -438,6 +507,9 @@ struct SeedRoll {
     surge_listening: Instant,
     /// When the old pod got SIGTERM.
     sigterm: Instant,
+    /// The last instant a socket was seen listening on the old pod's [`SIDECAR_PORT`] (it
+    /// closed after).
+    closed: Instant,
     /// When its last process had exited.
     ended: Instant,
 }
@@ -447,7 +519,8 @@ struct SeedRoll {
 /// - **vpn2's surge pod, before its Envoy listens**: refused, started before the surge pod's
 ///   sidecar listened, the surge pod being vpn2's (its init container holds nothing back;
 ///   Envoy refuses until it listens). Ours holds such SYNs (`START_TABLE`): not excused.
-/// - **vpn2's old pod, ended by SIGTERM**: cut or refused while vpn2's old pod terminated:
+/// - **vpn2's old pod, ended by SIGTERM**: cut (no answer, a read or a write on a closed
+///   connection) or refused while vpn2's old pod terminated:
 ///   Envoy closes its listeners and connections at SIGTERM (no drain: Gardener sets no
 ///   `preStop` and Envoy drains only when told to), and OpenVPN's tunnel ends with it. Ours
 ///   drains (the sidecar finishes its connections, the server keeps the tunnel for them):
@@ -457,22 +530,30 @@ struct SeedRoll {
 ///   `publishNotReadyAddresses` a pod stays an endpoint until it is gone, and the
 ///   kube-apiserver does not retry a refused connect; no process of the pod is left to do
 ///   anything (in a landscape this lasts until kube-proxy has synced, about a second).
-/// - **our old pod after its sidecar drained**: refused after SIGTERM by our old pod whose
-///   sidecar, having finished every connection, closed its listeners while the server was
-///   still ending (its own shutdown after the sidecar's sockets are gone: 70 to 760 ms here,
-///   the longer under load). Not solved: the pod's processes cannot end at one instant, and
-///   the address stays an endpoint until the last has. Printed, so the figures show it.
+/// - **our old pod after its sidecar stopped listening**: refused after no socket listened
+///   on our old pod's 9443 any more (the sidecar, having finished every connection,
+///   closed its listener) while its server was still ending (its own shutdown once the
+///   sidecar's sockets are gone: tens of milliseconds here, longer under load). A pod that
+///   has stopped serving stays an endpoint until its last process has exited; the pod's
+///   processes cannot end at one instant. Printed, so the figures show it. A refusal while
+///   the sidecar still listened would be ours (it cannot happen: the kernel takes the SYN),
+///   and is not excused.
 fn excuse(r: &switch::Record, e: &str, roll: &SeedRoll) -> Option<&'static str> {
     let refused = e.ends_with(REFUSED);
-    let cut = e.ends_with(CUT) || e.contains("read: ") || e.contains("reset by peer");
+    // Cut: no answer, or the connection closed under a read or a write (`EPIPE`).
+    let cut = e.ends_with(CUT)
+        || e.contains("read: ")
+        || e.contains("reset by peer")
+        || e.contains("Broken pipe");
     if refused && roll.to == Side::Vpn2 && r.started < roll.surge_listening {
         return Some("vpn2's surge pod before its Envoy listens");
     }
     if refused && r.started >= roll.ended {
         return Some("refused by the old pod's address after its processes ended");
     }
-    if refused && roll.from == Side::Ours && r.started >= roll.sigterm {
-        return Some("our old pod after its sidecar drained, its server still ending");
+    // Refused at once (the RST): it ended at the refusal, which came after the close.
+    if refused && roll.from == Side::Ours && r.started + r.took >= roll.closed {
+        return Some("our old pod after its sidecar stopped listening, its server still ending");
     }
     let during = r.started <= roll.ended && r.started + r.took >= roll.sigterm;
     if roll.from == Side::Vpn2 && during && (refused || cut) {

@@ -40,6 +40,37 @@ impl Drop for RunningSidecar {
     }
 }
 
+impl RunningSidecar {
+    /// Cancels its token, as SIGTERM does; it drains (`SidecarConfig::drain_timeout`).
+    pub fn signal(&self) {
+        self.token.cancel();
+    }
+
+    /// Keeps both worker threads of its runtime ([`ns_runtime`]'s two) busy for `d`, as a
+    /// loaded host does; returns once both are.
+    pub fn stall(&self, d: Duration) {
+        let Some(rt) = &self.rt else { return };
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..2 {
+            let tx = tx.clone();
+            rt.spawn(async move {
+                let _ = tx.send(());
+                std::thread::sleep(d);
+            });
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(WAIT).expect("both worker threads busy");
+        }
+    }
+
+    /// Whether it has stopped serving (its run ended).
+    pub fn ended(&self) -> bool {
+        self.task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+    }
+}
+
 /// Binds `config` on `rt` (see [`ns_runtime`]) and serves until dropped.
 pub fn start_sidecar(
     rt: tokio::runtime::Runtime,

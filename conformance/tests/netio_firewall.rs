@@ -6,6 +6,8 @@
 
 use conformance::netns::Netns;
 use conformance::require_lab;
+use std::time::Duration;
+
 use netio::firewall::{priority, Chain, Firewall, Hook, Rule, Table, VPN2_PROXY_GID};
 
 fn net(s: &str) -> ipnet::IpNet {
@@ -206,6 +208,63 @@ fn a_destination_port_reads_back_as_nft_writes_it() {
     assert!(
         listed.contains("iifname \"cpa0\" tcp dport 3128 accept"),
         "{listed}"
+    );
+}
+
+/// `socket_found` (the seed pod's start table, `vpn_server::vpn2::start_table`): reads back as
+/// nft writes it; in the kernel a SYN to the port with no listener is dropped (the connect
+/// times out instead of being refused), and a listener that comes later takes the
+/// retransmitted SYN.
+#[test]
+fn a_syn_nobody_listens_for_is_held_until_a_listener_takes_it() {
+    require_lab(&["nft"]);
+    let ns = Netns::new().expect("namespace");
+    ns.run(["ip", "link", "set", "lo", "up"]).expect("lo up");
+    let table = vpn_server::vpn2::start_table();
+    ns.run_in(|| {
+        Firewall::open()
+            .expect("netfilter socket")
+            .apply(&table, false)
+            .expect("table")
+    })
+    .expect("in namespace");
+    let listed = nft(
+        &ns,
+        &["list", "table", "inet", vpn_server::vpn2::START_TABLE],
+    );
+    assert!(
+        listed.contains("tcp dport 9443 tcp flags syn / syn,rst socket wildcard != 2 accept")
+            && listed.contains("tcp dport 9443 tcp flags syn / syn,rst drop"),
+        "{listed}"
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 9443));
+    let (alone, later) = ns
+        .run_in(|| {
+            let alone = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+                .map(drop)
+                .map_err(|e| e.kind());
+            let listener = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                let l = std::net::TcpListener::bind(addr).expect("bind");
+                let _ = l.accept();
+            });
+            let started = std::time::Instant::now();
+            let later = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+                .map(|_| started.elapsed())
+                .map_err(|e| e.kind());
+            listener.join().expect("listener");
+            (alone, later)
+        })
+        .expect("in namespace");
+    assert_eq!(
+        alone,
+        Err(std::io::ErrorKind::TimedOut),
+        "no listener: held"
+    );
+    let took = later.expect("taken by the later listener");
+    assert!(
+        took >= Duration::from_millis(900),
+        "at the SYN's retransmit: {took:?}"
     );
 }
 

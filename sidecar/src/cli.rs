@@ -109,6 +109,14 @@ pub struct SidecarArgs {
         default_value_t = 20_000
     )]
     pub hold_timeout_ms: u64,
+    /// After SIGTERM, how long open connections may finish, in milliseconds; the listeners
+    /// keep accepting until none is open. 0: end them at once, as Envoy does.
+    #[arg(
+        long = "sidecar-drain-timeout-ms",
+        env = "SIDECAR_DRAIN_TIMEOUT_MS",
+        default_value_t = 5_000
+    )]
+    pub drain_timeout_ms: u64,
     /// CONNECTs waiting for a route at once, at least 1; the next gets 503 at once.
     #[arg(
         long = "sidecar-max-held",
@@ -250,6 +258,7 @@ impl SidecarArgs {
         config.connect_timeout = Duration::from_secs(self.connect_timeout_secs);
         config.hold_timeout = Duration::from_millis(self.hold_timeout_ms);
         config.max_held = self.max_held;
+        config.drain_timeout = Duration::from_millis(self.drain_timeout_ms);
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
         config.max_connections = self.max_connections;
         Ok(config)

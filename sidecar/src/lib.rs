@@ -149,6 +149,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 8192;
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections still in the TLS handshake or head phase; a newcomer beyond evicts the oldest.
 pub const DEFAULT_MAX_PENDING: usize = 1024;
+/// How long open connections may finish after SIGTERM (see [`Sidecar::run`]).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// A request that takes at least this long is access-logged even when it succeeded.
 pub const SLOW_REQUEST: Duration = Duration::from_secs(1);
 /// The sidecar's port (Gardener's `http-proxy` service port).
@@ -210,6 +212,9 @@ pub struct SidecarConfig {
     pub stat_prefix: String,
     /// Envoy's stdout access loggers (Envoy mode); none otherwise.
     pub access_logs: Vec<AccessLog>,
+    /// After shutdown: how long open connections may finish, the listeners still accepting
+    /// until none is open ([`Sidecar::run`]). Zero: end them at once (Envoy on SIGTERM).
+    pub drain_timeout: Duration,
 }
 
 impl fmt::Debug for SidecarConfig {
@@ -230,6 +235,7 @@ impl fmt::Debug for SidecarConfig {
             .field("dns", &self.dns)
             .field("stat_prefix", &self.stat_prefix)
             .field("access_logs", &self.access_logs.len())
+            .field("drain_timeout", &self.drain_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -263,6 +269,7 @@ impl SidecarConfig {
             dns: DnsSettings::default(),
             stat_prefix: metrics::DEFAULT_STAT_PREFIX.into(),
             access_logs: Vec::new(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
         }
     }
 
@@ -364,6 +371,8 @@ impl Sidecar {
             pending: PendingSet::new(config.max_pending),
             logs: std::sync::Mutex::default(),
             held: hold::HeldSet::default(),
+            open: std::sync::atomic::AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
             metrics,
             dns,
             acceptor,
@@ -404,22 +413,55 @@ impl Sidecar {
         Arc::clone(&self.shared.metrics)
     }
 
-    /// Serves until `shutdown` is cancelled; then stops accepting, ends open tunnels and
-    /// returns when every task has ended.
+    /// Serves until `shutdown` is cancelled; then drains: the listeners keep accepting and
+    /// every connection keeps being served until none is open (a pod's address stays an
+    /// endpoint of its Service until its processes have exited, so a closed listener would
+    /// refuse the kube-apiserver), at most `drain_timeout`; then stops accepting (the
+    /// connections the kernel has queued by then are taken and served, not reset), ends what
+    /// is still open at `drain_timeout` and returns when every task has ended.
     pub async fn run(self, shutdown: CancellationToken) {
         let tracker = TaskTracker::new();
+        let accepting = CancellationToken::new();
+        let cut = CancellationToken::new();
+        let mut accept_loops = Vec::new();
         for listener in self.listeners {
-            tracker.spawn(proxy::accept_loop(
+            accept_loops.push(tracker.spawn(proxy::accept_loop(
                 Arc::clone(&self.shared),
                 listener,
-                shutdown.clone(),
+                accepting.clone(),
+                cut.clone(),
                 tracker.clone(),
-            ));
+            )));
         }
-        tracker.spawn(self.admin.serve(self.parts, shutdown.clone()));
+        tracker.spawn(self.admin.serve(self.parts, accepting.clone()));
         self.serving.store(true, Ordering::Relaxed);
         shutdown.cancelled().await;
         self.serving.store(false, Ordering::Relaxed);
+        let drain = self.shared.config.drain_timeout;
+        let open = self.shared.open();
+        if !drain.is_zero() && open > 0 {
+            info!(
+                open,
+                drain_ms = drain.as_millis(),
+                "draining open connections"
+            );
+        }
+        let deadline = tokio::time::Instant::now() + drain;
+        self.shared.idle_by(deadline).await;
+        accepting.cancel();
+        // The accept loops take what the kernel queued and close their listeners; every
+        // connection they took is counted open before the wait below.
+        for accept_loop in accept_loops {
+            let _ = accept_loop.await;
+        }
+        let drained = self.shared.idle_by(deadline).await;
+        if !drained {
+            info!(
+                open = self.shared.open(),
+                "drain time over: open connections ended"
+            );
+        }
+        cut.cancel();
         tracker.close();
         tracker.wait().await;
         info!("CONNECT sidecar stopped");

@@ -4,6 +4,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -17,7 +18,7 @@ use openssl::ssl::{ErrorCode, Ssl, SslAcceptor};
 use protocol::http::connect::{Authority, ConnectHead, Host, RequestError, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use tokio_openssl::SslStream;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +46,9 @@ pub(super) struct Shared {
     pub(super) logs: Mutex<FloodLogs>,
     /// CONNECTs waiting for a route (`max_held`), and their reconnect window.
     pub(super) held: HeldSet,
+    /// Accepted connections not yet ended, and a wake-up when that falls to 0 (the drain).
+    pub(super) open: AtomicUsize,
+    pub(super) idle: Notify,
 }
 
 /// The events before the head that a flood repeats, each logged at most once per
@@ -67,6 +71,25 @@ impl Default for FloodLogs {
 }
 
 impl Shared {
+    /// Accepted connections not yet ended.
+    pub(super) fn open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no connection is open or `deadline`; whether none is.
+    pub(super) async fn idle_by(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let mut notified = std::pin::pin!(self.idle.notified());
+            notified.as_mut().enable();
+            if self.open() == 0 {
+                return true;
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(deadline) => return self.open() == 0,
+            }
+        }
+    }
     /// Whether to log a flood event now: `Some(n)` with the events of its kind not logged
     /// since the last line.
     fn log(&self, kind: impl FnOnce(&mut FloodLogs) -> &mut LogLimiter) -> Option<u64> {
@@ -84,46 +107,110 @@ impl std::fmt::Debug for Shared {
     }
 }
 
+/// One accepted connection: counted open until dropped.
+struct OpenGuard(Arc<Shared>);
+
+impl OpenGuard {
+    fn new(shared: &Arc<Shared>) -> OpenGuard {
+        shared.open.fetch_add(1, Ordering::SeqCst);
+        OpenGuard(Arc::clone(shared))
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        if self.0.open.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Accepts until `accepting` is cancelled, then takes the connections the kernel has queued
+/// (their handshakes completed before the listener closes: closing it with them queued
+/// would reset them) and closes the listener; each connection is served until it ends or
+/// `cut` is cancelled.
 pub(super) async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
-    shutdown: CancellationToken,
+    accepting: CancellationToken,
+    cut: CancellationToken,
     tracker: TaskTracker,
 ) {
-    while let Some((stream, peer)) = netio::listen::accept(&listener, &shutdown).await {
-        let Admitted {
-            guard: pending,
-            evicted,
-        } = shared.pending.admit();
-        if let Some(e) = evicted {
-            let total = shared.metrics.pending_evicted();
-            if let Some(unlogged) = shared.log(|l| &mut l.evicted) {
-                info!(
-                    max_pending = shared.config.max_pending,
-                    handshake_done = e.proven,
-                    evicted_total = total,
-                    unlogged,
-                    "pending connections full: the oldest was closed for a new one"
-                );
-            }
-        }
-        let _ = stream.set_nodelay(true);
-        let shared = Arc::clone(&shared);
-        let shutdown = shutdown.clone();
-        let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
-        tracker.spawn(
-            async move {
-                let opened = Instant::now();
-                shared.metrics.downstream_opened();
-                tokio::select! {
-                    _ = shutdown.cancelled() => {}
-                    _ = serve(&shared, stream, peer, pending) => {}
-                }
-                shared.metrics.downstream_closed(opened.elapsed());
-            }
-            .instrument(span),
-        );
+    while let Some((stream, peer)) = netio::listen::accept(&listener, &accepting).await {
+        spawn_connection(&shared, stream, peer, &cut, &tracker);
     }
+    for (stream, peer) in queued(listener) {
+        spawn_connection(&shared, stream, peer, &cut, &tracker);
+    }
+}
+
+/// The connections waiting in `listener`'s queue, taken without waiting (at most
+/// [`netio::listen::BACKLOG`]); the listener is closed after.
+fn queued(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
+    let Ok(listener) = listener.into_std() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for _ in 0..netio::listen::BACKLOG {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let stream = stream
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(stream));
+                if let Ok(stream) = stream {
+                    out.push((stream, peer));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // `WouldBlock`: none left.
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// Serves one accepted connection on its own task, counted open until it ends.
+fn spawn_connection(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    cut: &CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let open = OpenGuard::new(shared);
+    let Admitted {
+        guard: pending,
+        evicted,
+    } = shared.pending.admit();
+    if let Some(e) = evicted {
+        let total = shared.metrics.pending_evicted();
+        if let Some(unlogged) = shared.log(|l| &mut l.evicted) {
+            info!(
+                max_pending = shared.config.max_pending,
+                handshake_done = e.proven,
+                evicted_total = total,
+                unlogged,
+                "pending connections full: the oldest was closed for a new one"
+            );
+        }
+    }
+    let _ = stream.set_nodelay(true);
+    let shared = Arc::clone(shared);
+    let cut = cut.clone();
+    let span = tracing::info_span!("sidecar_conn", %peer, target = tracing::field::Empty);
+    tracker.spawn(
+        async move {
+            let opened = Instant::now();
+            shared.metrics.downstream_opened();
+            tokio::select! {
+                _ = cut.cancelled() => {}
+                _ = serve(&shared, stream, peer, pending) => {}
+            }
+            shared.metrics.downstream_closed(opened.elapsed());
+            drop(open);
+        }
+        .instrument(span),
+    );
 }
 
 /// What one request came to, for the access logs.

@@ -53,6 +53,7 @@
 //! | [`settings`] | [`Settings`]: typed runtime settings (the config parser maps onto them) |
 //! | [`config`] | config file / vpn2 environment (its typed lines, [`config::vpn2_lines`]) → [`Settings`]; the only place files are read |
 //! | [`launch`] | what the binary runs: server, in-process sidecar, admin endpoint, `up` / `down` |
+//! | [`drain`] | after SIGTERM in Gardener's pod: the tunnel stays while the pod's other processes (the sidecar) have TCP connections open |
 //! | [`server`] | the composition root: binds (device, listeners) and builds the shared state; one task per connection, the tun reader, status writer, shutdown |
 //! | `shared` | what every task of one server shares (settings, packet mode, endpoint, registry, counters, device, slots) and `lock`; imports none of the tasks' modules |
 //! | `shared::mode` | the packet mode (routed, switched, HA), chosen once at bind: a packet's way from a client and from the device |
@@ -76,6 +77,7 @@ pub mod cloud_api;
 pub mod config;
 pub mod connection;
 pub mod device;
+pub mod drain;
 pub mod exporter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;

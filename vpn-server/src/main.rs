@@ -2,7 +2,9 @@
 //!
 //! `--config FILE` runs an OpenVPN server config; without it the server is configured from the
 //! vpn2 environment variables and vpn2's file layout under `--secrets-dir`. SIGTERM or SIGINT
-//! tells the clients, drains and exits 0. Errors are one line naming the file (and line).
+//! tells the clients, drains and exits 0; in vpn2's environment only once the pod's other
+//! processes have closed their connections (at most 10 s, `vpn_server::drain`). Errors are
+//! one line naming the file (and line).
 //!
 //! `--cloud-api-listen` also runs GEP-21's cloud API endpoint (`vpn_server::cloud_api`).
 //!
@@ -37,6 +39,7 @@ use sidecar::envoy::{self, EnvoyArgs};
 use sidecar::SidecarArgs;
 use tokio_util::sync::CancellationToken;
 use vpn_server::config::{vpn2_shoot_iroutes, VPN2_SECRETS_DIR};
+use vpn_server::drain;
 use vpn_server::exporter::{self, ExporterArgs, ExporterConfig};
 use vpn_server::launch::{self, Launch};
 use vpn_server::probes::{self, ProbeError};
@@ -182,7 +185,16 @@ fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
     for w in &launch.loaded.warnings {
         tracing::warn!("{w}");
     }
-    serve(|shutdown| launch::run(launch, shutdown))
+    if cli.config.is_some() {
+        return serve(|shutdown| launch::run(launch, shutdown));
+    }
+    // vpn2's environment: Gardener's seed pod, whose sidecar drains on SIGTERM through the
+    // tunnel (`vpn_server::drain`).
+    serve(|signal| {
+        let tunnel = CancellationToken::new();
+        tokio::spawn(drain::after_others(signal, tunnel.clone()));
+        launch::run(launch, tunnel)
+    })
 }
 
 fn sidecar(args: &SidecarArgs, cli: &Cli) -> Result<(), Box<dyn Error>> {

@@ -2,7 +2,9 @@
 //! drop-in image (reference gardener-pods.md §2.1, §3.1–3.3, §9):
 //!
 //! * [`setup`] (`vpn-server setup`, the privileged init container): IPv6 switched on in the
-//!   pod's network namespace if it was off.
+//!   pod's network namespace if it was off; beyond vpn2, [`START_TABLE`]: SYNs to the
+//!   sidecar's port dropped (sent again by the kube-apiserver's kernel) while nothing listens
+//!   there, until the server's SIGTERM.
 //! * [`seed_table`]: the rules of the vpn2 environment-mode start, in our nf_tables table
 //!   `vpn-seed-server` (`netio::firewall`): new connections from the VPN device refused,
 //!   for the pod itself (INPUT) and, beyond vpn2, for whatever the pod would forward (FORWARD:
@@ -22,8 +24,9 @@
 
 use ipnet::IpNet;
 use netio::firewall::vpn2 as fw_vpn2;
-use netio::firewall::{priority, Chain, Firewall, FirewallError, Hook, Table};
+use netio::firewall::{priority, Chain, Firewall, FirewallError, Hook, Rule, Table};
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
+use netio::report::chain;
 use netio::sysctl::{self, SysctlError};
 use protocol::config::netmap::Netmap;
 
@@ -33,16 +36,63 @@ pub const TABLE: &str = "vpn-seed-server";
 /// The parameter `setup` turns off (GKE's nodes start pods with IPv6 disabled).
 pub const DISABLE_IPV6: &str = "net.ipv6.conf.all.disable_ipv6";
 
-/// `vpn-server setup`: `net.ipv6.conf.all.disable_ipv6` from 1 to 0; nothing else to do when
-/// it is 0 already. Fails without privileges (the init container is privileged).
-pub fn setup() -> Result<(), SysctlError> {
+/// `vpn-server setup`: `net.ipv6.conf.all.disable_ipv6` from 1 to 0 (nothing to do when it
+/// is 0 already), then [`START_TABLE`]. Fails without privileges (the init container is
+/// privileged).
+pub fn setup() -> Result<(), SetupError> {
     if sysctl::read(DISABLE_IPV6)? == "1" {
         sysctl::write(DISABLE_IPV6, "0")?;
         tracing::info!("IPv6 was disabled in the pod: enabled");
     } else {
         tracing::info!("IPv6 is enabled in the pod: nothing to do");
     }
+    Firewall::open()?.apply(&start_table(), false)?;
+    tracing::info!(
+        port = CONNECT_PORT,
+        "connections to the sidecar's port wait until it listens"
+    );
     Ok(())
+}
+
+/// Why `vpn-server setup` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The IPv6 switch.
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+    /// [`START_TABLE`].
+    #[error("cannot apply table {START_TABLE}")]
+    Firewall(#[from] FirewallError),
+}
+
+/// The port of the CONNECT sidecar in Gardener's seed pod (Envoy's listener).
+pub const CONNECT_PORT: u16 = 9443;
+
+/// The table `setup` leaves for the pod's start (beyond vpn2): a SYN to [`CONNECT_PORT`] while
+/// nothing listens there is dropped, not refused. The `vpn-seed-server` Service publishes
+/// the pod's address before its containers run (`publishNotReadyAddresses`), and the
+/// kube-apiserver does not retry a refused connect; a dropped SYN is sent again by its kernel
+/// after 1 s, by when the sidecar listens. Not owned (the init container ends); the server
+/// removes it on SIGTERM ([`remove_start_table`]), so that once the sidecar is gone the
+/// pod refuses again.
+pub const START_TABLE: &str = "vpn-seed-server-start";
+
+/// [`START_TABLE`]'s rules.
+pub fn start_table() -> Table {
+    let syn = || Rule::new().tcp_dport(CONNECT_PORT).tcp_syn();
+    Table::new(START_TABLE).chain(
+        Chain::filter("input", Hook::Input, priority::FILTER)
+            .rule(syn().socket_found().accept())
+            .rule(syn().drop()),
+    )
+}
+
+/// Removes [`START_TABLE`] if it is there (the server's SIGTERM); failures are logged.
+pub fn remove_start_table() {
+    match Firewall::open().and_then(|mut f| f.remove(START_TABLE)) {
+        Ok(()) => tracing::debug!("table {START_TABLE} removed"),
+        Err(e) => tracing::debug!(error = %chain(&e), "table {START_TABLE} not removed"),
+    }
 }
 
 /// Our second table on the seed side (vpn2 environment mode, non-HA): **not** owned, so it

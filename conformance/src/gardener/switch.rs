@@ -13,7 +13,10 @@
 //! does the same with `dnat to numgen random mod N map {..}`. The Services set
 //! `publishNotReadyAddresses`, so a pod is an endpoint from the moment it has an address
 //! until it is gone, terminating or not (the EndpointSlice's `ready` stays true for such
-//! Services): [`set_endpoints`] is called when a pod gets its link and after it is gone.
+//! Services): [`set_endpoints`] is called once a pod's init container has run (the kubelet
+//! reports a pod's address no earlier than after the sync that started its first init
+//! container) and after it is gone. kube-proxy does not retry a refused connection on
+//! another endpoint, nor does the kube-apiserver's egress dialer.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::landscape::INGRESS_LB;
-use super::pods::{sidecar_spec, start_until, Binaries, Container, Mounts, SIDECAR_READY};
+use super::pods::{sidecar_spec, Binaries, Container, Mounts, SIDECAR_READY};
 use super::vpn2_upstream::{
     ccd_vpn_shoot_client, client_config, install_seed_proxy_nat, install_shoot_rules, server_config,
 };
@@ -18,8 +18,11 @@ const START: std::time::Duration = std::time::Duration::from_secs(45);
 
 /// vpn2's seed pod in `ns` with upstream OpenVPN: the Go step's group-31415 NAT and files
 /// (config, CCD), then `openvpn` with our `vpn-server firewall` as its hooks and its status
-/// file at `status`, serving; then our sidecar as Envoy's container, listening. Returns the
-/// server, the sidecar and the server's config.
+/// file at `status`, and our sidecar as Envoy's container, started one after the other as
+/// the kubelet starts a pod's containers (without waiting for the first to serve); returns
+/// once both serve: the server, the sidecar and the server's config. The sidecar ends its
+/// connections at SIGTERM, as Envoy does (`SIDECAR_DRAIN_TIMEOUT_MS=0`: Envoy closes its
+/// listeners and connections on shutdown unless told to drain first, which Gardener does not).
 pub fn start_seed_pod<'ns>(
     ns: &'ns Netns,
     mounts: &Mounts,
@@ -34,8 +37,12 @@ pub fn start_seed_pod<'ns>(
     std::fs::write(&file, ccd_vpn_shoot_client()).map_err(|source| LabError::io(&file, source))?;
     let config = server_config(&mounts.seed_secrets(), &ccd, status, &bins.server);
     let server = UpstreamOpenvpn::start(ns, &config, 3)?;
+    let mut spec = sidecar_spec(bins, mounts);
+    spec.env
+        .push(("SIDECAR_DRAIN_TIMEOUT_MS".into(), "0".into()));
+    let sidecar = spec.start(ns, logs)?;
     server.wait_for_log(INITIALIZED_MARKER, START)?;
-    let sidecar = start_until(&sidecar_spec(bins, mounts), ns, logs, SIDECAR_READY)?;
+    sidecar.wait_log(SIDECAR_READY, START)?;
     Ok((server, sidecar, config))
 }
 

@@ -108,6 +108,10 @@ const NFTA_NAT_FLAGS: u16 = 7;
 const NFT_NAT_SNAT: u32 = 0;
 const NFT_NAT_DNAT: u32 = 1;
 const NF_NAT_RANGE_NETMAP: u32 = 1 << 6;
+// socket
+const NFTA_SOCKET_KEY: u16 = 1;
+const NFTA_SOCKET_DREG: u16 = 2;
+const NFT_SOCKET_WILDCARD: u32 = 2;
 // reject
 const NFTA_REJECT_TYPE: u16 = 1;
 const NFT_REJECT_TCP_RST: u32 = 1;
@@ -318,6 +322,10 @@ enum Expr {
         family: u8,
     },
     Masq,
+    /// `socket KEY`: a value of the socket the packet belongs to (no socket: the rule ends).
+    Socket {
+        key: u32,
+    },
     Reject {
         kind: u32,
     },
@@ -346,6 +354,7 @@ impl Expr {
             Expr::Immediate { .. } | Expr::Verdict { .. } => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
+            Expr::Socket { .. } => "socket",
             Expr::Reject { .. } => "reject",
             Expr::Rt { .. } => "rt",
             Expr::Hton { .. } => "byteorder",
@@ -383,6 +392,9 @@ impl Expr {
             Expr::Ct { key } => r
                 .attr_be32(NFTA_CT_KEY, *key)
                 .attr_be32(NFTA_CT_DREG, NFT_REG_1),
+            Expr::Socket { key } => r
+                .attr_be32(NFTA_SOCKET_KEY, *key)
+                .attr_be32(NFTA_SOCKET_DREG, NFT_REG_1),
             Expr::CtSet { key } => r
                 .attr_be32(NFTA_CT_KEY, *key)
                 .attr_be32(NFTA_CT_SREG, NFT_REG_1),
@@ -469,6 +481,16 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
                 out.push(Expr::Cmp {
                     op: NFT_CMP_EQ,
                     data: port.to_be_bytes().to_vec(),
+                });
+            }
+            Match::SocketFound => {
+                // `socket wildcard != 2`: any socket (the key is 0 or 1); none ends the rule.
+                out.push(Expr::Socket {
+                    key: NFT_SOCKET_WILDCARD,
+                });
+                out.push(Expr::Cmp {
+                    op: NFT_CMP_NEQ,
+                    data: vec![2],
                 });
             }
             Match::CtMark(mark) => {

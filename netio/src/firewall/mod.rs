@@ -9,8 +9,8 @@
 //! netlink socket that made it: the kernel deletes it when the process ends, also by `kill
 //! -9`, so a restart never finds stale rules.
 //!
-//! Only the rule shapes vpn2 needs exist ([`Rule`]): interface, conntrack state, socket group
-//! and address prefix matches; accept, drop, prefix NAT in both directions (`NETMAP`),
+//! Only the rule shapes vpn2 needs exist ([`Rule`]): interface, conntrack state, socket group,
+//! socket presence and address prefix matches; accept, drop, prefix NAT in both directions (`NETMAP`),
 //! masquerade and TCP MSS clamping to the path MTU. Each is encoded as `nft` would encode it, so
 //! `nft list table` prints our rules in its own syntax (what the tests compare).
 //!
@@ -120,6 +120,7 @@ enum Match {
     TcpSyn,
     TcpDport(u16),
     CtMark(u32),
+    SocketFound,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,6 +282,12 @@ impl Rule {
     /// `tcp dport PORT`.
     pub fn tcp_dport(self, port: u16) -> Rule {
         self.with(Match::TcpDport(port))
+    }
+
+    /// `socket wildcard != 2`: the packet belongs to a socket of this host, a listener
+    /// included (hooks prerouting, input and output only).
+    pub fn socket_found(self) -> Rule {
+        self.with(Match::SocketFound)
     }
 
     /// `ct mark MARK`: the connection's mark is `mark`.

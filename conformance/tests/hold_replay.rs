@@ -38,7 +38,7 @@
 //!    "no route", so a CONNECT started later than that fails at once).
 //! 3. **old** (holds off: `VPN_SERVER_HOLD_TIMEOUT_MS=0`, `SIDECAR_HOLD_TIMEOUT_MS=0`; Envoy mode
 //!    has no switch of its own, its hold is the `connect_timeout`): the events of phase 1
-//!    again; some requests fail, each within 1 s of its start (asserted, printed).
+//!    again; some requests fail, each within 2 s of its start (asserted, printed).
 //!
 //! Captures on every non-tunnel interface of the seed pod and the kube-apiserver pod (`eth0`,
 //! `lo`) throughout: no packet to a shoot network (the mapped ranges, the shoot's service,
@@ -48,8 +48,8 @@
 //! killed or terminated takes the sidecar's listener with it; a CONNECT that starts before
 //! the restarted process listens again is refused by the seed pod's kernel (nothing a hold
 //! can keep). Those, and only those, are allowed (and printed): refused at the TCP connect
-//! to the sidecar, or reset in its TLS handshake (accepted just before the process died),
-//! started between the signal and the restarted server's listener.
+//! to the sidecar, reset in its TLS handshake or closed without an answer (accepted just
+//! before the process died), started between the signal and the restarted server's listener.
 
 #![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // test: a failed unwrap is a failed test
@@ -652,7 +652,8 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
                                 && r.kind == Kind::Exec
                                 && (err.contains(
                                     "sidecar 100.96.0.10:9443: connect: Connection refused",
-                                ) || err.contains("sidecar 100.96.0.10:9443: TLS handshake"));
+                                ) || err.contains("sidecar 100.96.0.10:9443: TLS handshake")
+                                    || err.contains("closed without an answer"));
                             if sidecar_gone {
                                 eprintln!(
                                     "hold figure: {} | held | {}: refused with its sidecar's process gone: {err}",
@@ -731,9 +732,10 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
                             r.error.as_deref().unwrap_or("")
                         );
                     }
-                    // Off means no hold: what fails, fails at once.
+                    // Off means no hold: what fails, fails at once (or at the kernel's
+                    // first SYN retransmit, 1 s, when the first SYN met no server).
                     for (event, r) in &failures {
-                        if r.took > SLACK {
+                        if r.took > SLACK * 2 {
                             problems.push(format!(
                                 "{} old {event}: a {:?} request failed only after {}",
                                 run.path,

@@ -122,6 +122,41 @@ struct Rec {
     error: Option<String>,
 }
 
+/// The start times of the requests still running: an event begins only once every request
+/// started before it has ended, so a request is judged against the event it started in and
+/// not against the next one's downtime.
+#[derive(Debug, Default)]
+struct InFlight(Mutex<Vec<Instant>>);
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Instant>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn begin(&self) -> Instant {
+        let now = Instant::now();
+        self.lock().push(now);
+        now
+    }
+
+    fn end(&self, started: Instant) {
+        let mut running = self.lock();
+        if let Some(i) = running.iter().position(|&s| s == started) {
+            running.swap_remove(i);
+        }
+    }
+
+    /// Waits until no request started before now is running (a stuck one fails its own
+    /// bound: this waits no longer than that).
+    fn quiesce(&self) {
+        let now = Instant::now();
+        let deadline = now + REQUEST_BOUND + SLACK;
+        while self.lock().iter().any(|&s| s < now) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Event {
     name: String,
@@ -208,7 +243,7 @@ impl Pinger {
 }
 
 /// The kube-apiserver's load until `stop`: both kinds every [`INTERVAL`].
-fn load(l: &Landscape, egress: &Egress, stop: &AtomicBool) -> Vec<Rec> {
+fn load(l: &Landscape, egress: &Egress, stop: &AtomicBool, inflight: &InFlight) -> Vec<Rec> {
     let recs = Mutex::new(Vec::new());
     let begun = Instant::now();
     std::thread::scope(|s| {
@@ -222,7 +257,7 @@ fn load(l: &Landscape, egress: &Egress, stop: &AtomicBool) -> Vec<Rec> {
                 count += 1;
                 let recs = &recs;
                 s.spawn(move || {
-                    let started = Instant::now();
+                    let started = inflight.begin();
                     let outcome = match kind {
                         Kind::Exec => l.kube_apiserver.run_in(|| exec(egress, count)),
                         Kind::Webhook => l.seed_pod.run_in(|| webhook(count)),
@@ -230,6 +265,7 @@ fn load(l: &Landscape, egress: &Egress, stop: &AtomicBool) -> Vec<Rec> {
                     .map_err(|e| e.to_string())
                     .and_then(|r| r);
                     let took = started.elapsed();
+                    inflight.end(started);
                     recs.lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(Rec {
@@ -366,6 +402,7 @@ struct Ctx<'a, 'ns> {
     logs: &'a Path,
     mode: SidecarMode,
     pinger: &'a Pinger,
+    inflight: &'a InFlight,
     seed: Seed<'ns>,
     client: Container<'ns>,
     ingress: Container<'ns>,
@@ -402,6 +439,7 @@ impl<'ns> Ctx<'_, 'ns> {
     /// One event: `action` brings the tunnel down (and may restart what it stopped); then the
     /// tunnel's return and a quiet moment.
     fn event(&mut self, name: &str, action: impl FnOnce(&mut Self) -> Instant) -> Event {
+        self.inflight.quiesce();
         let begin = Instant::now();
         let down = action(self);
         let sidecar_back = (self.mode == SidecarMode::InProcess && name.starts_with("server"))
@@ -513,6 +551,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
     })
     .collect();
 
+    let inflight = InFlight::default();
     let mut ctx = Ctx {
         l: &l,
         bins,
@@ -520,6 +559,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         logs,
         mode,
         pinger: &pinger,
+        inflight: &inflight,
         seed: Seed { server, envoy },
         client,
         ingress,
@@ -533,7 +573,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         }
         let stop = AtomicBool::new(false);
         let (events, recs) = std::thread::scope(|s| {
-            let loader = s.spawn(|| load(&l, &egress, &stop));
+            let loader = s.spawn(|| load(&l, &egress, &stop, &inflight));
             std::thread::sleep(Duration::from_secs(1));
             let events = if phase == "short bound" {
                 let logs = ctx.logs;

@@ -29,8 +29,9 @@ pub struct Launch {
     /// Admin endpoint addresses for the server's series (may be empty).
     pub admin_listen: Vec<SocketAddr>,
     /// Firewall and NAT rules to hold while serving (vpn2 environment mode): applied once the
-    /// tun device is up and before any route leads into it, owned by this process, removed
-    /// when it stops.
+    /// tun device is up and before any route leads into it, removed when the process stops;
+    /// after `kill -9` they stay until the next start replaces them (the device, gone with
+    /// the process, can then carry nothing unmapped).
     pub firewall: Option<Table>,
     /// Rules that outlive the process (vpn2 environment mode: `crate::vpn2::seed_guard`),
     /// applied before the device exists and never removed.
@@ -108,7 +109,7 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         };
         with_listener_guard(firewall, dev, &tunnel_guarded_ports)
             .as_ref()
-            .map(Installed::apply)
+            .map(Installed::apply_lasting)
             .transpose()
     })
     .await?;

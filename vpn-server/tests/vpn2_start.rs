@@ -37,6 +37,18 @@ fn secrets(pki: &TestPki, dir: &Path) {
     std::fs::copy(pki.ta_key(), dir.join("tlsauth/vpn.tlsauth")).unwrap();
 }
 
+/// A seed pod for an environment-mode start: its secrets in a fresh directory, its namespace
+/// and the server's log file.
+fn env_lab() -> (tempfile::TempDir, Netns, std::path::PathBuf) {
+    require_lab(&["nft", "openssl", "openvpn"]);
+    let pki = TestPki::generate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    secrets(&pki, dir.path());
+    let ns = Netns::new().unwrap();
+    let log = dir.path().join("server.log");
+    (dir, ns, log)
+}
+
 fn stdout(ns: &Netns, argv: &[&str]) -> String {
     String::from_utf8_lossy(&ns.run(argv.iter().copied()).unwrap().stdout).into_owned()
 }
@@ -146,13 +158,8 @@ fn setup_switches_ipv6_on_once() {
 }
 
 #[test]
-fn the_env_mode_start_holds_vpn2s_rules_and_leaves_none_behind() {
-    require_lab(&["nft", "openssl", "openvpn"]);
-    let pki = TestPki::generate().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    secrets(&pki, dir.path());
-    let ns = Netns::new().unwrap();
-    let log = dir.path().join("server.log");
+fn the_env_mode_start_holds_vpn2s_rules_and_a_clean_stop_leaves_none() {
+    let (dir, ns, log) = env_lab();
 
     let pid = start(&ns, dir.path(), &log);
     assert_eq!(
@@ -391,12 +398,7 @@ fn flow_entry(ns: &Netns, from: std::net::SocketAddr) -> String {
 /// entry must name the 241/8 mapping as the answers' destination.
 #[test]
 fn the_first_packet_into_the_tunnel_is_already_mapped() {
-    require_lab(&["nft", "openssl", "openvpn"]);
-    let pki = TestPki::generate().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    secrets(&pki, dir.path());
-    let ns = Netns::new().unwrap();
-    let log = dir.path().join("server.log");
+    let (dir, ns, log) = env_lab();
     // The seed pod's own address (SEED_POD_NETWORK is 10.1.0.0/16); tun0 has no IPv4
     // address, so a packet routed into it leaves from this one, mapped to 241.1.0.5.
     ns.run(["ip", "addr", "add", "10.1.0.5/32", "dev", "lo"])

@@ -452,7 +452,8 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
             let failures = report(run.path, phase, events, recs);
             match *phase {
                 "held" => {
-                    problems.extend(held_problems(run.path, events, recs, |e, r, err| {
+                    problems.extend(held_problems(run.path, events, recs, |e, r| {
+                        let err = r.error.as_deref()?;
                         // The in-process sidecar went with its server: refused at the
                         // sidecar's port while no process listened.
                         let sidecar_gone = e.listener_back.is_some_and(|b| r.started < b)

@@ -278,40 +278,36 @@ pub fn report(path: &str, phase: &str, events: &[Event], recs: &[Rec]) -> Vec<(S
 }
 
 /// What a phase with the holds on must show, per event: no request longer than the tunnel's
-/// downtime and [`SLACK`], none failed. `excuse(event, rec, error)` names why a failure is
-/// none of the hold's (printed, not counted), or `None`.
+/// downtime and [`SLACK`], none failed. `excuse(event, rec)` names why a request that failed
+/// or took longer is none of the hold's doing (printed, not counted), or `None`.
 pub fn held_problems(
     path: &str,
     events: &[Event],
     recs: &[Rec],
-    excuse: impl Fn(&Event, &Rec, &str) -> Option<&'static str>,
+    excuse: impl Fn(&Event, &Rec) -> Option<&'static str>,
 ) -> Vec<String> {
     let mut problems = Vec::new();
     for (i, e) in events.iter().enumerate() {
         let next = events.get(i + 1).map(|n| n.begin);
         let down = e.downtime();
         for r in window(recs, e, next) {
-            let Some(err) = &r.error else {
-                if r.took > down + SLACK {
-                    problems.push(format!(
-                        "{path} {}: a {:?} request took {}, the tunnel was down {}",
-                        e.name,
-                        r.kind,
-                        ms(r.took),
-                        ms(down)
-                    ));
-                }
-                continue;
+            let what = match &r.error {
+                None if r.took <= down + SLACK => continue,
+                None => format!("took {}, the tunnel was down {}", ms(r.took), ms(down)),
+                Some(err) => format!("failed after {}: {err}", ms(r.took)),
             };
-            if let Some(why) = excuse(e, r, err) {
-                eprintln!("hold figure: {path} | held | {}: {why}: {err}", e.name);
+            if let Some(why) = excuse(e, r) {
+                match &r.error {
+                    Some(err) => {
+                        eprintln!("hold figure: {path} | held | {}: {why}: {err}", e.name);
+                    }
+                    None => eprintln!(
+                        "hold figure: {path} | held | {}: {why}: a {:?} request {what}",
+                        e.name, r.kind
+                    ),
+                }
             } else {
-                problems.push(format!(
-                    "{path} {}: a {:?} request failed after {}: {err}",
-                    e.name,
-                    r.kind,
-                    ms(r.took)
-                ));
+                problems.push(format!("{path} {}: a {:?} request {what}", e.name, r.kind));
             }
         }
     }

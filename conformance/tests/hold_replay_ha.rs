@@ -29,8 +29,9 @@
 //!   event, no request fails and the longest request is within 1 s of the tunnel's downtime.
 //!   The exceptions, printed: a request in flight through shoot pod 0 when its clients die
 //!   loses its connection with the pod's NAT state (as in vpn2, `docs/ha.md` §4); a request
-//!   started before the action was done whose SYN went into the process as it died waits for
-//!   the kernel's retransmission (1 s) on top. And in events 2 and 4 a request started while
+//!   in flight as a process was killed (started before the action was done, its own event's or
+//!   the next one's) whose SYN went into the process as it died waits for the kernel's
+//!   retransmission (1 s) on top. And in events 2 and 4 a request started while
 //!   the tunnel was down ends within 300 ms of its return (what waited goes out with it), not
 //!   at the kernel's retransmission: before the shoot client put its routes in ahead of the
 //!   first packets through a new tunnel, the answers to the SYNs the servers released left the
@@ -500,22 +501,24 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_ha_event() {
         match *phase {
             "held" => {
                 problems.extend(release_problems(events, recs));
-                problems.extend(held_problems("HA", events, recs, |e, r| {
-                    // Started before the action was done: its packets could go into the process
-                    // as it died.
-                    let in_flight = r.started < e.down;
+                problems.extend(held_problems("HA", events, recs, |_, r| {
+                    // In flight as an action took place (its own event's, or the next one's
+                    // when it started just before that began): its packets could go into the
+                    // process as it died.
+                    let end = r.started + r.took;
+                    let x = events
+                        .iter()
+                        .find(|x| r.started < x.down && end > x.begin)?;
                     match &r.error {
-                    // Through shoot pod 0 as its clients died: the connection's NAT state went
-                    // with the pod (as in vpn2); the request had its connection.
-                    Some(err) => (in_flight
-                        && e.name.contains("shoot pod")
-                        && !err.starts_with("connect"))
-                    .then_some("in flight through the killed shoot pod"),
-                    // Its SYN died with the process; the kernel's retransmission carried it.
-                    None => (in_flight && r.took <= e.downtime() + SLACK + RETRANSMIT).then_some(
-                        "in flight into the killed process, carried by the kernel's retransmission",
-                    ),
-                }
+                        // Through a shoot pod as its clients died: the connection's NAT state
+                        // went with the pod (as in vpn2); the request had its connection.
+                        Some(err) => (x.name.contains("shoot pod") && !err.starts_with("connect"))
+                            .then_some("in flight through the killed shoot pod"),
+                        // Its SYN died with the process; the kernel's retransmission carried it.
+                        None => (end <= x.begin + x.downtime() + SLACK + RETRANSMIT).then_some(
+                            "in flight as a process was killed, carried by the kernel's retransmission",
+                        ),
+                    }
                 }));
             }
             "short bound" => problems.extend(short_bound_problems(&events[0], recs)),

@@ -14,7 +14,8 @@
 //! memory with the CONNECT sidecar ([`memory`]) and a client's tunnel under a flood of silent
 //! and bogus connections ([`flood`], [`flood_report`]); and the seed ingress at seed scale, our
 //! router against squid ([`ingress`], [`ingress_report`]), and the same for TLS SNI passthrough,
-//! our router against HAProxy ([`ingress::sni`]).
+//! our router against HAProxy ([`ingress::sni`]); and `vpn-router --kubernetes` with 500
+//! shoots' objects ([`kube`]).
 //!
 //! The bench builds on `conformance`: the lab it re-exports (namespaces, the throwaway PKI,
 //! tinyproxy), the demo's routing header and the flood of silent and bogus connections
@@ -25,6 +26,7 @@ pub mod flood;
 pub mod flood_report;
 pub mod ingress;
 pub mod ingress_report;
+pub mod kube;
 pub mod lab;
 pub mod measure;
 pub mod memory;

@@ -16,6 +16,10 @@
 //! 1` runs it alone in about two minutes. The SNI part (the same figures for TLS SNI
 //! passthrough: our router's `kind = "sni"` listener against HAProxy) needs `haproxy`;
 //! `--only sni --rounds 1` runs it alone.
+//!
+//! The Kubernetes part (issue 31: `vpn-router --kubernetes` against the API stand-in with 500
+//! shoots' objects: first sync, memory, change to policy) needs only `ip`; `--only kube`
+//! runs it alone in under a minute.
 
 #![allow(clippy::print_stdout)] // Printing progress and the tables is what this program is for.
 
@@ -28,6 +32,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use bench::flood_report::{self, FLOOD_HEADING};
 use bench::ingress_report::{self, INGRESS_HEADING, SNI_HEADING};
+use bench::kube::KUBE_HEADING;
 use bench::report::{self, MEMORY_HEADING};
 use bench::{Case, Cipher, Options, Pair, ProxyKind, Via};
 use clap::Parser;
@@ -84,7 +89,8 @@ struct Cli {
     #[arg(long, env = "BENCH_SMAPS_DIR")]
     smaps_dir: Option<PathBuf>,
     /// Run one part only: `matrix` (keeps the other sections already in `--out`), `memory`,
-    /// `flood`, `ingress` or `sni` (each rewrites only its section of `--out`). All by default.
+    /// `flood`, `ingress`, `sni` or `kube` (each rewrites only its section of `--out`). All by
+    /// default.
     #[arg(long, env = "BENCH_ONLY", value_enum)]
     only: Option<Part>,
     /// The memory part's loads: concurrent tunnels (streams) of each, in this order.
@@ -111,6 +117,8 @@ enum Part {
     Ingress,
     /// TLS SNI passthrough at seed scale: our router's SNI listener against HAProxy.
     Sni,
+    /// `vpn-router --kubernetes` with 500 shoots' objects (issue 31).
+    Kube,
 }
 
 fn main() -> ExitCode {
@@ -131,6 +139,7 @@ struct Parts {
     flood: bool,
     ingress: bool,
     sni: bool,
+    kube: bool,
 }
 
 impl Parts {
@@ -142,6 +151,7 @@ impl Parts {
             flood: runs(Part::Flood),
             ingress: runs(Part::Ingress),
             sni: runs(Part::Sni),
+            kube: runs(Part::Kube),
         }
     }
 }
@@ -158,7 +168,7 @@ fn run() -> anyhow::Result<()> {
     let parts = Parts::of(cli.only);
     conformance::check_lab(&required_tools(parts, &cases))
         .context("the bench needs root, /dev/net/tun and its tools")?;
-    let ours = our_binaries(cli.no_build)?;
+    let ours = our_binaries(cli.no_build, parts)?;
     let opts = Options {
         cases,
         rounds: cli.rounds,
@@ -212,6 +222,10 @@ fn run() -> anyhow::Result<()> {
             SNI_HEADING,
             parts.sni.then(|| sni_part(&opts, command)).transpose()?,
         ),
+        (
+            KUBE_HEADING,
+            parts.kube.then(|| kube_part(&opts, command)).transpose()?,
+        ),
     ];
     let md = merge_sections(md, &old, sections, parts.matrix);
     if let Some(dir) = cli.out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -249,7 +263,7 @@ fn matrix_cases(cli: &Cli) -> anyhow::Result<Vec<Case>> {
 
 /// The programs the parts that run need; of the proxies, only those some case goes through.
 fn required_tools(parts: Parts, cases: &[Case]) -> Vec<&'static str> {
-    let mut tools = vec!["openvpn", "ping"];
+    let mut tools = vec!["openvpn", "ping", "ip"];
     if parts.flood {
         tools.extend(["tinyproxy", "ss"]);
     }
@@ -274,15 +288,17 @@ fn required_tools(parts: Parts, cases: &[Case]) -> Vec<&'static str> {
 }
 
 /// The directory of our `vpn-server`, `vpn-client` and `vpn-router` (beside this program),
-/// built first unless `no_build`.
-fn our_binaries(no_build: bool) -> anyhow::Result<PathBuf> {
+/// built first unless `no_build`; with `no_build`, only the router when only router parts run.
+fn our_binaries(no_build: bool, parts: Parts) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("own path")?;
     let ours = exe.parent().context("own directory")?.to_path_buf();
     if !no_build {
         build_ours()?;
     }
+    let router_only = !(parts.matrix || parts.memory || parts.flood);
     for bin in ["vpn-server", "vpn-client", "vpn-router"] {
-        if !ours.join(bin).exists() {
+        let needed = bin == "vpn-router" || !router_only;
+        if needed && !ours.join(bin).exists() {
             bail!(
                 "{} missing (build it, or drop --no-build)",
                 ours.join(bin).display()
@@ -376,6 +392,21 @@ fn sni_part(opts: &Options, command: &str) -> anyhow::Result<String> {
     Ok(ingress_report::sni_section(
         &results,
         opts,
+        &report::Machine::current(),
+        command,
+    ))
+}
+
+/// Runs the Kubernetes part; its section.
+fn kube_part(opts: &Options, command: &str) -> anyhow::Result<String> {
+    println!(
+        "bench: kubernetes part, vpn-router --kubernetes with {} shoots' objects, {} changes",
+        bench::kube::SHOOTS,
+        bench::kube::CHANGES,
+    );
+    let sample = bench::kube::run(&opts.ours, &mut |line| println!("{line}"))?;
+    Ok(bench::kube::section(
+        &sample,
         &report::Machine::current(),
         command,
     ))

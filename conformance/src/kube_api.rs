@@ -3,15 +3,22 @@
 //! **Why a stand-in.** No Kubernetes API server can run on the test machines: none is
 //! packaged in the registries they reach, and a kind or k3s cluster needs images and a
 //! container runtime they do not have. So the tests talk to this instead: the part of the
-//! API that kube-rs's client and `kube-runtime`'s watcher use, spoken over HTTPS the way the
-//! API server speaks it, so the router runs its real client code against it.
+//! API that kube-rs's client and `kube-runtime`'s watcher use (kube 2.0: a paged list, then
+//! a watch from the list's `resourceVersion` with bookmarks, resumed from the last version
+//! seen, a list again after `410 Gone`), spoken over HTTPS the way the API server speaks it,
+//! so the router runs its real client code against it. It speaks no more of the API than
+//! that: no writes through HTTP, no label selectors, no `StreamingList`.
 //!
 //! What it serves, for the collections registered ([`Resource`], cluster-wide paths only:
 //! `/api/v1/services`, `/apis/<group>/<version>/<plural>`):
 //!
 //! * **list**: `GET <path>`: a `<Kind>List` with `metadata.resourceVersion` and every object
 //!   (each with its own `metadata.resourceVersion`); `fieldSelector=metadata.name=<n>` and
-//!   `metadata.namespace=<ns>` filter.
+//!   `metadata.namespace=<ns>` filter; `limit=<n>` pages (kube-runtime asks for 500 at a
+//!   time) with a `metadata.continue` token the next page's `continue=` hands back. Unlike
+//!   the API server, a later page shows the objects as they are then, not as of the first
+//!   page's version (which the list reports): a watch from that version replays the changes
+//!   in between, so the client ends up with the same objects.
 //! * **watch**: `GET <path>?watch=true&resourceVersion=<rv>`: a chunked stream of one JSON
 //!   event per line, `ADDED`, `MODIFIED` and `DELETED` for every change after `<rv>`,
 //!   `BOOKMARK`s (the current resourceVersion) every [`BOOKMARK_EVERY`] when
@@ -23,7 +30,10 @@
 //! * Faults: [`ApiServer::drop_connections`] cuts every open watch mid-stream (no final
 //!   chunk, as a restarted API server or a lost connection does); [`ApiServer::set_delay`]
 //!   answers every request late; [`ApiServer::expire`] forgets the history, so every watch
-//!   resumed from an older version gets `410` and lists again.
+//!   resumed from an older version gets `410` and lists again; [`ApiServer::down`] closes the
+//!   listener and every connection (connections are refused) and [`ApiServer::up`] serves
+//!   again on a new listener at the same address, with the objects and history kept (a
+//!   restarted API server whose watch cache lost the history: [`ApiServer::expire`] too).
 //!
 //! One shared resourceVersion counter, as etcd's revision: every change takes the next.
 //! Answers close the connection (`Connection: close`); the client opens a new one each time.
@@ -145,11 +155,15 @@ impl Shared {
 }
 
 /// The running stand-in; stops when dropped.
-#[derive(Debug)]
 pub struct ApiServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    acceptor: Arc<SslAcceptor>,
     stop: tokio_util::sync::CancellationToken,
+    /// The runtime the stand-in's thread drives.
+    runtime: tokio::runtime::Handle,
+    /// Stops the current listener and its connections (`down`).
+    listening: Mutex<Option<tokio_util::sync::CancellationToken>>,
     thread: Option<JoinHandle<()>>,
     kubeconfig: PathBuf,
     _dir: tempfile::TempDir,
@@ -183,8 +197,8 @@ impl ApiServer {
             cut: watch::channel(0).0,
         });
         let stop = tokio_util::sync::CancellationToken::new();
-        listener.set_nonblocking(true)?;
-        let (s, st) = (Arc::clone(&shared), stop.clone());
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+        let st = stop.clone();
         let thread = std::thread::Builder::new()
             .name("kube-api-stand-in".into())
             .spawn(move || {
@@ -192,16 +206,62 @@ impl ApiServer {
                     .enable_all()
                     .build()
                     .expect("stand-in runtime");
-                rt.block_on(serve(listener, acceptor, s, st));
+                let _ = handle_tx.send(rt.handle().clone());
+                rt.block_on(st.cancelled());
             })?;
-        Ok(ApiServer {
+        let runtime = handle_rx
+            .recv()
+            .map_err(|_| io::Error::other("the stand-in's runtime did not start"))?;
+        let server = ApiServer {
             addr,
             shared,
+            acceptor: Arc::new(acceptor),
             stop,
+            runtime,
+            listening: Mutex::new(None),
             thread: Some(thread),
             kubeconfig,
             _dir: dir,
-        })
+        };
+        server.up(listener)?;
+        Ok(server)
+    }
+
+    /// Serves on `listener` (at the stand-in's address) after [`ApiServer::down`], as a
+    /// restarted API server: the objects and the history are those of before.
+    pub fn up(&self, listener: TcpListener) -> io::Result<()> {
+        if listener.local_addr()? != self.addr {
+            return Err(io::Error::other(
+                "the stand-in comes back at its own address",
+            ));
+        }
+        listener.set_nonblocking(true)?;
+        let token = self.stop.child_token();
+        let old = self
+            .listening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(token.clone());
+        if let Some(old) = old {
+            old.cancel();
+        }
+        let (acceptor, shared) = (Arc::clone(&self.acceptor), Arc::clone(&self.shared));
+        self.runtime
+            .spawn(async move { serve(listener, acceptor, shared, token).await });
+        Ok(())
+    }
+
+    /// Stops serving, as an API server that goes away: the listener is closed (connecting
+    /// is refused) and every open connection is closed mid-answer.
+    pub fn down(&self) {
+        let token = self
+            .listening
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(token) = token {
+            token.cancel();
+        }
     }
 
     /// Its address.
@@ -289,6 +349,15 @@ impl ApiServer {
     }
 }
 
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("addr", &self.addr)
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for ApiServer {
     fn drop(&mut self) {
         self.stop.cancel();
@@ -339,14 +408,13 @@ fn kubeconfig_text(addr: SocketAddr, ca_pem: &[u8], token: &str) -> String {
 
 async fn serve(
     listener: TcpListener,
-    acceptor: SslAcceptor,
+    acceptor: Arc<SslAcceptor>,
     shared: Arc<Shared>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
-    let acceptor = Arc::new(acceptor);
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => return,
@@ -423,18 +491,60 @@ async fn answer(tls: &mut Tls, shared: &Shared) -> io::Result<()> {
     if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) {
         return watch_stream(tls, shared, resource, &query, &filter).await;
     }
+    let page = Page::of(&query);
     let body = {
         let world = shared.world();
         let (_, c) = &world.collections[resource.path];
-        let items: Vec<&Value> = c.objects.values().filter(|o| filter.admits(o)).collect();
+        let rv = page.rv.unwrap_or(world.rv);
+        let items: Vec<&Value> = c
+            .objects
+            .values()
+            .filter(|o| filter.admits(o))
+            .skip(page.offset)
+            .collect();
+        let (items, more) = match page.limit {
+            Some(limit) if items.len() > limit => (&items[..limit], true),
+            _ => (&items[..], false),
+        };
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if more {
+            metadata["continue"] = json!(format!("{rv}-{}", page.offset + items.len()));
+        }
         json!({
             "apiVersion": resource.api_version,
             "kind": format!("{}List", resource.kind),
-            "metadata": {"resourceVersion": world.rv.to_string()},
+            "metadata": metadata,
             "items": items,
         })
     };
     respond(tls, 200, &body).await
+}
+
+/// A list request's page: `limit`, and where `continue` says the previous page ended (the
+/// token is `<first page's version>-<objects before>`).
+#[derive(Debug, Default)]
+struct Page {
+    limit: Option<usize>,
+    rv: Option<u64>,
+    offset: usize,
+}
+
+impl Page {
+    fn of(query: &BTreeMap<String, String>) -> Page {
+        let limit = query
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .filter(|l| *l > 0);
+        let token = query.get("continue").and_then(|t| {
+            let (rv, offset) = t.split_once('-')?;
+            Some((rv.parse().ok()?, offset.parse().ok()?))
+        });
+        Page {
+            limit,
+            rv: token.map(|(rv, _)| rv),
+            offset: token.map_or(0, |(_, offset)| offset),
+        }
+    }
 }
 
 async fn respond(tls: &mut Tls, code: u16, body: &Value) -> io::Result<()> {

@@ -29,6 +29,8 @@
 //! * [`sidecar_lab`] - our CONNECT sidecar started in process inside a lab namespace, with
 //!   `lab::sidecar_client` (certificates, a namespaced runtime, an mTLS CONNECT client, a
 //!   connection recorder and a metrics scrape) re-exported.
+//! * [`tunnel_lab`] - the seed–shoot–pod namespaces with our server and client's settings
+//!   for the in-process tunnel tests (`sidecar_tunnel`, `hold_reconnect`).
 //! * [`connect_acceptor`] - a minimal CONNECT proxy (strict head, an optional required header,
 //!   a fixed or requested upstream) standing in for a gateway or corporate proxy.
 //! * [`demo`] - the demo: seed, ingress proxy, shoot and pod namespaces, our server and client,
@@ -44,7 +46,8 @@
 //!   in a lab namespace (the `preauth_*` tests and the bench's flood part).
 //! * [`kube_api`] - a stand-in for the Kubernetes API server (list, watch with bookmarks,
 //!   `410 Gone`, cut connections, slow answers, over HTTPS) for `vpn-router --kubernetes`:
-//!   no API server can run on the test machines.
+//!   no API server can run on the test machines; [`kube_objects`] - the objects Gardener and
+//!   the ACL extension create for a shoot, as the stand-in serves them.
 //! * [`wait`] - polling a lab until a check holds, with a limit and a panic naming what never
 //!   happened.
 //!
@@ -58,12 +61,14 @@ pub mod echo;
 pub mod flood;
 pub mod gardener;
 pub mod kube_api;
+pub mod kube_objects;
 pub mod matrix;
 pub mod our_client;
 pub mod our_server;
 pub mod our_settings;
 pub mod probe;
 pub mod sidecar_lab;
+pub mod tunnel_lab;
 pub mod wait;
 
 pub use lab::{

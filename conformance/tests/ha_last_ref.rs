@@ -140,46 +140,16 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
     write_secrets(&pki, root).expect("secrets");
     l.start_echo().expect("echo");
 
-    for (i, ns) in l.kapi.iter().enumerate() {
-        let mut e = PODS.networks();
-        e.extend([
-            ("IS_HA", "true".into()),
-            ("HA_VPN_SERVERS", "2".into()),
-            ("HA_VPN_CLIENTS", "2".into()),
-        ]);
-        Spec::new(&format!("kapi{i}-init"), &bins.client, &["setup"], env(&e))
-            .run(ns, root)
-            .expect("kube-apiserver init");
-    }
-    for (p, ns) in l.shoot.iter().enumerate() {
-        let e = [
-            ("IS_SHOOT_CLIENT", "true".into()),
-            ("IS_HA", "true".into()),
-            ("POD_NAME", format!("vpn-shoot-{p}")),
-        ];
-        Spec::new(&format!("shoot{p}-init"), &bins.client, &["setup"], env(&e))
-            .run(ns, root)
-            .expect("shoot init");
-    }
-    let router_toml = root.join("router.toml");
-    std::fs::write(&router_toml, PODS.router_config()).expect("lab step");
-    let router_args = ["--config", router_toml.to_str().expect("path")];
-    let ingress = Spec::new("ingress", &bins.router, &router_args, Vec::new())
-        .start(&l.ingress, root)
-        .expect("router");
-    ingress
-        .wait_log("router listening", UP)
+    PODS.run_inits(&bins, &l, root).expect("init containers");
+    let ingress = PODS
+        .start_ingress(&bins, &l.ingress, root, UP)
         .expect("router listening");
     let mut running: Vec<Container<'_>> = Vec::new();
     for i in 0..2 {
-        let server = PODS
-            .server_spec(&bins, root, i)
-            .start(&l.server[i], root)
-            .expect("server");
-        server
-            .wait_log("Initialization Sequence Completed", UP)
-            .expect("server up");
-        running.push(server);
+        running.push(
+            PODS.start_server(&bins, &l.server[i], root, i, UP)
+                .expect("server up"),
+        );
         let exporter_env = env(&[
             ("OPENVPN_STATUS_PATH", status_path(root, i)),
             ("VPN_SERVER_LOG", "error".into()),
@@ -192,20 +162,18 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
                 .expect("exporter"),
         );
     }
-    for p in 0..2 {
-        for i in 0..2 {
-            running.push(
-                PODS.shoot_client_spec(&bins, root, p, i)
-                    .start(&l.shoot[p], root)
-                    .expect("shoot client"),
-            );
-            running.push(
-                PODS.seed_client_spec(&bins, root, p, i)
-                    .start(&l.kapi[p], root)
-                    .expect("seed client"),
-            );
-        }
-    }
+    running.extend(
+        PODS.start_shoot_clients(&bins, &l, root)
+            .expect("shoot client")
+            .into_iter()
+            .flatten(),
+    );
+    running.extend(
+        PODS.start_seed_clients(&bins, &l, root)
+            .expect("seed client")
+            .into_iter()
+            .flatten(),
+    );
     wait_until("every client connected to both servers", UP, || {
         (0..2).all(|i| {
             std::fs::read_to_string(status_path(root, i)).is_ok_and(|s| connected(&s) == CLIENTS)

@@ -31,26 +31,17 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use conformance::netns::Netns;
 use conformance::require_lab;
 use conformance::sidecar_lab::{
-    config, connect_status, connector, metric, ns_runtime, scrape, tls, Pki, VPN_CLIENT_CN, WAIT,
+    config, connect_status, connector, metric, ns_runtime, scrape, tls, Pki, WAIT,
 };
-use ipnet::IpNet;
-use pki::tls::{control_channel_server, PeerPolicy};
-use protocol::digest::Digest;
-use protocol::key::KeyDirection;
-use protocol::session::{ControlProtection, Keepalive};
+use conformance::tunnel_lab::{
+    client_settings, server_settings, wait_route, TunnelLab, POD_ADDR, POD_NETWORK, POD_PORT,
+};
 use sidecar::{RouteCheck, Sidecar};
-use vpn_client::{CancellationToken, Remote, TlsMaterial};
-use vpn_server::{ClientOptions, ClientRoutes, Server, Settings};
+use vpn_client::CancellationToken;
+use vpn_server::Server;
 
-const SEED_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 1);
-const SHOOT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 250, 0, 2);
-const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(100, 96, 0, 1);
-const POD_ADDR: Ipv4Addr = Ipv4Addr::new(100, 96, 0, 10);
-const POD_NETWORK: &str = "100.96.0.0/24";
-const POD_PORT: u16 = 8080;
 /// The server's hold of packets from its tun device.
 const SERVER_HOLD: Duration = Duration::from_secs(4);
 /// The hold of the "held" and "alone" sidecars.
@@ -63,72 +54,6 @@ const DOWN: Duration = Duration::from_secs(2);
 const AFTER_RETURN: Duration = Duration::from_secs(1);
 /// What the pod answers on each connection.
 const HELLO: &[u8] = b"pod says hello\n";
-
-fn server_settings(pki: &Pki, tls_auth: &protocol::key::Key2) -> Settings {
-    let policy = PeerPolicy::client_peer();
-    let ctx = control_channel_server(&pki.server, &pki.bundle, &policy).expect("server context");
-    let mut s = Settings::new(
-        ctx,
-        Arc::new(policy),
-        ControlProtection::TlsAuth {
-            key: tls_auth.clone(),
-            direction: KeyDirection::Normal,
-            digest: Digest::Sha256,
-        },
-    );
-    let pod: IpNet = POD_NETWORK.parse().expect("net");
-    s.listen = vec![SocketAddr::from(([0u16; 8], 1194))];
-    s.auth = Digest::Sha256;
-    s.keepalive = Some(Keepalive {
-        ping: 10,
-        ping_restart: 60,
-    });
-    s.routes = vec![pod];
-    s.clients.insert(
-        VPN_CLIENT_CN.into(),
-        ClientOptions {
-            iroutes: vec![pod],
-            ..ClientOptions::default()
-        },
-    );
-    s.drain_timeout = Duration::from_secs(2);
-    s.hold_timeout = SERVER_HOLD;
-    s
-}
-
-fn client_settings(pki: &Pki, tls_auth: &protocol::key::Key2) -> vpn_client::Settings {
-    let mut s = vpn_client::Settings::new(
-        vec![Remote::new(SEED_ADDR.to_string(), 1194)],
-        TlsMaterial::Pem {
-            ca: pki.bundle.to_pem().expect("pem"),
-            cert: pki.vpn_client.chain_pem().expect("pem"),
-            key: pki.vpn_client.key_pem().expect("pem"),
-            peer: PeerPolicy::server_peer(),
-        },
-        ControlProtection::TlsAuth {
-            key: tls_auth.clone(),
-            direction: KeyDirection::Inverse,
-            digest: Digest::Sha256,
-        },
-    );
-    s.auth = Digest::Sha256;
-    s.connect_retry = Duration::from_secs(1);
-    s.connect_retry_max = Duration::from_secs(2);
-    s
-}
-
-/// Waits (bounded) until `routes` says `want` for the pod address; when it did.
-fn wait_route(routes: &ClientRoutes, want: bool) -> Instant {
-    let deadline = Instant::now() + WAIT;
-    while routes.has_route(POD_ADDR.into()) != want {
-        assert!(
-            Instant::now() < deadline,
-            "the server's client routes never became {want}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    Instant::now()
-}
 
 /// A CONNECT to the pod through the sidecar at `port`: its status, what the pod sent, and
 /// when the answer came.
@@ -178,39 +103,18 @@ fn requests_started_while_the_tunnel_reconnects_wait_for_it_and_fail_only_at_the
     require_lab(&[]);
     let pki = Pki::generate();
     let tls_auth = protocol::static_key::generate(&mut rand_core::OsRng);
-    let seed = Netns::new().expect("seed");
-    let shoot = Netns::new().expect("shoot");
-    let pod = Netns::new().expect("pod");
-    Netns::veth_pair(&seed, "seed-shoot", &shoot, "shoot-seed").expect("veth");
-    Netns::veth_pair(&shoot, "shoot-pod", &pod, "pod0").expect("veth");
-    let addresses: [(&Netns, String, &str); 4] = [
-        (&seed, format!("{SEED_ADDR}/30"), "seed-shoot"),
-        (&shoot, format!("{SHOOT_ADDR}/30"), "shoot-seed"),
-        (&shoot, format!("{POD_GATEWAY}/24"), "shoot-pod"),
-        (&pod, format!("{POD_ADDR}/24"), "pod0"),
-    ];
-    for (ns, cidr, dev) in &addresses {
-        ns.run(["ip", "addr", "add", cidr, "dev", dev])
-            .expect("address");
-    }
-    pod.run([
-        "ip",
-        "route",
-        "add",
-        "default",
-        "via",
-        &POD_GATEWAY.to_string(),
-    ])
-    .expect("route");
-    shoot
-        .run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
-        .expect("forwarding");
+    let TunnelLab { seed, shoot, pod } = TunnelLab::new();
 
     // SEED: the server and three sidecars on one runtime.
     let seed_rt = ns_runtime(&seed);
     let seed_token = CancellationToken::new();
     let (ready_tx, ready_rx) = mpsc::channel();
-    let settings = server_settings(&pki, &tls_auth);
+    let settings = server_settings(
+        &pki,
+        &tls_auth,
+        &[POD_NETWORK.parse().expect("net")],
+        SERVER_HOLD,
+    );
     let mut held_config = config(
         &pki,
         vec!["127.0.0.1:9443".parse().expect("addr")],

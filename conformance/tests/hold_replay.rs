@@ -54,18 +54,19 @@
 #![allow(clippy::too_many_lines)]
 #![allow(clippy::unwrap_used)] // test: a failed unwrap is a failed test
 
-use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use conformance::gardener::capture::Capture;
 use conformance::gardener::checks::{self, Egress, KUBELET_PORT, SIDECAR_PORT, WEBHOOK_PORT};
 use conformance::gardener::landscape::{Landscape, NODE, SEED_POD, WEBHOOK};
+use conformance::gardener::load::{
+    self, exchange, held_problems, ms, old_problems, report, tcp_request, to_shoot_filter, Event,
+    Kind, Pinger, Rec,
+};
 use conformance::gardener::pods::{
     run_init_containers, seed_server_spec, start_ingress, start_until, vpn_shoot_spec, Binaries,
     Container, Mounts, SidecarMode, Spec, SERVER_READY, SIDECAR_IDS,
@@ -78,8 +79,6 @@ use conformance::require_lab;
 const ENVOY_YAML: &str = include_str!("../../sidecar/fixtures/gardener-envoy.yaml");
 /// Namespaces of this test.
 const PREFIX: &str = "vpnt-rp";
-/// How often each kind of request starts.
-const INTERVAL: Duration = Duration::from_millis(100);
 /// How long one request may take in all.
 const REQUEST_BOUND: Duration = Duration::from_secs(25);
 /// At most this many requests per path and phase.
@@ -90,8 +89,6 @@ const SHORT: Duration = Duration::from_millis(1500);
 const AWAY: Duration = Duration::from_secs(4);
 /// How long the uplink is cut.
 const CUT: Duration = Duration::from_secs(5);
-/// What a request may take beyond the tunnel's downtime.
-const SLACK: Duration = Duration::from_secs(1);
 /// How long the tunnel may take to come back after an event.
 const BACK: Duration = Duration::from_secs(30);
 /// Quiet time after the tunnel is back, before the next event.
@@ -104,71 +101,17 @@ const NODE_MAPPED: Ipv4Addr = Ipv4Addr::new(242, 0, 0, 5);
 /// Packets to the shoot that must never leave the seed pod or the kube-apiserver pod but by
 /// the tunnel; the seed's own pods (`100.96.0-2.x`, which overlap the shoot's pod network)
 /// are where the sidecar's answers, the ingress's connections and the router legitimately go.
-const TO_SHOOT: &str = "(dst net 242.0.0.0/7 or dst net 244.0.0.0/8 or dst net 100.64.0.0/13 \
-     or dst net 10.250.0.0/16 or dst net fd00:96::/48 or dst net fd00:64::/112 \
-     or dst net fd00:250::/48 or dst host 100.96.20.20 or dst host 100.96.10.10)";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Exec,
-    Webhook,
-}
-
-#[derive(Debug, Clone)]
-struct Rec {
-    kind: Kind,
-    started: Instant,
-    took: Duration,
-    error: Option<String>,
-}
-
-/// The start times of the requests still running: an event begins only once every request
-/// started before it has ended, so a request is judged against the event it started in and
-/// not against the next one's downtime.
-#[derive(Debug, Default)]
-struct InFlight(Mutex<Vec<Instant>>);
-
-impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Instant>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn begin(&self) -> Instant {
-        let now = Instant::now();
-        self.lock().push(now);
-        now
-    }
-
-    fn end(&self, started: Instant) {
-        let mut running = self.lock();
-        if let Some(i) = running.iter().position(|&s| s == started) {
-            running.swap_remove(i);
-        }
-    }
-
-    /// Waits until no request started before now is running (a stuck one fails its own
-    /// bound: this waits no longer than that).
-    fn quiesce(&self) {
-        let now = Instant::now();
-        let deadline = now + REQUEST_BOUND + SLACK;
-        while self.lock().iter().any(|&s| s < now) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Event {
-    name: String,
-    /// Before its action.
-    begin: Instant,
-    /// Its action done (the process gone, the link down).
-    down: Instant,
-    /// The first echo reply sent after `down` arrived.
-    back: Instant,
-    /// The in-process sidecar's listener was gone from `begin` until this.
-    sidecar_back: Option<Instant>,
-}
+const TO_SHOOT_NETS: [&str; 7] = [
+    "242.0.0.0/7",
+    "244.0.0.0/8",
+    "100.64.0.0/13",
+    "10.250.0.0/16",
+    "fd00:96::/48",
+    "fd00:64::/112",
+    "fd00:250::/48",
+];
+/// The shoot pods' addresses used here (in the seed's own pod range).
+const TO_SHOOT_HOSTS: [&str; 2] = ["100.96.20.20", "100.96.10.10"];
 
 /// What one path's run saw.
 #[derive(Debug)]
@@ -180,123 +123,16 @@ struct Run {
     logs: tempfile::TempDir,
 }
 
-/// The `ping` through the tunnel: its output file and the clock pairing to read it.
-struct Pinger {
-    out: PathBuf,
-    epoch: (Instant, SystemTime),
-}
-
-impl Pinger {
-    fn start(ns: &Netns, dir: &Path) -> Pinger {
-        let out = dir.join("ping.out");
-        let file = std::fs::File::create(&out).unwrap();
-        let mut cmd = ns.command("stdbuf");
-        // At most 15000 echoes (300 s). No `-w`: with a deadline, ping ends at its first
-        // ICMP error (the server's host unreachable at a short bound).
-        cmd.args(["-oL", "ping", "-D", "-n", "-i", "0.02", "-c", "15000"])
-            .arg(NODE_MAPPED.to_string())
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(Stdio::null());
-        ns.spawn(&mut cmd).unwrap();
-        Pinger {
-            out,
-            epoch: (Instant::now(), SystemTime::now()),
+/// The kube-apiserver's load until `stop`: both kinds every [`load::INTERVAL`].
+fn run_load(l: &Landscape, egress: &Egress, stop: &AtomicBool) -> Vec<Rec> {
+    load::load(stop, MAX_REQUESTS, Duration::from_secs(200), |kind, n| {
+        match kind {
+            Kind::Exec => l.kube_apiserver.run_in(|| exec(egress, n)),
+            Kind::Webhook => l.seed_pod.run_in(|| webhook(n)),
         }
-    }
-
-    /// The first reply to an echo sent after `after`: when it arrived.
-    fn back_after(&self, after: Instant) -> Option<Instant> {
-        let text = std::fs::read_to_string(&self.out).ok()?;
-        let (i0, s0) = self.epoch;
-        let base = s0.duration_since(UNIX_EPOCH).ok()?.as_secs_f64();
-        let since = after.saturating_duration_since(i0).as_secs_f64();
-        text.lines().find_map(|line| {
-            let ts: f64 = line.strip_prefix('[')?.split(']').next()?.parse().ok()?;
-            let ms: f64 = line
-                .split("time=")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .parse()
-                .ok()?;
-            let received = ts - base;
-            let sent = received - ms / 1e3;
-            (sent > since && received >= 0.0)
-                .then(|| i0 + Duration::from_secs_f64(received.max(0.0)))
-        })
-    }
-
-    fn wait_back(&self, after: Instant, what: &str) -> Instant {
-        let deadline = Instant::now() + BACK;
-        loop {
-            if let Some(at) = self.back_after(after) {
-                return at;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: the tunnel never came back"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// The kube-apiserver's load until `stop`: both kinds every [`INTERVAL`].
-fn load(l: &Landscape, egress: &Egress, stop: &AtomicBool, inflight: &InFlight) -> Vec<Rec> {
-    let recs = Mutex::new(Vec::new());
-    let begun = Instant::now();
-    std::thread::scope(|s| {
-        let mut next = Instant::now();
-        let mut count = 0usize;
-        while !stop.load(Ordering::Relaxed)
-            && begun.elapsed() < Duration::from_secs(200)
-            && count < MAX_REQUESTS
-        {
-            for kind in [Kind::Exec, Kind::Webhook] {
-                count += 1;
-                let recs = &recs;
-                s.spawn(move || {
-                    let started = inflight.begin();
-                    let outcome = match kind {
-                        Kind::Exec => l.kube_apiserver.run_in(|| exec(egress, count)),
-                        Kind::Webhook => l.seed_pod.run_in(|| webhook(count)),
-                    }
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r);
-                    let took = started.elapsed();
-                    inflight.end(started);
-                    recs.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(Rec {
-                            kind,
-                            started,
-                            took,
-                            error: outcome.err(),
-                        });
-                });
-            }
-            next += INTERVAL;
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        }
-    });
-    recs.into_inner().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A line there and back on `s`.
-fn exchange(s: &mut (impl Read + Write), n: usize) -> Result<(), String> {
-    let line = format!("request {n}\n");
-    s.write_all(line.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut back = vec![0u8; line.len()];
-    s.read_exact(&mut back).map_err(|e| format!("read: {e}"))?;
-    if back != line.as_bytes() {
-        return Err(format!(
-            "echo differs: {:?}",
-            String::from_utf8_lossy(&back)
-        ));
-    }
-    Ok(())
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+    })
 }
 
 fn exec(egress: &Egress, n: usize) -> Result<(), String> {
@@ -307,19 +143,11 @@ fn exec(egress: &Egress, n: usize) -> Result<(), String> {
 }
 
 fn webhook(n: usize) -> Result<(), String> {
-    let target = SocketAddr::from((WEBHOOK_MAPPED, WEBHOOK_PORT));
-    let mut s = TcpStream::connect_timeout(&target, REQUEST_BOUND).map_err(|e| {
-        format!(
-            "connect: {e}{}",
-            if e.kind() == ErrorKind::HostUnreachable {
-                " (EHOSTUNREACH)"
-            } else {
-                ""
-            }
-        )
-    })?;
-    let _ = s.set_read_timeout(Some(REQUEST_BOUND));
-    exchange(&mut s, n)
+    tcp_request(
+        SocketAddr::from((WEBHOOK_MAPPED, WEBHOOK_PORT)),
+        REQUEST_BOUND,
+        n,
+    )
 }
 
 /// The seed pod's sidecar (in the server's process, or Envoy mode beside it).
@@ -402,7 +230,6 @@ struct Ctx<'a, 'ns> {
     logs: &'a Path,
     mode: SidecarMode,
     pinger: &'a Pinger,
-    inflight: &'a InFlight,
     seed: Seed<'ns>,
     client: Container<'ns>,
     ingress: Container<'ns>,
@@ -439,10 +266,9 @@ impl<'ns> Ctx<'_, 'ns> {
     /// One event: `action` brings the tunnel down (and may restart what it stopped); then the
     /// tunnel's return and a quiet moment.
     fn event(&mut self, name: &str, action: impl FnOnce(&mut Self) -> Instant) -> Event {
-        self.inflight.quiesce();
         let begin = Instant::now();
         let down = action(self);
-        let sidecar_back = (self.mode == SidecarMode::InProcess && name.starts_with("server"))
+        let listener_back = (self.mode == SidecarMode::InProcess && name.starts_with("server"))
             .then(|| wait_listening(&self.l.seed_pod, &self.seed.server));
         let back = self.pinger.wait_back(down, name);
         std::thread::sleep(SETTLE);
@@ -451,7 +277,8 @@ impl<'ns> Ctx<'_, 'ns> {
             begin,
             down,
             back,
-            sidecar_back,
+            listener_back,
+            gap: Duration::ZERO,
         }
     }
 
@@ -533,9 +360,10 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         .start(&l.vpn_shoot, logs)
         .unwrap();
     checks::wait_tunnel(&l, BACK).expect("tunnel up");
-    let pinger = Pinger::start(&l.seed_pod, logs);
+    let pinger = Pinger::start(&l.seed_pod, logs, NODE_MAPPED, BACK).expect("ping");
     pinger.wait_back(Instant::now(), "first");
 
+    let to_shoot = to_shoot_filter(&TO_SHOOT_NETS, &TO_SHOOT_HOSTS);
     let captures: Vec<(String, Capture<'_>)> = [
         ("seed pod", &l.seed_pod, "eth0"),
         ("seed pod", &l.seed_pod, "lo"),
@@ -546,12 +374,11 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
     .map(|(pod, ns, iface)| {
         (
             format!("{pod} {iface}"),
-            Capture::start(ns, iface, TO_SHOOT).expect("capture"),
+            Capture::start(ns, iface, &to_shoot).expect("capture"),
         )
     })
     .collect();
 
-    let inflight = InFlight::default();
     let mut ctx = Ctx {
         l: &l,
         bins,
@@ -559,7 +386,6 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         logs,
         mode,
         pinger: &pinger,
-        inflight: &inflight,
         seed: Seed { server, envoy },
         client,
         ingress,
@@ -573,7 +399,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         }
         let stop = AtomicBool::new(false);
         let (events, recs) = std::thread::scope(|s| {
-            let loader = s.spawn(|| load(&l, &egress, &stop, &inflight));
+            let loader = s.spawn(|| run_load(&l, &egress, &stop));
             std::thread::sleep(Duration::from_secs(1));
             let events = if phase == "short bound" {
                 let logs = ctx.logs;
@@ -607,48 +433,6 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
     }
 }
 
-/// The requests that started in `e`'s window (until `next`).
-fn window<'r>(recs: &'r [Rec], e: &Event, next: Option<Instant>) -> Vec<&'r Rec> {
-    recs.iter()
-        .filter(|r| r.started >= e.begin && next.is_none_or(|n| r.started < n))
-        .collect()
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1e3)
-}
-
-/// Prints the figures of a phase; returns its failures with the events they started in.
-fn report(path: &str, phase: &str, events: &[Event], recs: &[Rec]) -> Vec<(String, Rec)> {
-    let mut failures = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        let mine = window(recs, e, events.get(i + 1).map(|n| n.begin));
-        let failed: Vec<&&Rec> = mine.iter().filter(|r| r.error.is_some()).collect();
-        let longest = mine.iter().map(|r| r.took).max().unwrap_or_default();
-        let per_kind = |k: Kind| {
-            let of: Vec<&&Rec> = mine.iter().filter(|r| r.kind == k).collect();
-            let f = of.iter().filter(|r| r.error.is_some()).count();
-            let long = of.iter().map(|r| r.took).max().unwrap_or_default();
-            format!("{} started, {f} failed, longest {}", of.len(), ms(long))
-        };
-        eprintln!(
-            "hold figure: {path} | {phase} | {} | {} started, {} failed, longest wait {} | \
-             tunnel down {} | exec: {} | webhook: {}",
-            e.name,
-            mine.len(),
-            failed.len(),
-            ms(longest),
-            ms(e.back - e.begin),
-            per_kind(Kind::Exec),
-            per_kind(Kind::Webhook),
-        );
-        for r in failed {
-            failures.push((e.name.clone(), (**r).clone()));
-        }
-    }
-    failures
-}
-
 #[test]
 fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
     require_lab(&["nft", "tcpdump", "setpriv", "ping", "stdbuf"]);
@@ -668,48 +452,18 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
             let failures = report(run.path, phase, events, recs);
             match *phase {
                 "held" => {
-                    for (i, e) in events.iter().enumerate() {
-                        let next = events.get(i + 1).map(|n| n.begin);
-                        let mine = window(recs, e, next);
-                        let down = e.back - e.begin;
-                        for r in &mine {
-                            let Some(err) = &r.error else {
-                                if r.took > down + SLACK {
-                                    problems.push(format!(
-                                        "{} {}: a {:?} request took {}, the tunnel was down {}",
-                                        run.path,
-                                        e.name,
-                                        r.kind,
-                                        ms(r.took),
-                                        ms(down)
-                                    ));
-                                }
-                                continue;
-                            };
-                            // The in-process sidecar went with its server: refused at the
-                            // sidecar's port while no process listened.
-                            let sidecar_gone = e.sidecar_back.is_some_and(|b| r.started < b)
-                                && r.kind == Kind::Exec
-                                && (err.contains(
-                                    "sidecar 100.96.0.10:9443: connect: Connection refused",
-                                ) || err.contains("sidecar 100.96.0.10:9443: TLS handshake")
-                                    || err.contains("closed without an answer"));
-                            if sidecar_gone {
-                                eprintln!(
-                                    "hold figure: {} | held | {}: refused with its sidecar's process gone: {err}",
-                                    run.path, e.name
-                                );
-                            } else {
-                                problems.push(format!(
-                                    "{} {}: a {:?} request failed after {}: {err}",
-                                    run.path,
-                                    e.name,
-                                    r.kind,
-                                    ms(r.took)
-                                ));
-                            }
-                        }
-                    }
+                    problems.extend(held_problems(run.path, events, recs, |e, r| {
+                        let err = r.error.as_deref()?;
+                        // The in-process sidecar went with its server: refused at the
+                        // sidecar's port while no process listened.
+                        let sidecar_gone = e.listener_back.is_some_and(|b| r.started < b)
+                            && r.kind == Kind::Exec
+                            && (err
+                                .contains("sidecar 100.96.0.10:9443: connect: Connection refused")
+                                || err.contains("sidecar 100.96.0.10:9443: TLS handshake")
+                                || err.contains("closed without an answer"));
+                        sidecar_gone.then_some("refused with its sidecar's process gone")
+                    }));
                 }
                 "short bound" => {
                     let e = &events[0];
@@ -762,35 +516,7 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
                         }
                     }
                 }
-                _ => {
-                    for (event, r) in &failures {
-                        eprintln!(
-                            "hold figure: {} | old | {event}: a {:?} request failed after {}: {}",
-                            run.path,
-                            r.kind,
-                            ms(r.took),
-                            r.error.as_deref().unwrap_or("")
-                        );
-                    }
-                    // Off means no hold: what fails, fails at once (or at the kernel's
-                    // first SYN retransmit, 1 s, when the first SYN met no server).
-                    for (event, r) in &failures {
-                        if r.took > SLACK * 2 {
-                            problems.push(format!(
-                                "{} old {event}: a {:?} request failed only after {}",
-                                run.path,
-                                r.kind,
-                                ms(r.took)
-                            ));
-                        }
-                    }
-                    if failures.is_empty() {
-                        problems.push(format!(
-                            "{}: with the holds off no request failed",
-                            run.path
-                        ));
-                    }
-                }
+                _ => problems.extend(old_problems(run.path, &failures)),
             }
         }
         for p in &run.leaked {

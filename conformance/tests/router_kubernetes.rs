@@ -11,6 +11,11 @@
 //!
 //! Each Service's cluster IP is an address of SEED with a recording echo server on the
 //! Service's port, greeting with its name.
+//!
+//! The stand-in also misbehaves as an API server does: it goes away and comes back (with the
+//! same objects, and with one changed meanwhile and its history lost), answers `410 Gone`,
+//! cuts its watches and answers slowly. Through each, an open tunnel keeps passing bytes,
+//! new tunnels keep routing, and the change made meanwhile is in force after recovery.
 
 mod router_common;
 
@@ -18,75 +23,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use conformance::kube_api::{self, ApiServer};
+use conformance::kube_objects::{
+    acl, cluster, infrastructure, service, sni_objects, vpn_value as vpn, GATEWAY_LABELS, ISTIO_NS,
+};
 use router_common::{connect, status, Client, Lab, SEED, SHOOT_A, SHOOT_B};
-use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use vpn_router::kubernetes::{Options, Settings};
 use vpn_router::Router;
 
-const ISTIO_NS: &str = "istio-ingress";
 /// What the issue asks: a change in force for new connections within this.
 const IN_FORCE: Duration = Duration::from_secs(2);
-
-fn service(ip: Ipv4Addr, ns: &str, name: &str, ports: &[u16]) -> Value {
-    let ports: Vec<Value> = ports.iter().map(|p| json!({"port": p})).collect();
-    json!({
-        "metadata": {"namespace": ns, "name": name,
-                     "annotations": {"networking.istio.io/exportTo": ISTIO_NS}},
-        "spec": {"type": "ClusterIP", "clusterIP": ip.to_string(), "ports": ports},
-    })
-}
-
-fn cluster(ns: &str, shoot: &str, hibernated: bool) -> Value {
-    json!({
-        "metadata": {"name": ns},
-        "spec": {
-            "shoot": {
-                "metadata": {"name": shoot, "namespace": "garden-p"},
-                "spec": {"networking": {"nodes": "10.180.0.0/16"},
-                         "provider": {"workers": [{"name": "w"}]},
-                         "hibernation": {"enabled": hibernated}},
-                "status": {"isHibernated": hibernated, "technicalID": ns,
-                           "advertisedAddresses": [{"name": "external",
-                                                    "url": format!("https://api.{shoot}.p.example.com")}]},
-            },
-            "seed": {"spec": {"networks": {"nodes": "10.250.0.0/16", "pods": "10.96.0.0/11"}}},
-        },
-    })
-}
-
-fn acl(ns: &str, cidrs: &[&str]) -> Value {
-    json!({
-        "metadata": {"namespace": ns, "name": "acl"},
-        "spec": {"type": "acl",
-                 "providerConfig": {"rule": {"action": "ALLOW", "type": "remote_ip", "cidrs": cidrs}}},
-    })
-}
-
-fn infrastructure(ns: &str, shoot: &str) -> Value {
-    json!({"metadata": {"namespace": ns, "name": shoot},
-           "status": {"egressCIDRs": ["203.0.113.10/32"]}})
-}
-
-fn sni_objects(api: &ApiServer, ns: &str, hosts: &[&str]) {
-    api.apply(
-        kube_api::GATEWAY,
-        json!({"metadata": {"namespace": ns, "name": "kube-apiserver"},
-               "spec": {"selector": {"app": "istio-ingressgateway", "istio": "ingressgateway",
-                                     "istio-role": "seed"},
-                        "servers": [{"port": {"number": 443, "name": "tls", "protocol": "TLS"},
-                                     "tls": {"mode": "PASSTHROUGH"}, "hosts": hosts}]}}),
-    );
-    api.apply(
-        kube_api::VIRTUAL_SERVICE,
-        json!({"metadata": {"namespace": ns, "name": "kube-apiserver"},
-               "spec": {"hosts": hosts, "gateways": ["kube-apiserver"], "exportTo": [ISTIO_NS],
-                        "tls": [{"match": [{"port": 443, "sniHosts": hosts}],
-                                 "route": [{"destination": {
-                                     "host": format!("kube-apiserver.{ns}.svc.cluster.local"),
-                                     "port": {"number": 443}}}]}]}}),
-    );
-}
 
 /// An echo server on `ip:port` in SEED greeting with `name`.
 fn upstream(lab: &Lab, ip: Ipv4Addr, port: u16, name: &str) {
@@ -116,13 +62,6 @@ fn tunnel(
         rest.extend(c.read_until(b"\n"));
     }
     (code, c, String::from_utf8_lossy(&rest).into_owned())
-}
-
-fn vpn(ns: &str, replica: Option<u8>) -> String {
-    match replica {
-        None => format!("outbound|1194||vpn-seed-server.{ns}.svc.cluster.local"),
-        Some(i) => format!("outbound|1194||vpn-seed-server-{i}.{ns}.svc.cluster.local"),
-    }
 }
 
 /// Polls `check` until it holds, at most `limit`; the time it took.
@@ -163,14 +102,10 @@ fn start_router(
         kubeconfig: Some(api.kubeconfig().to_owned()),
         settings: Settings {
             namespace: ISTIO_NS.into(),
-            labels: [
-                ("app", "istio-ingressgateway"),
-                ("istio", "ingressgateway"),
-                ("istio-role", "seed"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
+            labels: GATEWAY_LABELS
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             additional_allowed: vec![],
         },
     };
@@ -220,11 +155,37 @@ fn admin_get(lab: &Lab, admin: SocketAddr, path: &str) -> Option<u16> {
     status(&out)
 }
 
-#[test]
-fn routes_follow_the_objects_acl_changes_apply_within_2s_and_a_410_costs_no_route() {
-    let lab = Lab::new(&["ip"]);
+const A: &str = "shoot--p--a";
+const H: &str = "shoot--p--h";
+const HA: &str = "shoot--p--ha";
+
+/// The cluster IP of a Service: an address of SEED.
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 79, 0, last)
+}
+
+/// A listener for the stand-in on SEED's loopback (`port` 0: any).
+fn bind_api(lab: &Lab, port: u16) -> TcpListener {
+    lab.seed
+        .run_in(|| TcpListener::bind((Ipv4Addr::LOCALHOST, port)))
+        .expect("run_in")
+        .expect("bind stand-in")
+}
+
+/// The Service of HA shoot replica `i`.
+fn ha_service(i: u8) -> serde_json::Value {
+    service(
+        ip(31 + i),
+        HA,
+        &format!("vpn-seed-server-{i}"),
+        &[1194, 9443, 15000],
+    )
+}
+
+/// The three shoots' upstreams in SEED and their objects in a stand-in on SEED's loopback;
+/// shoot a's ACL allows SHOOT_A.
+fn three_shoots(lab: &Lab) -> ApiServer {
     // One SEED address per Service (its cluster IP).
-    let ip = |last: u8| Ipv4Addr::new(10, 79, 0, last);
     for last in [11, 12, 21, 31, 32] {
         lab.seed
             .run([
@@ -237,20 +198,15 @@ fn routes_follow_the_objects_acl_changes_apply_within_2s_and_a_410_costs_no_rout
             ])
             .expect("ip addr add");
     }
-    upstream(&lab, ip(11), 1194, "vpn-a");
-    upstream(&lab, ip(12), 443, "kube-apiserver-a");
+    upstream(lab, ip(11), 1194, "vpn-a");
+    upstream(lab, ip(12), 443, "kube-apiserver-a");
     // Hibernated: ip(21) has no server on 1194.
-    upstream(&lab, ip(31), 1194, "vpn-ha-0");
-    upstream(&lab, ip(32), 1194, "vpn-ha-1");
+    upstream(lab, ip(31), 1194, "vpn-ha-0");
+    upstream(lab, ip(32), 1194, "vpn-ha-1");
 
-    let listener = lab
-        .seed
-        .run_in(|| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .expect("run_in")
-        .expect("bind stand-in");
-    let api = ApiServer::start(listener, &kube_api::ROUTER_RESOURCES).expect("stand-in");
+    let api = ApiServer::start(bind_api(lab, 0), &kube_api::ROUTER_RESOURCES).expect("stand-in");
 
-    let (a, h, ha) = ("shoot--p--a", "shoot--p--h", "shoot--p--ha");
+    let (a, h) = (A, H);
     api.apply(
         kube_api::SERVICE,
         service(ip(11), a, "vpn-seed-server", &[1194, 9443, 15000]),
@@ -273,24 +229,29 @@ fn routes_follow_the_objects_acl_changes_apply_within_2s_and_a_410_costs_no_rout
     );
     api.apply(kube_api::CLUSTER, cluster(h, "h", true));
     for i in 0..2u8 {
-        api.apply(
-            kube_api::SERVICE,
-            service(
-                ip(31 + i),
-                ha,
-                &format!("vpn-seed-server-{i}"),
-                &[1194, 9443, 15000],
-            ),
-        );
+        api.apply(kube_api::SERVICE, ha_service(i));
     }
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = format!(
+    api
+}
+
+/// The router's config file: a CONNECT and an SNI listener on SEED, the admin endpoint.
+fn router_config() -> String {
+    format!(
         "metrics_listen = \"127.0.0.1:0\"\n\
          [timeouts]\nconnect_ms = 1000\n\
          [[listener]]\naddress = \"{SEED}:0\"\nheaders = [\"X-Gardener-Destination\"]\n\
          [[listener]]\naddress = \"{SEED}:0\"\nkind = \"sni\"\n"
-    );
+    )
+}
+
+#[test]
+fn routes_follow_the_objects_acl_changes_apply_within_2s_and_a_410_costs_no_route() {
+    let lab = Lab::new(&["ip"]);
+    let api = three_shoots(&lab);
+    let (a, h, ha) = (A, H, HA);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = router_config();
     let (_running, addrs, admin) = start_router(&lab, &dir, &config, &api);
     let (router, sni) = (addrs[0], addrs[1]);
     within(
@@ -372,4 +333,216 @@ fn routes_follow_the_objects_acl_changes_apply_within_2s_and_a_410_costs_no_rout
         open_a.read_until(b"after the relist\n"),
         b"after the relist\n"
     );
+}
+
+/// How long the router may take to apply a change made while the stand-in misbehaved, once
+/// it behaves again: kube-runtime's watcher backs off exponentially from 0.8 s (doubling,
+/// up to twice that with jitter) and resets only after a success, so after a 3 s outage
+/// the retry that connects may come some 8 s after the stand-in is back, and the `410` it
+/// gets (history lost) backs off up to 12.8 s more before the list (9.2 s measured).
+const RECOVERY: Duration = Duration::from_secs(30);
+
+/// For `time`: a new tunnel from SHOOT_A to shoot a and one from SHOOT_B to HA replica 0
+/// route (with their upstream's greeting), and `open` passes bytes both ways; every 100 ms.
+fn hold(lab: &Lab, router: SocketAddr, open: &mut Client, time: Duration, phase: &str) {
+    let end = Instant::now() + time;
+    for n in 0.. {
+        let (code, _, greeting) = tunnel(lab, router, SHOOT_A, &vpn(A, None));
+        assert_eq!(
+            (code, greeting.as_str()),
+            (Some(200), "vpn-a\n"),
+            "{phase}: a new tunnel to shoot a"
+        );
+        let (code, _, greeting) = tunnel(lab, router, SHOOT_B, &vpn(HA, Some(0)));
+        assert_eq!(
+            (code, greeting.as_str()),
+            (Some(200), "vpn-ha-0\n"),
+            "{phase}: a new tunnel to HA replica 0"
+        );
+        let line = format!("{phase} {n}\n");
+        open.send(line.as_bytes());
+        assert_eq!(
+            open.read_until(line.as_bytes()),
+            line.as_bytes(),
+            "{phase}: the open tunnel"
+        );
+        if Instant::now() >= end {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Shoot a's ACL allowing SHOOT_A, and SHOOT_B too when `b`.
+fn acl_a(b: bool) -> serde_json::Value {
+    let mut cidrs = vec![format!("{SHOOT_A}/32")];
+    if b {
+        cidrs.push(format!("{SHOOT_B}/32"));
+    }
+    acl(A, &cidrs.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// Waits until a new tunnel from SHOOT_B to shoot a gets `code` (200: the ACL admits B,
+/// 403: it does not), at most [`RECOVERY`]; the time it took.
+fn until_b_on_a(lab: &Lab, router: SocketAddr, code: u16, what: &str) -> Duration {
+    within(RECOVERY, what, || {
+        tunnel(lab, router, SHOOT_B, &vpn(A, None)).0 == Some(code)
+    })
+}
+
+/// The requests since `before` (`path?query`); panics when there are none.
+fn since(api: &ApiServer, before: usize) -> Vec<String> {
+    let after = api.requests()[before..].to_vec();
+    assert!(!after.is_empty(), "the router asked nothing");
+    after
+}
+
+fn is_list(request: &str) -> bool {
+    !request.contains("watch=true")
+}
+
+#[test]
+fn a_restarted_expiring_cutting_or_slow_stand_in_costs_no_route_and_no_tunnel() {
+    let lab = Lab::new(&["ip"]);
+    let api = three_shoots(&lab);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_running, addrs, admin) = start_router(&lab, &dir, &router_config(), &api);
+    let router = addrs[0];
+    within(Duration::from_secs(10), "/readyz 200", || {
+        admin_get(&lab, admin, "/readyz") == Some(200)
+    });
+    let (code, mut open, greeting) = tunnel(&lab, router, SHOOT_A, &vpn(A, None));
+    assert_eq!((code, greeting.as_str()), (Some(200), "vpn-a\n"));
+    assert_eq!(tunnel(&lab, router, SHOOT_B, &vpn(A, None)).0, Some(403));
+    let port = api.addr().port();
+
+    // 1. The API server goes away for 3 s and comes back with the same objects and its
+    // history: the watches resume from the version they had (no list), and a change made
+    // after it is back applies.
+    api.down();
+    hold(&lab, router, &mut open, Duration::from_secs(3), "down");
+    let before = api.requests().len();
+    api.up(bind_api(&lab, port)).expect("up");
+    hold(&lab, router, &mut open, Duration::from_secs(1), "back");
+    api.apply(kube_api::EXTENSION, acl_a(true));
+    let took = until_b_on_a(&lab, router, 200, "a change after the restart");
+    eprintln!("restart, same objects: a change after it in force after {took:?}");
+    let after = since(&api, before);
+    assert!(
+        !after.iter().any(|r| is_list(r)),
+        "resumed, not listed again: {after:?}"
+    );
+
+    // 2. It goes away, an object changes meanwhile, and it comes back without the history
+    // (a restarted API server's watch cache): 410, a list, and the change is in force.
+    api.down();
+    api.apply(kube_api::EXTENSION, acl_a(false));
+    api.expire();
+    hold(
+        &lab,
+        router,
+        &mut open,
+        Duration::from_secs(3),
+        "down, changed",
+    );
+    assert_eq!(
+        tunnel(&lab, router, SHOOT_B, &vpn(A, None)).0,
+        Some(200),
+        "the last policy stays while the API server is away"
+    );
+    let before = api.requests().len();
+    api.up(bind_api(&lab, port)).expect("up");
+    let took = until_b_on_a(&lab, router, 403, "the change made while away");
+    eprintln!("restart, changed object, history lost: in force after {took:?}");
+    hold(&lab, router, &mut open, Duration::from_secs(1), "relisted");
+    let after = since(&api, before);
+    assert!(
+        after
+            .iter()
+            .any(|r| r.starts_with(kube_api::EXTENSION.path) && is_list(r)),
+        "listed again after the 410: {after:?}"
+    );
+
+    // 3. 410 Gone to every watch, with a change right behind it.
+    api.expire();
+    api.apply(kube_api::EXTENSION, acl_a(true));
+    hold(&lab, router, &mut open, Duration::from_secs(1), "410");
+    let took = until_b_on_a(&lab, router, 200, "the change behind the 410");
+    eprintln!("410: the change behind it in force after {took:?}");
+
+    // 4. Every watch cut mid-stream, with a change right behind: resumed from the version
+    // seen (the Extensions are not listed again; other kinds may still be finishing the
+    // relists of step 3), the change applies.
+    let before = api.requests().len();
+    api.drop_connections();
+    api.apply(kube_api::EXTENSION, acl_a(false));
+    hold(&lab, router, &mut open, Duration::from_secs(1), "cut");
+    let took = until_b_on_a(&lab, router, 403, "the change behind the cut");
+    eprintln!("watches cut: the change behind it in force after {took:?}");
+    let after = since(&api, before);
+    assert!(
+        !after
+            .iter()
+            .any(|r| r.starts_with(kube_api::EXTENSION.path) && is_list(r)),
+        "resumed, not listed again: {after:?}"
+    );
+
+    // 5. Slow answers: every request 3 s late, and the history gone, so the lists that
+    // follow take seconds. The routes stay through the slow relist; a Service deleted and
+    // the ACL changed meanwhile apply once it is done.
+    api.set_delay(Duration::from_secs(3));
+    api.expire();
+    api.apply(kube_api::EXTENSION, acl_a(true));
+    api.delete(kube_api::SERVICE, HA, "vpn-seed-server-1");
+    hold(&lab, router, &mut open, Duration::from_secs(4), "slow");
+    let took = until_b_on_a(&lab, router, 200, "the change made during the slow relist");
+    within(
+        RECOVERY,
+        "the Service deleted during the slow relist",
+        || tunnel(&lab, router, SHOOT_B, &vpn(HA, Some(1))).0 == Some(400),
+    );
+    eprintln!("slow answers (3 s): the changes in force after {took:?} more");
+    api.set_delay(Duration::ZERO);
+    api.apply(kube_api::SERVICE, ha_service(1));
+    // The watch asked for while answers were slow answers 3 s late.
+    within(RECOVERY, "the Service back", || {
+        tunnel(&lab, router, SHOOT_B, &vpn(HA, Some(1))).0 == Some(200)
+    });
+    hold(&lab, router, &mut open, Duration::ZERO, "end");
+}
+
+#[test]
+fn readiness_waits_for_the_first_complete_sync_when_the_first_list_is_slow() {
+    const SLOW: Duration = Duration::from_secs(2);
+    let lab = Lab::new(&["ip"]);
+    let api = three_shoots(&lab);
+    api.set_delay(SLOW);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    let (_running, addrs, admin) = start_router(&lab, &dir, &router_config(), &api);
+    let router = addrs[0];
+    // No list has been answered yet: not ready.
+    while started.elapsed() < SLOW - Duration::from_millis(300) {
+        assert_eq!(
+            admin_get(&lab, admin, "/readyz"),
+            Some(503),
+            "ready before any list was answered ({:?})",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    within(Duration::from_secs(15), "/readyz 200", || {
+        admin_get(&lab, admin, "/readyz") == Some(200)
+    });
+    eprintln!("ready after {:?}", started.elapsed());
+    assert!(started.elapsed() >= SLOW);
+    // Ready is the whole policy: every shoot's routes and rules at once.
+    let (code, _, greeting) = tunnel(&lab, router, SHOOT_A, &vpn(A, None));
+    assert_eq!((code, greeting.as_str()), (Some(200), "vpn-a\n"));
+    assert_eq!(tunnel(&lab, router, SHOOT_B, &vpn(A, None)).0, Some(403));
+    for i in 0..2u8 {
+        let (code, _, greeting) = tunnel(&lab, router, SHOOT_B, &vpn(HA, Some(i)));
+        assert_eq!((code, greeting), (Some(200), format!("vpn-ha-{i}\n")));
+    }
+    assert_eq!(tunnel(&lab, router, SHOOT_B, &vpn(H, None)).0, Some(503));
 }

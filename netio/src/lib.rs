@@ -45,7 +45,7 @@
 //!   server loop.
 //! * [`log_limit`] - one log line per interval for events a flood repeats, with the count
 //!   left out.
-//! * [`signals`] - SIGTERM / SIGINT as a cancelled token.
+//! * [`signals`] - SIGTERM / SIGINT as a cancelled token; SIGHUP as an action of the caller's.
 //! * [`clock`] - the wall-clock seconds the sessions take as an argument.
 //! * [`rng`] - a session's CSPRNG, seeded from the OS once.
 //! * [`report`] - an error and its causes on one line; a refused value quoted by a prefix.

@@ -26,6 +26,7 @@
 //! Until the session's [`Event::Connected`], [`Handshake`] can change how it reads and writes
 //! (the client through a proxy running Nagle's algorithm).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::time::{Duration, Instant};
@@ -127,6 +128,24 @@ pub enum Stop<E> {
     /// The role ended the connection.
     #[error("ended by the role")]
     Role(E),
+}
+
+impl<E> Stop<E> {
+    /// The role's own end (`Ok`), or the pump's (`Err`, without a role variant): lets a role
+    /// keep one `Stop<Infallible>` among its reasons instead of copies of the pump's.
+    ///
+    /// # Errors
+    ///
+    /// The pump's reason, when it was not [`Stop::Role`].
+    pub fn into_role(self) -> Result<E, Stop<Infallible>> {
+        match self {
+            Stop::Role(e) => Ok(e),
+            Stop::Closed(reason) => Err(Stop::Closed(reason)),
+            Stop::PeerClosed => Err(Stop::PeerClosed),
+            Stop::Read(e) => Err(Stop::Read(e)),
+            Stop::Write(e) => Err(Stop::Write(e)),
+        }
+    }
 }
 
 /// How the pump reads and writes until the session's [`Event::Connected`]; by default as

@@ -17,7 +17,7 @@ pub fn envoy_yaml(data: &[u8]) {
         Ok(doc) => doc,
         Err(e) => return in_text(&e, lines),
     };
-    let root = yaml::Node::root(&doc);
+    let root = yaml::Node::root(&doc, text);
     if tunnel::recognised(&root) {
         match tunnel::from_root(&root) {
             Ok(b) => {
@@ -65,5 +65,10 @@ mod tests {
         // Found by the fuzz target: lines that end in a lone CR are lines to YAML.
         envoy_yaml(b"a: 1\rb: 2\rc:\r  - d\r  e: [\r");
         envoy_yaml(include_bytes!("../fixtures/fuzz-envoy-yaml-cr-lines.yaml"));
+        // Found by the fuzz target: a `?` key with nothing after it but comments, which the
+        // scanner marks one line past the end of the text.
+        envoy_yaml(include_bytes!(
+            "../fixtures/fuzz-envoy-yaml-key-past-end.yaml"
+        ));
     }
 }

@@ -34,7 +34,8 @@
 //! HA (`IS_HA=true`, `docs/ha.md`): no tap, no bond, no address lease. A kube-apiserver pod's
 //! `vpn-client-<i>` dials `vpn-seed-server-<i>` with `tun<i>`, routes the shoot networks
 //! ([`ha_seed_routes`]) from its pod IP with metric `100 + i` while its tunnel is up, gives up a
-//! silent server after 5 s, and holds vpn2's INPUT pair on its device ([`ha_seed_table`]); a
+//! silent server after 5 s, and holds vpn2's INPUT pair on its device ([`ha_seed_table`]; on
+//! overlap also vpn2's NETMAP for the pod's `envoy-proxy`, group 31415, and the `241/8` pair); a
 //! shoot pod's `vpn-shoot-s<i>` uses its pod's certificate (`vpn-client-<pod index>/`),
 //! `tun<i>`, the shoot-side rules in a table of its own, and routes the seed side the same
 //! way.
@@ -42,6 +43,7 @@
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
+use netio::firewall::vpn2 as fw_vpn2;
 use netio::firewall::{priority, Chain, Hook, Rule, Table};
 use netio::sysctl::{self, SysctlError};
 use protocol::config::env::Vpn2ClientEnv;
@@ -291,7 +293,20 @@ pub fn load_env(env: &Vpn2ClientEnv, secrets: &Path) -> Result<Loaded, Vpn2Error
                 transfer_v6: Some(env.vpn_network),
                 standby_metric: Some(HA_STANDBY_METRIC_BASE + server),
             });
-            loaded.settings.firewall = Some(ha_seed_table(&format!("{TABLE}-{dev}"), &dev));
+            let overlap = match overlapping_seed(env) {
+                Some(seed) => Some((
+                    seed,
+                    Netmap::vpn2(
+                        &env.shoot_pod_networks,
+                        &env.shoot_service_networks,
+                        &env.shoot_node_networks,
+                    )?,
+                )),
+                None => None,
+            };
+            let overlap = overlap.as_ref().map(|(seed, netmap)| (*seed, netmap));
+            loaded.settings.firewall =
+                Some(ha_seed_table(&format!("{TABLE}-{dev}"), &dev, overlap));
             let shoot: Vec<IpNet> = env
                 .shoot_service_networks
                 .iter()
@@ -334,9 +349,7 @@ pub fn ha_seed_routes(env: &Vpn2ClientEnv) -> Result<Vec<IpNet>, Vpn2Error> {
         &env.shoot_service_networks,
         &env.shoot_node_networks,
     )?;
-    let overlap = env
-        .seed_pod_network
-        .is_some_and(|seed| overlaps_shoot(env, seed));
+    let overlap = overlapping_seed(env).is_some();
     let mut out: Vec<IpNet> = Vec::new();
     for net in env
         .shoot_service_networks
@@ -419,6 +432,13 @@ fn device(env: &Vpn2ClientEnv) -> Result<String, Vpn2Error> {
     })
 }
 
+/// The seed's pod network if it overlaps one of the shoot's networks (vpn2 then maps).
+fn overlapping_seed(env: &Vpn2ClientEnv) -> Option<IpNet> {
+    env.seed_pod_network
+        .filter(|seed| overlaps_shoot(env, *seed))
+        .map(|seed| seed.trunc())
+}
+
 /// Whether `net` overlaps one of the shoot's networks.
 fn overlaps_shoot(env: &Vpn2ClientEnv, net: IpNet) -> bool {
     env.shoot_service_networks
@@ -445,9 +465,32 @@ pub fn return_mark_chain(device: &str, mark: u32) -> Chain {
 
 /// The kube-apiserver pod's rules for HA client device `device` (vpn2's INPUT pair on `bond+`,
 /// here on the device): from the tunnel only what belongs to connections the pod opened.
-pub fn ha_seed_table(name: &str, device: &str) -> Table {
-    Table::new(name)
-        .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device))
+///
+/// With `overlap` (the seed's pod network and the shoot networks' netmap, given when they
+/// overlap: Gardener then runs `envoy-proxy` in group 31415 in this pod and points the
+/// kube-apiserver's egress selector at it, gardener#12204), vpn2's rules for that proxy as
+/// the non-HA seed server has them (`netio::firewall::vpn2`): the seed's pod network seen as
+/// `241/8` through the device both ways, the proxy group's connections to the real IPv4 shoot
+/// networks sent to their mapped ranges (which the client routes into the device), and that
+/// group's new TCP connections to what is left in the seed's pod network, loopback and
+/// link-local refused. Each client's table has them; the same NAT twice is one NAT (the
+/// first chain binds the connection), and either client alone keeps them in place.
+pub fn ha_seed_table(name: &str, device: &str, overlap: Option<(IpNet, &Netmap)>) -> Table {
+    let mut table = Table::new(name)
+        .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device));
+    let Some((seed, netmap)) = overlap else {
+        return table;
+    };
+    for chain in fw_vpn2::seed_pod_mapping(device, seed)
+        .into_iter()
+        .flatten()
+    {
+        table = table.chain(chain);
+    }
+    if let Some(output) = fw_vpn2::proxy_netmap(netmap) {
+        table = table.chain(output);
+    }
+    table.chain(fw_vpn2::proxy_guard(Some(seed)))
 }
 
 /// The kube-apiserver pod's table that outlives its HA clients (both apply the same one):
@@ -832,6 +875,96 @@ mod tests {
             render_client_config(&env(&no_pod), dir.path()),
             Err(Vpn2Error::HaNeeds(_))
         ));
+    }
+
+    #[test]
+    fn on_overlap_the_kube_apiserver_pod_maps_its_proxys_connections_as_vpn2() {
+        use netio::firewall::VPN2_PROXY_GID;
+        let dir = secrets();
+        let net = |s: &str| s.parse::<IpNet>().expect("net");
+        let vars = |seed: &'static str| {
+            env(&[
+                ("IS_HA", "true"),
+                ("HA_VPN_CLIENTS", "2"),
+                ("HA_VPN_SERVERS", "2"),
+                ("ENDPOINT", "vpn-seed-server-1"),
+                ("VPN_SERVER_INDEX", "1"),
+                ("SHOOT_SERVICE_NETWORKS", "10.64.0.0/13"),
+                ("SHOOT_POD_NETWORKS", "10.96.0.0/11"),
+                ("SHOOT_NODE_NETWORKS", "10.250.0.0/16,fd00:250::/64"),
+                ("SEED_POD_NETWORK", seed),
+            ])
+        };
+        // Disjoint: vpn2's INPUT pair only (no envoy-proxy in the pod).
+        let s = load_env(&vars("172.16.0.0/16"), dir.path())
+            .expect("disjoint")
+            .settings;
+        assert_eq!(
+            s.firewall,
+            Some(Table::new("vpn-shoot-tun1").chain(
+                Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from("tun1")
+            ))
+        );
+        // Overlapping: the 241/8 pair on the device, the proxy group's NETMAP to the ranges
+        // the client routes, and its refusal of what is left of the seed's own.
+        let s = load_env(&vars("10.0.0.0/8"), dir.path())
+            .expect("overlap")
+            .settings;
+        let table = s.firewall.expect("table");
+        let text = format!("{table:?}");
+        let rules = [
+            Rule::new()
+                .iifname("tun1")
+                .daddr(net("241.0.0.0/8"))
+                .dnat_prefix(net("10.0.0.0/8")),
+            Rule::new()
+                .oifname("tun1")
+                .saddr(net("10.0.0.0/8"))
+                .snat_prefix(net("241.0.0.0/8")),
+            Rule::new()
+                .skgid(VPN2_PROXY_GID)
+                .daddr(net("10.96.0.0/11"))
+                .dnat_prefix(net("244.0.0.0/11")),
+            Rule::new()
+                .skgid(VPN2_PROXY_GID)
+                .daddr(net("10.64.0.0/13"))
+                .dnat_prefix(net("243.0.0.0/13")),
+            Rule::new()
+                .skgid(VPN2_PROXY_GID)
+                .daddr(net("10.250.0.0/16"))
+                .dnat_prefix(net("242.0.0.0/16")),
+            Rule::new()
+                .skgid(VPN2_PROXY_GID)
+                .new_connection()
+                .tcp()
+                .daddr(net("10.0.0.0/8"))
+                .reject_with_tcp_reset(),
+        ];
+        for rule in rules {
+            assert!(text.contains(&format!("{rule:?}")), "{rule:?} in {text}");
+        }
+        assert!(
+            !text.contains("fd00:250"),
+            "IPv6 is routed as it is: {text}"
+        );
+        // Every mapped range is one the client routes into its device.
+        for mapped in ["244.0.0.0/11", "243.0.0.0/13", "242.0.0.0/16"] {
+            assert!(
+                s.tun.routes.contains(&net(mapped)),
+                "{mapped}: {:?}",
+                s.tun.routes
+            );
+        }
+        // And the whole table is the seed server's shape (input, the pair, output, guard).
+        let chains = [
+            "\"input\"",
+            "\"prerouting\"",
+            "\"postrouting\"",
+            "\"output\"",
+            "\"proxy-guard\"",
+        ];
+        let at: Vec<usize> = chains.iter().map(|c| text.find(c).expect(c)).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
     }
 
     #[test]

@@ -140,28 +140,19 @@ impl Router {
     /// Serves until `shutdown`, reloading the policy on every SIGHUP (and, with
     /// `--config-dir`, whenever a poll finds the directory changed).
     pub async fn run_with_sighup(self, shutdown: CancellationToken) -> Result<(), RouterError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).map_err(RouterError::Signal)?;
         let reloader = self.reloader();
-        if self.shared.dir.is_some() {
-            tokio::spawn(reloader.clone().poll(shutdown.clone()));
-        }
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    got = hup.recv() => {
-                        if got.is_none() {
-                            return;
-                        }
-                        info!("SIGHUP received, reloading the router policy");
-                        let reloader = reloader.clone();
-                        let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
-                    }
-                }
+        let hup = netio::signals::on_sighup(shutdown.clone(), move || {
+            info!("SIGHUP received, reloading the router policy");
+            let reloader = reloader.clone();
+            async move {
+                let _ = tokio::task::spawn_blocking(move || reloader.reload()).await;
             }
-        });
+        })
+        .map_err(RouterError::Signal)?;
+        if self.shared.dir.is_some() {
+            tokio::spawn(self.reloader().poll(shutdown.clone()));
+        }
+        tokio::spawn(hup);
         self.run(shutdown).await;
         Ok(())
     }

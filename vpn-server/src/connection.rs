@@ -27,7 +27,7 @@
 //! [`Registry::admit`]: crate::registry::Registry::admit
 //! [`admission`]: crate::registry::admission
 
-use std::io;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,7 +42,7 @@ use netio::pump::{log_dropped_control, Handshake, Pump, Role, Stop};
 use netio::report::chain;
 use netio::tun::TunWriter;
 use protocol::control_msg::ServerSignal;
-use protocol::session::{ClientIdentity, CloseReason, Event, ServerSession};
+use protocol::session::{ClientIdentity, Event, ServerSession};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -63,14 +63,10 @@ pub const SEND_BATCH: usize = 64;
 /// Why a connection ended (besides a refusal, which the session records).
 #[derive(Debug, thiserror::Error)]
 enum Ended {
-    #[error("session closed")]
-    Session(#[source] CloseReason),
-    #[error("connection closed by peer")]
-    PeerClosed,
-    #[error("read failed")]
-    Read(#[source] FrameReadError),
-    #[error("write failed")]
-    Write(#[source] io::Error),
+    /// The pump's own reasons (the session closed, the peer left, the socket failed), also
+    /// before the pump exists (waiting for the first packet).
+    #[error(transparent)]
+    Pump(Stop<Infallible>),
     #[error("bogus first packet")]
     BadFirstPacket(#[source] BogusFirstPacket),
     #[error("no valid first packet within {0:?}")]
@@ -184,13 +180,11 @@ async fn run(
 /// The rest of a connection's life once its first packet was accepted: the session's loop,
 /// then the registry, the peer id and the slot freed.
 async fn serve_session(mut pump: Pump<ServerSession>, mut conn: Connection) {
-    let ended = match pump.run(&mut conn).await {
-        Stop::Closed(reason) => Ended::Session(reason),
-        Stop::PeerClosed => Ended::PeerClosed,
-        Stop::Read(e) => Ended::Read(e),
-        Stop::Write(e) => Ended::Write(e),
-        Stop::Role(ended) => ended,
-    };
+    let ended = pump
+        .run(&mut conn)
+        .await
+        .into_role()
+        .unwrap_or_else(Ended::Pump);
     let _ = pump.shutdown().await;
     let shared = Arc::clone(&conn.shared);
     let admitted = lock(&shared.registry).remove(conn.id).is_some();
@@ -224,11 +218,11 @@ async fn first_frame(
             },
             r = reader.next() => return match r {
                 Ok(Some(frame)) => Ok(frame),
-                Ok(None) => Err(Ended::PeerClosed),
+                Ok(None) => Err(Ended::Pump(Stop::PeerClosed)),
                 Err(e @ FrameReadError::Frame(_)) => {
                     Err(Ended::BadFirstPacket(BogusFirstPacket::Framing(e)))
                 }
-                Err(e) => Err(Ended::Read(e)),
+                Err(e) => Err(Ended::Pump(Stop::Read(e))),
             },
         }
     }

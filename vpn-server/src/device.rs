@@ -166,8 +166,8 @@ pub(crate) async fn read_loop(shared: Arc<Shared>, tun: Arc<Tun>, shutdown: Canc
         let expiry = next_expiry.map(tokio::time::Instant::from_std);
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            () = sleep_until_some(expiry) => {
-                next_expiry = mode::expire_held(&shared, Instant::now(), |payload| {
+            () = mode::sleep_until_some(expiry) => {
+                next_expiry = mode::expire_held(&shared, Instant::now(), |_, _, payload| {
                     answer(&mut limiter, &mut icmp, &mut replies, payload);
                 });
                 send_replies(&shared, &tun, &mut replies).await;
@@ -218,13 +218,5 @@ async fn send_replies(shared: &Shared, tun: &Tun, replies: &mut Vec<Vec<u8>>) {
         if tun.send(&reply).await.is_ok() {
             shared.metrics.unreachable_answered();
         }
-    }
-}
-
-/// Sleeps until `at`, or forever without one.
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -183,6 +183,11 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         self.shoot.retain(|_, c| *c != conn);
     }
 
+    /// The shoot networks (as the tunnel sees them).
+    pub fn shoot_networks(&self) -> &[IpNet] {
+        &self.shoot_networks
+    }
+
     /// The connection owning seed address `addr`, if any.
     pub fn seed_owner(&self, addr: IpAddr) -> Option<C> {
         self.seed.get(&addr).copied()

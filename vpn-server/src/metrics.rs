@@ -298,12 +298,13 @@ impl ServerMetrics {
     }
 }
 
-/// Writes the series of the packets held for reconnecting clients (`registry::hold`).
+/// Writes the series of the packets held for reconnecting clients (`registry::hold`; in HA
+/// mode packets to the shoot held while no shoot connection is up).
 pub fn render_hold(hold: &HoldCounts, out: &mut Exposition) {
     out.single(
         "vpn_server_held_packets",
         Kind::Gauge,
-        "Packets from the tun device held for a reconnecting client now.",
+        "Packets held now for a reconnecting client (HA: for a shoot connection).",
         hold.packets,
     )
     .single(
@@ -316,7 +317,7 @@ pub fn render_hold(hold: &HoldCounts, out: &mut Exposition) {
     out.family(
         name,
         Kind::Counter,
-        "Packets from the tun device for a reconnecting client, by what became of them.",
+        "Packets held for a reconnecting client (HA: for a shoot connection), by what became of them.",
     );
     for (end, n) in [
         ("held", hold.held),

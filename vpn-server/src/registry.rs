@@ -18,8 +18,11 @@
 //!   ([`crate::switch`]), [`Registry::switch_from_client`] and [`Registry::switch_from_tap`].
 //! * In HA mode ([`Registry::ha`]) there is no pool and no routing table: a kube-apiserver
 //!   connection (`vpn-seed-client`, any number) owns the address it connected from, a shoot
-//!   connection (`vpn-shoot-client-<j>`, one per index, a newer replacing an older) its index,
-//!   and [`Registry::switch_ha`] says where a packet goes ([`crate::ha`]).
+//!   connection (`vpn-shoot-client-<j>`, one per index, a newer replacing an older) its index
+//!   once its tunnel is up, and [`Registry::switch_ha`] says where a packet goes
+//!   ([`crate::ha`]). While no shoot connection is up, packets to the shoot are held for the
+//!   hold bound after the last one left (or after the start) ([`Registry::hold_ha`]) and go,
+//!   in order, to the first shoot connection whose tunnel comes up.
 //! * [`Registry::remove`]: a client left; its lease and routes are freed, and packets to its
 //!   routes are held for the hold bound ([`hold`], [`Registry::route_from_device`]) until a
 //!   client's tunnel comes up with them ([`Registry::established`]).
@@ -33,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
-use protocol::session::{ClientIdentity, ClientSettings};
+use protocol::session::{ClientIdentity, ClientSettings, SEND_HEADROOM};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -250,9 +253,10 @@ pub struct Registry {
     pool: Option<Pool>,
     table: Table,
     clients: HashMap<ClientId, ClientEntry>,
-    /// Packets from the device held for reconnecting clients ([`hold`]; holds nothing until
-    /// [`Registry::hold_for`]).
-    hold: TunHold,
+    /// Packets held for reconnecting clients ([`hold`]; holds nothing until
+    /// [`Registry::hold_for`]), each with the connection it came from (none: the device;
+    /// in HA mode a kube-apiserver connection).
+    hold: TunHold<Option<ClientId>>,
     /// Changes whenever a client's tunnel comes up (its routes usable): what held CONNECTs
     /// of the sidecar wait on.
     route_changes: watch::Sender<u64>,
@@ -319,18 +323,19 @@ impl Registry {
         }
     }
 
-    /// Holds packets from the device for reconnecting clients for `bound` within `limits`
-    /// ([`hold`]); a zero bound holds nothing.
+    /// Holds packets from the device for reconnecting clients (in HA mode, packets to the
+    /// shoot while no shoot connection is up) for `bound` within `limits` ([`hold`]); a zero
+    /// bound holds nothing.
     #[must_use]
     pub fn hold_for(mut self, bound: Duration, limits: HoldLimits) -> Registry {
         self.hold = TunHold::new(bound, limits);
         self
     }
 
-    /// The configured clients' routes (`prefixes`: their client-config-dir iroutes) count as
-    /// routed until the bound after `start`: a server that has just (re)started holds the
-    /// packets for them until their clients are back, as it would had it kept running,
-    /// instead of refusing the connections a restart interrupted.
+    /// The configured clients' routes (`prefixes`: their client-config-dir iroutes; in HA
+    /// mode the shoot networks) count as routed until the bound after `start`: a server that
+    /// has just (re)started holds the packets for them until their clients are back, as it
+    /// would had it kept running, instead of refusing the connections a restart interrupted.
     #[must_use]
     pub fn expecting(
         mut self,
@@ -386,11 +391,31 @@ impl Registry {
         packet: BytesMut,
         now: Instant,
     ) -> Result<(), BytesMut> {
-        self.hold.hold(prefix, dst, packet, now)
+        self.hold.hold(prefix, dst, None, packet, now)
     }
 
-    /// The held packets whose bound passed at `now` (to answer as unroutable).
-    pub fn expire_held(&mut self, now: Instant) -> Vec<BytesMut> {
+    /// HA mode: holds `packet` (from kube-apiserver connection `from`, to `dst`, laid out
+    /// for sending: [`SEND_HEADROOM`] before the IP packet) from `now`, for lack of a shoot
+    /// connection, if one left less than the hold bound ago (or the server started less than
+    /// that ago); gives it back when not, or when a limit does not let it (answer it as
+    /// unroutable). It goes to the first shoot connection whose tunnel comes up
+    /// ([`Registry::established`]).
+    pub fn hold_ha(
+        &mut self,
+        from: ClientId,
+        dst: IpAddr,
+        packet: BytesMut,
+        now: Instant,
+    ) -> Result<(), BytesMut> {
+        match self.hold.recently_routed(dst, now) {
+            Some(prefix) => self.hold.hold(prefix, dst, Some(from), packet, now),
+            None => Err(packet),
+        }
+    }
+
+    /// The held packets whose bound passed at `now` (to answer as unroutable), each with the
+    /// connection it came from (none: the device).
+    pub fn expire_held(&mut self, now: Instant) -> Vec<(Option<ClientId>, BytesMut)> {
         self.hold.expire(now)
     }
 
@@ -659,11 +684,9 @@ impl Registry {
                 IpAddr::V4(a) => (Some(a), None),
                 IpAddr::V6(a) => (None, Some(a)),
             }
-        } else if let Some(index) = ha::shoot_index(&cn) {
+        } else if ha::shoot_index(&cn).is_some() {
+            // The switch takes it when its tunnel is up (`established`).
             self.replace_same_cn(id, &cn);
-            if let Table::Ha(switch) = &mut self.table {
-                switch.shoot_connected(id, index);
-            }
             (None, None)
         } else {
             return Err(Refused::NotHaClient { cn });
@@ -694,7 +717,9 @@ impl Registry {
     }
 
     /// The tunnel of client `id` came up with `cipher` at `now_unix`: the packets held for
-    /// destinations it routes go to it now, and the sidecar's held CONNECTs look again.
+    /// destinations it routes go to it now (in HA mode a shoot connection joins the switch,
+    /// and every packet held for the shoot is switched again, oldest first), and the
+    /// sidecar's held CONNECTs look again.
     pub fn established(&mut self, id: ClientId, cipher: &str, now_unix: u64) {
         let Some(e) = self.clients.get_mut(&id) else {
             return;
@@ -702,20 +727,48 @@ impl Registry {
         e.cipher = cipher.to_owned();
         e.since = now_unix;
         e.last_ref = now_unix;
-        if let Table::Routes(routes) = &self.table {
-            let released = self.hold.release(|dst| routes.lookup(dst) == Some(id));
-            if !released.is_empty() {
-                tracing::info!(
-                    client = id,
-                    packets = released.len(),
-                    "tunnel up: packets held for its routes sent"
-                );
-            }
-            if let Some(e) = self.clients.get(&id) {
-                for packet in released {
-                    // A full queue drops it, as a packet from the device would be.
-                    let _ = e.conn.tx.try_send(packet);
+        let shoot_index = ha::shoot_index(&e.common_name);
+        // Each released packet with the connection it goes to.
+        let released: Vec<(ClientId, BytesMut)> = match &mut self.table {
+            Table::Routes(routes) => self
+                .hold
+                .release(|dst| routes.lookup(dst) == Some(id))
+                .into_iter()
+                .map(|(_, packet)| (id, packet))
+                .collect(),
+            Table::Ha(switch) => match shoot_index {
+                Some(index) => {
+                    switch.shoot_connected(id, index);
+                    // Switched again as their kube-apiserver connections' packets: the flows
+                    // are learned, and a connection gone since sends nothing.
+                    let now = Instant::now();
+                    self.hold
+                        .release(|_| true)
+                        .into_iter()
+                        .filter_map(|(from, packet)| {
+                            let ip = packet.get(SEND_HEADROOM..)?;
+                            match switch.switch(from?, ip, now) {
+                                Switched::To(to) => Some((to, packet)),
+                                Switched::Dropped(_) => None,
+                            }
+                        })
+                        .collect()
                 }
+                None => Vec::new(),
+            },
+            Table::Macs(_) => Vec::new(),
+        };
+        if !released.is_empty() {
+            tracing::info!(
+                client = id,
+                packets = released.len(),
+                "tunnel up: packets held for its routes sent"
+            );
+        }
+        for (to, packet) in released {
+            if let Some(c) = self.clients.get(&to) {
+                // A full queue drops it, as a packet from the device would be.
+                let _ = c.conn.tx.try_send(packet);
             }
         }
         self.route_changes.send_modify(|n| *n = n.wrapping_add(1));
@@ -742,13 +795,22 @@ impl Registry {
     pub fn remove(&mut self, id: ClientId) -> Option<ClientEntry> {
         let entry = self.clients.remove(&id)?;
         self.release(entry.lease);
-        if let Table::Routes(routes) = &self.table {
-            let owned: Vec<IpNet> = routes
-                .entries()
-                .filter(|(_, owner)| *owner == id)
-                .map(|(net, _)| net)
-                .collect();
-            self.hold.routes_left(owned, Instant::now());
+        match &self.table {
+            Table::Routes(routes) => {
+                let owned: Vec<IpNet> = routes
+                    .entries()
+                    .filter(|(_, owner)| *owner == id)
+                    .map(|(net, _)| net)
+                    .collect();
+                self.hold.routes_left(owned, Instant::now());
+            }
+            // A shoot connection left: packets to the shoot are held (while none is up) for
+            // the bound from now.
+            Table::Ha(switch) if ha::shoot_index(&entry.common_name).is_some() => {
+                self.hold
+                    .routes_left(switch.shoot_networks().to_vec(), Instant::now());
+            }
+            Table::Ha(_) | Table::Macs(_) => {}
         }
         self.table.forget(id);
         Some(entry)

@@ -39,7 +39,7 @@ use crate::pool::PoolError;
 use crate::registry::admission::PreAuthEvent;
 use crate::registry::Registry;
 use crate::settings::{Settings, StatusFile};
-use crate::shared::mode::PacketMode;
+use crate::shared::mode::{self, PacketMode};
 use crate::shared::{lock, Device, Shared};
 use crate::{connection, device, status};
 
@@ -202,6 +202,9 @@ impl Server {
                 Arc::clone(&d.tun),
                 shutdown.clone(),
             ));
+        }
+        if shared.mode == PacketMode::Ha {
+            tracker.spawn(mode::expire_ha_held(Arc::clone(&shared), shutdown.clone()));
         }
         if let Some(status) = shared.settings.status.clone() {
             tracker.spawn(status_writer(Arc::clone(&shared), status, shutdown.clone()));

@@ -17,6 +17,7 @@ use crate::metrics::ServerMetrics;
 use crate::registry::admission::{PreAuthEvent, PreAuthLogs};
 use crate::registry::{ClientId, Registry, Slots};
 use crate::settings::Settings;
+use crate::unreachable;
 
 pub(crate) mod mode;
 
@@ -49,6 +50,12 @@ pub(crate) struct Shared {
     pub(crate) serving: Arc<AtomicBool>,
     /// The rate limits of the pre-authentication log lines.
     pre_auth_logs: Mutex<PreAuthLogs>,
+    /// HA mode: the rate limit of the ICMP unreachable answers to kube-apiserver connections
+    /// (the device reader keeps its own).
+    pub(crate) unreachable: Mutex<unreachable::Limiter>,
+    /// HA mode: woken when a packet is held while none was, so that its bound is kept
+    /// ([`mode::expire_ha_held`]).
+    pub(crate) held: tokio::sync::Notify,
     next_id: AtomicU64,
 }
 
@@ -73,6 +80,8 @@ impl Shared {
             pending: PendingSet::new(settings.max_pending),
             serving: Arc::new(AtomicBool::new(false)),
             pre_auth_logs: Mutex::new(PreAuthLogs::default()),
+            unreachable: Mutex::new(unreachable::Limiter::new()),
+            held: tokio::sync::Notify::new(),
             next_id: AtomicU64::new(0),
             settings,
         }

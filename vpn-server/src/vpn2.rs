@@ -12,19 +12,20 @@
 //!   into `242–244/8` (iptables `NETMAP`, as vpn2); beyond vpn2, that group's TCP connections
 //!   to the seed's own pod network, loopback and link-local addresses (cloud metadata) are
 //!   refused after the mapping, so the proxy (ours or Envoy) cannot be turned against the
-//!   seed while shoot addresses that overlap the seed's still reach the shoot. The running
-//!   server owns the table: it is gone when the process ends, also by `kill -9`.
+//!   seed while shoot addresses that overlap the seed's still reach the shoot (the mapping and
+//!   guard chains are `netio::firewall::vpn2`'s, shared with a kube-apiserver pod's HA
+//!   clients). The running server owns the table: it is gone when the process ends, also by
+//!   `kill -9`.
 //! * [`firewall`] (`vpn-server firewall --mode up|down --device D ...`, vpn2's OpenVPN hook):
 //!   the first two parts for device `D`, plus the routes `<net> dev D`; `down` removes the
 //!   whole table (vpn2's `down` left its NAT rules behind).
 
 use ipnet::IpNet;
-use netio::firewall::{
-    priority, Chain, Firewall, FirewallError, Hook, Rule, Table, VPN2_PROXY_GID,
-};
+use netio::firewall::vpn2 as fw_vpn2;
+use netio::firewall::{priority, Chain, Firewall, FirewallError, Hook, Table};
 use netio::netlink::{IpPrefix, Netlink, NetlinkError, Route};
 use netio::sysctl::{self, SysctlError};
-use protocol::config::netmap::{Netmap, MAPPED_SEED_POD_NETWORK};
+use protocol::config::netmap::Netmap;
 
 /// Our nf_tables table on the seed side.
 pub const TABLE: &str = "vpn-seed-server";
@@ -65,64 +66,33 @@ pub fn seed_guard(device: &str, tunnel: &[IpNet], shoot_v4: &[IpNet]) -> Table {
     Table::new(GUARD_TABLE).chain(Chain::tunnel_only(device, tunnel, &shoot_v4))
 }
 
-/// The networks the proxy group may never reach after the mapping, besides the seed's pod
-/// network: loopback and link-local, both families.
-pub const PROXY_GUARDED: [&str; 4] = ["127.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10"];
-
 /// The seed side's rules for VPN device `device`: replies only in from the device, for this
 /// host (INPUT) and for what it forwards (FORWARD, both families: nothing of Gardener's is
 /// forwarded from the tunnel, since the seed's side reaches the shoot by connections it opens
-/// and the GEP-21 endpoint relays in the process); with an IPv4 `seed_pod` network, its 241/8 mapping on the device both ways. With `proxy` (the
-/// environment-mode start; the OpenVPN hook has none): for each IPv4 shoot network of the
-/// netmap, the proxy group's connections to it mapped into its reserved range, then that
-/// group's TCP connections to the seed pod network and [`PROXY_GUARDED`] refused.
+/// and the GEP-21 endpoint relays in the process); with an IPv4 `seed_pod` network, its 241/8
+/// mapping on the device both ways. With `proxy` (the environment-mode start; the OpenVPN hook
+/// has none): for each IPv4 shoot network of the netmap, the proxy group's connections to it
+/// mapped into its reserved range, then that group's TCP connections to the seed pod network,
+/// loopback and link-local refused. The chains are `netio::firewall::vpn2`'s, which a
+/// kube-apiserver pod's HA clients install too.
 pub fn seed_table(device: &str, seed_pod: Option<IpNet>, proxy: Option<&Netmap>) -> Table {
     let mut table = Table::new(TABLE)
         .chain(Chain::filter("input", Hook::Input, priority::FILTER).replies_only_from(device))
         .chain(Chain::filter("forward", Hook::Forward, priority::FILTER).replies_only_from(device));
-    if let Some(seed @ IpNet::V4(_)) = seed_pod {
-        let mapped = IpNet::V4(MAPPED_SEED_POD_NETWORK);
-        table = table
-            .chain(
-                Chain::nat("prerouting", Hook::Prerouting, priority::DSTNAT)
-                    .rule(Rule::new().iifname(device).daddr(mapped).dnat_prefix(seed)),
-            )
-            .chain(
-                Chain::nat("postrouting", Hook::Postrouting, priority::SRCNAT)
-                    .rule(Rule::new().oifname(device).saddr(seed).snat_prefix(mapped)),
-            );
+    for chain in seed_pod
+        .and_then(|seed| fw_vpn2::seed_pod_mapping(device, seed))
+        .into_iter()
+        .flatten()
+    {
+        table = table.chain(chain);
     }
     let Some(netmap) = proxy else {
         return table;
     };
-    if !netmap.entries().is_empty() {
-        table = table.chain(Chain::nat("output", Hook::Output, priority::DSTNAT).rules(
-            netmap.entries().iter().map(|(real, mapped)| {
-                Rule::new()
-                    .skgid(VPN2_PROXY_GID)
-                    .daddr(IpNet::V4(*real))
-                    .dnat_prefix(IpNet::V4(*mapped))
-            }),
-        ));
+    if let Some(output) = fw_vpn2::proxy_netmap(netmap) {
+        table = table.chain(output);
     }
-    // After the mapping (filter runs after NAT on output): what is left in these networks
-    // is the seed's own. Only new connections: the proxy's answers to the kube-apiserver,
-    // which lives in the seed pod network, pass.
-    let guarded = seed_pod.into_iter().chain(
-        PROXY_GUARDED
-            .iter()
-            .map(|n| n.parse().expect("constant network")),
-    );
-    table.chain(
-        Chain::filter("proxy-guard", Hook::Output, priority::FILTER).rules(guarded.map(|net| {
-            Rule::new()
-                .skgid(VPN2_PROXY_GID)
-                .new_connection()
-                .tcp()
-                .daddr(net)
-                .reject_with_tcp_reset()
-        })),
-    )
+    table.chain(fw_vpn2::proxy_guard(seed_pod))
 }
 
 /// `--mode` of the `firewall` verb.

@@ -1,16 +1,19 @@
 //! The containers of Gardener's HA VPN layout as our binaries run them in [`super::ha`]'s
 //! namespaces: each process with the environment Gardener gives its container
 //! (gardener-pods.md §2.2, 2.3, 2.5), vpn2's secrets layout, the ingress router's routes to the
-//! two servers. Shared by `tests/gardener_ha.rs` (failover) and `tests/ha_last_ref.rs` (the HA
-//! dashboard's client count).
+//! two servers, and the start of the init containers, the ingress and the servers. Shared by
+//! `tests/gardener_ha.rs` (failover) and `tests/ha_last_ref.rs` (the HA dashboard's client
+//! count).
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::ha::{
-    INGRESS_LB, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6,
+    HaLandscape, INGRESS_LB, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6,
     SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS,
 };
-use super::pods::{Binaries, Spec};
+use super::pods::{start_router, Binaries, Container, Spec};
+use crate::netns::Netns;
 use crate::pki_fixture::TestPki;
 use crate::LabError;
 
@@ -68,6 +71,107 @@ impl HaPods {
             ),
         ]);
         Spec::new(&format!("vpn-seed-server-{i}"), &bins.server, &[], env(&e))
+    }
+
+    /// The init containers (`setup`: the kernel settings of each pod) of both kube-apiserver
+    /// replicas and both shoot pods, run to their end.
+    pub fn run_inits(&self, bins: &Binaries, l: &HaLandscape, logs: &Path) -> Result<(), LabError> {
+        for (i, ns) in l.kapi.iter().enumerate() {
+            let mut e = self.networks();
+            e.extend([
+                ("IS_HA", "true".into()),
+                ("HA_VPN_SERVERS", "2".into()),
+                ("HA_VPN_CLIENTS", "2".into()),
+            ]);
+            Spec::new(
+                &format!("kapi{i}-vpn-client-init"),
+                &bins.client,
+                &["setup"],
+                env(&e),
+            )
+            .run(ns, logs)?;
+        }
+        for (p, ns) in l.shoot.iter().enumerate() {
+            let e = [
+                ("IS_SHOOT_CLIENT", "true".into()),
+                ("IS_HA", "true".into()),
+                ("POD_NAME", format!("vpn-shoot-{p}")),
+            ];
+            Spec::new(
+                &format!("shoot{p}-vpn-shoot-init"),
+                &bins.client,
+                &["setup"],
+                env(&e),
+            )
+            .run(ns, logs)?;
+        }
+        Ok(())
+    }
+
+    /// The ingress router in `ns` with [`HaPods::router_config`] (written to
+    /// `root/router.toml`), once it logs that it listens (within `up`).
+    pub fn start_ingress<'ns>(
+        &self,
+        bins: &Binaries,
+        ns: &'ns Netns,
+        root: &Path,
+        up: Duration,
+    ) -> Result<Container<'ns>, LabError> {
+        start_router(bins, ns, root, "router.toml", &self.router_config(), up)
+    }
+
+    /// Server `i` ([`HaPods::server_spec`]) in `ns`, once its initialization completed
+    /// (within `up`).
+    pub fn start_server<'ns>(
+        &self,
+        bins: &Binaries,
+        ns: &'ns Netns,
+        root: &Path,
+        i: usize,
+        up: Duration,
+    ) -> Result<Container<'ns>, LabError> {
+        let server = self.server_spec(bins, root, i).start(ns, root)?;
+        server.wait_log("Initialization Sequence Completed", up)?;
+        Ok(server)
+    }
+
+    /// Both shoot pods' clients ([`HaPods::shoot_client_spec`]), by pod, then server.
+    pub fn start_shoot_clients<'ns>(
+        &self,
+        bins: &Binaries,
+        l: &'ns HaLandscape,
+        root: &Path,
+    ) -> Result<Vec<Vec<Container<'ns>>>, LabError> {
+        (0..2)
+            .map(|p| {
+                (0..2)
+                    .map(|i| {
+                        self.shoot_client_spec(bins, root, p, i)
+                            .start(&l.shoot[p], root)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Both kube-apiserver replicas' clients ([`HaPods::seed_client_spec`]), by replica,
+    /// then server.
+    pub fn start_seed_clients<'ns>(
+        &self,
+        bins: &Binaries,
+        l: &'ns HaLandscape,
+        root: &Path,
+    ) -> Result<Vec<Vec<Container<'ns>>>, LabError> {
+        (0..2)
+            .map(|r| {
+                (0..2)
+                    .map(|i| {
+                        self.seed_client_spec(bins, root, r, i)
+                            .start(&l.kapi[r], root)
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// `vpn-client-<i>` of kube-apiserver replica `replica`.

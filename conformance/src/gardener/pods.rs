@@ -600,16 +600,29 @@ pub fn start_ingress<'ns>(
     ingress: &'ns Netns,
     logs: &Path,
 ) -> Result<Container<'ns>, LabError> {
-    let config = logs.join("router.toml");
-    std::fs::write(&config, router_config()).map_err(|source| LabError::io(&config, source))?;
+    start_router(bins, ingress, logs, "router.toml", &router_config(), START)
+}
+
+/// Starts our router (container `ingress`) in `ns` with the configuration `config`, written
+/// to `logs/<file>`, and waits up to `up` until it listens.
+pub fn start_router<'ns>(
+    bins: &Binaries,
+    ns: &'ns Netns,
+    logs: &Path,
+    file: &str,
+    config: &str,
+    up: Duration,
+) -> Result<Container<'ns>, LabError> {
+    let path = logs.join(file);
+    std::fs::write(&path, config).map_err(|source| LabError::io(&path, source))?;
     let c = Spec::new(
         "ingress",
         &bins.router,
-        &["--config", &config.display().to_string()],
+        &["--config", &path.display().to_string()],
         Vec::new(),
     )
-    .start(ingress, logs)?;
-    c.wait_log("router listening", START)?;
+    .start(ns, logs)?;
+    c.wait_log("router listening", up)?;
     Ok(c)
 }
 

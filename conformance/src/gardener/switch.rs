@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::checks::{self, Egress, SIDECAR_PORT};
 use super::landscape::{add_pod, Landscape, VPN_SHOOT_MTU};
-use super::pods::{header_value, Binaries, Container, Spec, HEADER_KEY, OPENVPN_PORT};
+use super::pods::{header_value, Binaries, Container, HEADER_KEY, OPENVPN_PORT};
 use crate::netns::Netns;
 use crate::LabError;
 
@@ -111,22 +111,19 @@ pub fn start_ingress_to_service<'ns>(
     ingress: &'ns Netns,
     logs: &std::path::Path,
 ) -> Result<Container<'ns>, LabError> {
-    let config = logs.join("router-service.toml");
     let text = format!(
         "[[listener]]\naddress = \"0.0.0.0:{OPENVPN_PORT}\"\nheaders = [\"{HEADER_KEY}\"]\n\n\
          [[route]]\nvalue = \"{}\"\nupstream = \"{SERVICE}:1194\"\n",
         header_value()
     );
-    std::fs::write(&config, text).map_err(|source| LabError::io(&config, source))?;
-    let c = Spec::new(
-        "ingress",
-        &bins.router,
-        &["--config", &config.display().to_string()],
-        Vec::new(),
+    super::pods::start_router(
+        bins,
+        ingress,
+        logs,
+        "router-service.toml",
+        &text,
+        Duration::from_secs(30),
     )
-    .start(ingress, logs)?;
-    c.wait_log("router listening", Duration::from_secs(30))?;
-    Ok(c)
 }
 
 /// How a pod's termination went.

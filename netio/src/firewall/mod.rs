@@ -23,6 +23,7 @@
 //! | `mod.rs` | the rule model ([`Table`], [`Chain`], [`Rule`]) and [`Firewall`]: apply, remove; [`Installed`], a program's table held while it serves |
 //! | `encode.rs` | the nf_tables netlink messages: a table's replacement or removal as one batch, each rule's expressions |
 //! | `socket.rs` | the netfilter netlink socket: one batch sent, every acknowledgement awaited |
+//! | `vpn2.rs` | vpn2's address-translation chains (the seed pods' `241/8` pair, the proxy group's NETMAP and guard), shared by the seed server and the kube-apiserver's HA clients |
 //!
 //! ```text
 //!  batch: BATCH_BEGIN | NEWTABLE t | DELTABLE t | NEWTABLE t [owner] | NEWCHAIN … | NEWRULE … | BATCH_END
@@ -38,6 +39,7 @@ use crate::report::chain;
 
 mod encode;
 mod socket;
+pub mod vpn2;
 
 use encode::{removal, replace, EXISTING, NFT_TABLE_F_OWNER};
 use socket::Socket;

@@ -133,7 +133,7 @@ struct ConnectManager {
 /// Reads the bootstrap `text`.
 pub fn parse(text: &str) -> Result<Bootstrap, YamlError> {
     let doc = yaml::load(text)?;
-    from_root(&Node::root(&doc))
+    from_root(&Node::root(&doc, text))
 }
 
 /// Reads the loaded document `root`.

@@ -209,7 +209,7 @@ impl EnvoyArgs {
             source,
         };
         let doc = yaml::load(&text).map_err(in_file)?;
-        let root = yaml::Node::root(&doc);
+        let root = yaml::Node::root(&doc, &text);
         if tunnel::recognised(&root) {
             let b = tunnel::from_root(&root).map_err(in_file)?;
             return Ok(EnvoyMode::ApiserverProxy(Box::new(b)));

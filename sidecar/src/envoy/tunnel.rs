@@ -131,7 +131,7 @@ pub fn recognised(root: &Node<'_, '_>) -> bool {
 /// Reads the bootstrap `text`.
 pub fn parse(text: &str) -> Result<TunnelBootstrap, YamlError> {
     let doc = yaml::load(text)?;
-    from_root(&Node::root(&doc))
+    from_root(&Node::root(&doc, text))
 }
 
 /// Where a name was referenced, for an error once it is known to name nothing.

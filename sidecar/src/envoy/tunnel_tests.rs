@@ -56,7 +56,7 @@ fn expected() -> TunnelBootstrap {
 
 fn recognised_text(text: &str) -> bool {
     let doc = yaml::load(text).unwrap();
-    recognised(&Node::root(&doc))
+    recognised(&Node::root(&doc, text))
 }
 
 #[test]

@@ -109,15 +109,24 @@ pub fn line_count(text: &str) -> usize {
 pub struct Node<'a, 'i> {
     yaml: &'a MarkedYaml<'i>,
     path: String,
+    /// The text's last line: the scanner may mark a node at the end of the text one line past
+    /// it (found by the envoy_yaml fuzz target), and an error names a line the file has.
+    last_line: usize,
 }
 
 impl<'a, 'i> Node<'a, 'i> {
-    /// The document root.
-    pub fn root(yaml: &'a MarkedYaml<'i>) -> Self {
+    /// The root of `yaml`, the document [`load`] read from `text`.
+    pub fn root(yaml: &'a MarkedYaml<'i>, text: &str) -> Self {
         Node {
             yaml,
             path: String::new(),
+            last_line: line_count(text),
         }
+    }
+
+    /// `line` as a line of the text (1 to its last).
+    fn line(&self, line: usize) -> usize {
+        line.clamp(1, self.last_line)
     }
 
     /// The node's path.
@@ -128,7 +137,7 @@ impl<'a, 'i> Node<'a, 'i> {
     /// An error about this node.
     pub fn error(&self, problem: Problem) -> YamlError {
         YamlError {
-            line: self.yaml.span.start.line(),
+            line: self.line(self.yaml.span.start.line()),
             path: self.path.clone(),
             problem,
         }
@@ -172,7 +181,7 @@ impl<'a, 'i> Node<'a, 'i> {
         for (k, v) in m {
             let Some(raw) = k.data.as_str() else {
                 return Err(YamlError {
-                    line: k.span.start.line(),
+                    line: self.line(k.span.start.line()),
                     path: self.path.clone(),
                     problem: Problem::Expected("a string key"),
                 });
@@ -181,13 +190,14 @@ impl<'a, 'i> Node<'a, 'i> {
             let child = Node {
                 yaml: v,
                 path: join(&self.path, &key),
+                last_line: self.last_line,
             };
             if entries.iter().any(|e| e.key == key) {
                 return Err(child.error(Problem::Twice));
             }
             entries.push(Entry {
                 key,
-                key_line: k.span.start.line(),
+                key_line: self.line(k.span.start.line()),
                 node: child,
                 taken: false,
             });
@@ -208,6 +218,7 @@ impl<'a, 'i> Node<'a, 'i> {
             .map(|(i, yaml)| Node {
                 yaml,
                 path: format!("{}[{i}]", self.path),
+                last_line: self.last_line,
             })
             .collect())
     }
@@ -387,8 +398,9 @@ mod tests {
 
     #[test]
     fn paths_lines_and_unknown_fields() {
-        let doc = load("a:\n  maxConnections: 3\n  list:\n  - x: \"1\"\n    y: 2\n").unwrap();
-        let mut root = Node::root(&doc).map().unwrap();
+        let text = "a:\n  maxConnections: 3\n  list:\n  - x: \"1\"\n    y: 2\n";
+        let doc = load(text).unwrap();
+        let mut root = Node::root(&doc, text).map().unwrap();
         let mut a = root.req("a").unwrap().map().unwrap();
         assert_eq!(a.req("max_connections").unwrap().uint().unwrap(), 3);
         let item = a.req("list").unwrap().one().unwrap();
@@ -405,8 +417,9 @@ mod tests {
 
     #[test]
     fn both_spellings_and_duplicates_are_refused() {
-        let doc = load("a: 1\nmax_hosts: 2\nmaxHosts: 3\n").unwrap();
-        let e = Node::root(&doc).map().unwrap_err();
+        let text = "a: 1\nmax_hosts: 2\nmaxHosts: 3\n";
+        let doc = load(text).unwrap();
+        let e = Node::root(&doc, text).map().unwrap_err();
         assert!(matches!(e.problem, Problem::Twice), "{e}");
         assert_eq!(e.line, 3);
         let e = load("a: 1\na: 2\n").unwrap_err();
@@ -420,8 +433,9 @@ mod tests {
 
     #[test]
     fn scalars() {
-        let doc = load("d: 0.25s\ne: 20s\nf: 20\ng: '-1'\nh: true\ni: 1.5s5\n").unwrap();
-        let mut m = Node::root(&doc).map().unwrap();
+        let text = "d: 0.25s\ne: 20s\nf: 20\ng: '-1'\nh: true\ni: 1.5s5\n";
+        let doc = load(text).unwrap();
+        let mut m = Node::root(&doc, text).map().unwrap();
         assert_eq!(
             m.req("d").unwrap().duration().unwrap(),
             Duration::from_millis(250)
@@ -436,6 +450,21 @@ mod tests {
         assert!(m.req("h").unwrap().bool().unwrap());
         assert!(m.req("i").unwrap().duration().is_err());
         m.finish().unwrap();
+    }
+
+    #[test]
+    fn a_node_at_the_end_names_the_last_line() {
+        // Found by the envoy_yaml fuzz target: the key after `?` is marked at line 11 of a
+        // 10-line text (its last line is a comment without a newline).
+        let text = include_str!("../../fixtures/fuzz-envoy-yaml-key-past-end.yaml");
+        let doc = load(text).unwrap();
+        let e = Node::root(&doc, text).map().unwrap_err();
+        assert!(
+            matches!(e.problem, Problem::Expected("a string key")),
+            "{e}"
+        );
+        assert_eq!(e.line, 10, "{e}");
+        assert!(e.to_string().starts_with("line 10: "), "{e}");
     }
 
     #[test]

@@ -93,22 +93,12 @@ pub async fn serve(
         state,
         &shutdown,
     );
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(KubeError::Signal)?;
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                got = hup.recv() => {
-                    if got.is_none() {
-                        return;
-                    }
-                    info!("SIGHUP ignored: with --kubernetes the routes follow the objects");
-                }
-            }
-        }
-    });
+    let hup = netio::signals::on_sighup(shutdown.clone(), || {
+        info!("SIGHUP ignored: with --kubernetes the routes follow the objects");
+        std::future::ready(())
+    })
+    .map_err(KubeError::Signal)?;
+    tokio::spawn(hup);
     router.run(shutdown).await;
     Ok(())
 }

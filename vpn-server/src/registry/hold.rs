@@ -8,6 +8,11 @@
 //!
 //! Bounded per prefix and in all, in packets and in bytes ([`HoldLimits`]); a packet beyond
 //! is not held (the caller answers it as unroutable) and counted. Pure: no I/O, no clock.
+//!
+//! Each held packet keeps where it came from (`O`: nothing for the tun device; in HA mode the
+//! kube-apiserver connection, which gets the ICMP answer at the bound and whose flow the
+//! released packet is switched as). The HA server holds for its shoot networks while it has no
+//! shoot connection ([`crate::registry::Registry::hold_ha`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -60,29 +65,31 @@ pub struct HoldCounts {
 }
 
 #[derive(Debug)]
-struct Held {
+struct Held<O> {
     dst: IpAddr,
     prefix: IpNet,
     at: Instant,
+    from: O,
     packet: BytesMut,
 }
 
-/// The held packets and the prefixes recently routed; see the module docs.
+/// The held packets and the prefixes recently routed; see the module docs. `O` says where a
+/// packet came from.
 #[derive(Debug)]
-pub struct TunHold {
+pub struct TunHold<O = ()> {
     bound: Duration,
     limits: HoldLimits,
     /// Prefixes whose client left, each with when it stops being held for.
     recent: Vec<(IpNet, Instant)>,
     /// Oldest first (so also in the order they expire).
-    queue: VecDeque<Held>,
+    queue: VecDeque<Held<O>>,
     per_prefix: HashMap<IpNet, (usize, usize)>,
     counts: HoldCounts,
 }
 
-impl TunHold {
+impl<O> TunHold<O> {
     /// Holding for `bound` within `limits`; a zero bound holds nothing.
-    pub fn new(bound: Duration, limits: HoldLimits) -> TunHold {
+    pub fn new(bound: Duration, limits: HoldLimits) -> TunHold<O> {
         TunHold {
             bound,
             limits,
@@ -127,12 +134,13 @@ impl TunHold {
             .max_by_key(IpNet::prefix_len)
     }
 
-    /// Holds `packet` (to `dst`, under `prefix`) from `now`; gives it back when a limit (or
-    /// a zero bound) does not let it.
+    /// Holds `packet` (to `dst`, under `prefix`, come from `from`) from `now`; gives it back
+    /// when a limit (or a zero bound) does not let it.
     pub fn hold(
         &mut self,
         prefix: IpNet,
         dst: IpAddr,
+        from: O,
         packet: BytesMut,
         now: Instant,
     ) -> Result<(), BytesMut> {
@@ -159,19 +167,20 @@ impl TunHold {
             dst,
             prefix,
             at: now,
+            from,
             packet,
         });
         Ok(())
     }
 
     /// Takes the held packets whose destination `routes_to` accepts (a client's tunnel came
-    /// up), oldest first.
-    pub fn release(&mut self, mut routes_to: impl FnMut(IpAddr) -> bool) -> Vec<BytesMut> {
+    /// up), oldest first, each with where it came from.
+    pub fn release(&mut self, mut routes_to: impl FnMut(IpAddr) -> bool) -> Vec<(O, BytesMut)> {
         let mut out = Vec::new();
         let mut kept = VecDeque::with_capacity(self.queue.len());
         for h in self.queue.drain(..) {
             if routes_to(h.dst) {
-                out.push(h.packet);
+                out.push((h.from, h.packet));
             } else {
                 kept.push_back(h);
             }
@@ -182,16 +191,16 @@ impl TunHold {
         out
     }
 
-    /// Takes the packets held `bound` or longer at `now`, oldest first (to answer them as
-    /// unroutable).
-    pub fn expire(&mut self, now: Instant) -> Vec<BytesMut> {
+    /// Takes the packets held `bound` or longer at `now`, oldest first, each with where it
+    /// came from (to answer them as unroutable).
+    pub fn expire(&mut self, now: Instant) -> Vec<(O, BytesMut)> {
         let mut out = Vec::new();
         while let Some(h) = self.queue.front() {
             if h.at + self.bound > now {
                 break;
             }
             if let Some(h) = self.queue.pop_front() {
-                out.push(h.packet);
+                out.push((h.from, h.packet));
             }
         }
         if !out.is_empty() {
@@ -235,7 +244,7 @@ mod tests {
     #[test]
     fn a_prefix_is_held_for_the_bound_after_its_client_left() {
         let t0 = Instant::now();
-        let mut h = TunHold::new(Duration::from_secs(2), HoldLimits::default());
+        let mut h = TunHold::<()>::new(Duration::from_secs(2), HoldLimits::default());
         let dst: IpAddr = "100.96.0.10".parse().unwrap();
         assert_eq!(h.recently_routed(dst, t0), None);
         h.routes_left([net("100.96.0.0/16"), net("100.96.0.0/24")], t0);
@@ -254,10 +263,11 @@ mod tests {
         let mut h = TunHold::new(bound, HoldLimits::default());
         let a: IpAddr = "100.96.0.10".parse().unwrap();
         let b: IpAddr = "10.0.0.1".parse().unwrap();
-        h.hold(net("100.96.0.0/24"), a, packet(60), t0).unwrap();
+        h.hold(net("100.96.0.0/24"), a, 7, packet(60), t0).unwrap();
         h.hold(
             net("10.0.0.0/8"),
             b,
+            8,
             packet(40),
             t0 + Duration::from_secs(1),
         )
@@ -267,10 +277,11 @@ mod tests {
         assert_eq!(h.next_expiry(), Some(t0 + bound));
         let back = h.release(|d| d == a);
         assert_eq!(back.len(), 1);
-        assert_eq!(back[0].len(), 60);
+        assert_eq!((back[0].0, back[0].1.len()), (7, 60));
         assert!(h.expire(t0 + bound).is_empty(), "b came later");
         let expired = h.expire(t0 + Duration::from_secs(3));
         assert_eq!(expired.len(), 1);
+        assert_eq!((expired[0].0, expired[0].1.len()), (8, 40));
         let c = h.counts();
         assert_eq!(
             (c.packets, c.bytes, c.held, c.released, c.expired),
@@ -287,21 +298,21 @@ mod tests {
             packets: 3,
             bytes: 150,
         };
-        let mut h = TunHold::new(Duration::from_secs(2), limits);
+        let mut h = TunHold::<()>::new(Duration::from_secs(2), limits);
         let p = net("100.96.0.0/24");
         let q = net("100.97.0.0/24");
         let a: IpAddr = "100.96.0.10".parse().unwrap();
         let b: IpAddr = "100.97.0.10".parse().unwrap();
-        h.hold(p, a, packet(50), t0).unwrap();
-        h.hold(p, a, packet(50), t0).unwrap();
-        assert!(h.hold(p, a, packet(10), t0).is_err(), "per prefix");
-        assert!(h.hold(q, b, packet(60), t0).is_err(), "bytes in all");
-        h.hold(q, b, packet(50), t0).unwrap();
-        assert!(h.hold(q, b, packet(1), t0).is_err(), "packets in all");
+        h.hold(p, a, (), packet(50), t0).unwrap();
+        h.hold(p, a, (), packet(50), t0).unwrap();
+        assert!(h.hold(p, a, (), packet(10), t0).is_err(), "per prefix");
+        assert!(h.hold(q, b, (), packet(60), t0).is_err(), "bytes in all");
+        h.hold(q, b, (), packet(50), t0).unwrap();
+        assert!(h.hold(q, b, (), packet(1), t0).is_err(), "packets in all");
         assert_eq!(h.counts().over_limit, 3);
         assert!(
             TunHold::new(Duration::ZERO, limits)
-                .hold(p, a, packet(1), t0)
+                .hold(p, a, (), packet(1), t0)
                 .is_err(),
             "a zero bound holds nothing"
         );

@@ -666,6 +666,16 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
     );
     let t = Instant::now();
     let to_shoot = udp([10, 1, 1, 20], [100, 64, 0, 10]);
+    assert!(
+        matches!(
+            reg.switch_ha(1, &to_shoot, t),
+            Some(Err(crate::ha::Dropped::NoShoot))
+        ),
+        "a shoot connection joins the switch when its tunnel is up"
+    );
+    for id in [3, 4] {
+        reg.established(id, "AES-256-GCM", now);
+    }
     let target = reg
         .switch_ha(1, &to_shoot, t)
         .expect("HA")
@@ -773,6 +783,152 @@ fn a_packet_for_a_reconnecting_client_is_held_and_sent_when_its_tunnel_is_up_aga
     let c = reg.hold_counts();
     assert_eq!((c.packets, c.held, c.released, c.expired), (0, 1, 1, 0));
     assert!(changes.has_changed().expect("open"));
+}
+
+/// An HA registry over 100.64.0.0/13 holding for `bound` within `limits`, started at `t0`,
+/// with the kube-apiserver 10.1.1.20 connected (id 1, tunnel up).
+fn ha_registry(bound: Duration, limits: HoldLimits, t0: Instant) -> (Settings, Registry) {
+    let mut s = settings("192.168.123.0/24");
+    s.pool_v4 = None;
+    s.duplicate_cn = true;
+    let nets: Vec<IpNet> = vec!["100.64.0.0/13".parse().expect("net")];
+    s.ha = Some(crate::settings::HaSettings {
+        shoot_networks: nets.clone(),
+        transfer_v6: None,
+    });
+    let mut reg = Registry::ha(nets.clone())
+        .hold_for(bound, limits)
+        .expecting(nets, t0);
+    let seed = ConnHandle {
+        peer: SocketAddr::from(([10, 1, 1, 20], 1)),
+        ..conn(1)
+    };
+    reg.admit(&s, 1, &identity("vpn-seed-client"), seed, 1_700_000_000)
+        .expect("seed client");
+    reg.established(1, "AES-256-GCM", 1_700_000_000);
+    (s, reg)
+}
+
+/// `ip` laid out as a connection's queue takes it.
+fn laid_out(ip: &[u8]) -> BytesMut {
+    let mut p = BytesMut::zeroed(SEND_HEADROOM);
+    p.extend_from_slice(ip);
+    p
+}
+
+/// A UDP packet from the kube-apiserver to the shoot with source port `sport`.
+fn to_shoot(sport: u16) -> Vec<u8> {
+    let mut p = udp([10, 1, 1, 20], [100, 64, 0, 10]);
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p
+}
+
+/// Switches `packet` from connection 1 and, finding no shoot connection, holds it as the
+/// server does.
+fn switch_or_hold(reg: &mut Registry, packet: &[u8], now: Instant) -> Result<(), BytesMut> {
+    assert!(matches!(
+        reg.switch_ha(1, packet, now),
+        Some(Err(crate::ha::Dropped::NoShoot))
+    ));
+    let dst = IpAddr::from([100, 64, 0, 10]);
+    reg.hold_ha(1, dst, laid_out(packet), now)
+}
+
+#[test]
+fn ha_packets_to_the_shoot_wait_for_the_first_shoot_connection_and_go_in_order() {
+    let t0 = Instant::now();
+    let bound = Duration::from_secs(2);
+    let (s, mut reg) = ha_registry(bound, HoldLimits::default(), t0);
+    // Just started: a shoot connection is expected, so packets wait, in order, also while
+    // the first shoot connection is admitted but its tunnel not up yet.
+    switch_or_hold(&mut reg, &to_shoot(1), t0).expect("held");
+    switch_or_hold(&mut reg, &to_shoot(2), t0).expect("held");
+    let (tx0, mut rx0) = mpsc::channel(8);
+    reg.admit(
+        &s,
+        2,
+        &identity("vpn-shoot-client-1"),
+        ConnHandle { tx: tx0, ..conn(2) },
+        1_700_000_001,
+    )
+    .expect("shoot 1");
+    switch_or_hold(&mut reg, &to_shoot(3), t0).expect("held");
+    assert!(rx0.try_recv().is_err(), "not before its tunnel is up");
+    assert_eq!(reg.hold_counts().packets, 3);
+    reg.established(2, "AES-256-GCM", 1_700_000_001);
+    for sport in 1..=3u16 {
+        let p = rx0.try_recv().expect("released");
+        assert_eq!(&p[SEND_HEADROOM..], &to_shoot(sport)[..], "in order");
+    }
+    assert!(rx0.try_recv().is_err());
+    let c = reg.hold_counts();
+    assert_eq!((c.packets, c.held, c.released, c.expired), (0, 3, 3, 0));
+    // The released flows were learned: they stay on that connection when a lower index
+    // comes up.
+    reg.admit(
+        &s,
+        3,
+        &identity("vpn-shoot-client-0"),
+        conn(3),
+        1_700_000_002,
+    )
+    .expect("shoot 0");
+    reg.established(3, "AES-256-GCM", 1_700_000_002);
+    let now = Instant::now();
+    let on = |reg: &mut Registry, sport: u16| {
+        reg.switch_ha(1, &to_shoot(sport), now)
+            .expect("HA")
+            .map(|c| c.common_name.clone())
+    };
+    assert_eq!(on(&mut reg, 1).as_deref(), Ok("vpn-shoot-client-1"));
+    assert_eq!(on(&mut reg, 9).as_deref(), Ok("vpn-shoot-client-0"));
+}
+
+#[test]
+fn ha_held_packets_expire_to_their_kube_apiserver_at_the_bound_within_limits() {
+    let t0 = Instant::now();
+    let bound = Duration::from_secs(2);
+    let limits = HoldLimits {
+        prefix_packets: 2,
+        ..HoldLimits::default()
+    };
+    let (s, mut reg) = ha_registry(bound, limits, t0);
+    // Long after the start, no shoot connection ever came: nothing is expected, not held.
+    let late = t0 + bound * 3;
+    assert!(switch_or_hold(&mut reg, &to_shoot(1), late).is_err());
+    // A shoot connection up, then gone: held for the bound from then, at most the limit.
+    reg.admit(
+        &s,
+        2,
+        &identity("vpn-shoot-client-0"),
+        conn(2),
+        1_700_000_001,
+    )
+    .expect("shoot 0");
+    reg.established(2, "AES-256-GCM", 1_700_000_001);
+    reg.remove(2).expect("removed");
+    let left = Instant::now();
+    switch_or_hold(&mut reg, &to_shoot(2), left).expect("held");
+    switch_or_hold(&mut reg, &to_shoot(3), left).expect("held");
+    let over = switch_or_hold(&mut reg, &to_shoot(4), left).expect_err("over the limit");
+    assert_eq!(&over[SEND_HEADROOM..], &to_shoot(4)[..]);
+    assert_eq!(reg.next_hold_expiry(), Some(left + bound));
+    assert!(reg.expire_held(left + bound / 2).is_empty());
+    let expired = reg.expire_held(left + bound);
+    let got: Vec<(Option<ClientId>, Vec<u8>)> = expired
+        .into_iter()
+        .map(|(from, p)| (from, p[SEND_HEADROOM..].to_vec()))
+        .collect();
+    assert_eq!(got, [(Some(1), to_shoot(2)), (Some(1), to_shoot(3))]);
+    assert!(
+        switch_or_hold(&mut reg, &to_shoot(5), left + bound).is_err(),
+        "the bound passed: nothing expected any more"
+    );
+    let c = reg.hold_counts();
+    assert_eq!(
+        (c.packets, c.bytes, c.held, c.expired, c.over_limit),
+        (0, 0, 2, 2, 1)
+    );
 }
 
 #[test]

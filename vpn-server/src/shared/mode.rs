@@ -7,7 +7,7 @@
 //! |---|---|---|---|---|
 //! | [`Routed`](PacketMode::Routed) | `dev tun` | tun | IP packet: source check ([`crate::spoof`]), then the tun device or, with `client-to-client`, the client routing its destination | to the client whose address or iroute is the longest prefix of the destination ([`crate::routing`]); held while that client's tunnel is not up yet or its client left less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable |
 //! | [`Switched`](PacketMode::Switched) | `dev tap` | tap | Ethernet frame: its source learned ([`crate::switch`]), then the tap device, another client, or (a group destination, `client-to-client`) every other client and the tap device | to the owner of the destination MAC address, every client (a group destination), or nowhere |
-//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device | (there is no device) |
+//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device; to the shoot while no shoot connection is up: held for the first one to come up if one left (or the server started) less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable back to the kube-apiserver connection ([`expire_ha_held`]) | (there is no device) |
 //!
 //! The tables these decisions read (the routing table, the MAC table, the HA switch) are the
 //! registry's, under its lock: the one the mode chose ([`PacketMode::registry`]). A packet
@@ -15,6 +15,7 @@
 //! as upstream's host-route lookup), which the next status turns into its rows' `Last Ref`
 //! ([`crate::registry::Traffic::mark_referenced`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -23,6 +24,7 @@ use netio::log_limit::LogLimiter;
 use netio::tun::{Tun, TunError, TAP_FRAME_EXTRA};
 use protocol::data::DATA_TAILROOM;
 use protocol::session::SEND_HEADROOM;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{lock, Shared};
@@ -33,6 +35,7 @@ use crate::registry::{ClientId, DeviceRoute, Registry};
 use crate::settings::Settings;
 use crate::spoof::{self, SourceFilter, SpoofVerdict};
 use crate::switch::{Dropped, FromClient, FromTap};
+use crate::unreachable;
 
 /// How the server carries packets; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,12 +114,17 @@ impl PacketMode {
                     std::time::Instant::now(),
                 ),
             PacketMode::Switched { .. } => Registry::tap(pool, settings.max_routes_per_client),
-            PacketMode::Ha => Registry::ha(
-                settings
+            PacketMode::Ha => {
+                let shoot_networks = settings
                     .ha
                     .as_ref()
-                    .map_or_else(Vec::new, |ha| ha.shoot_networks.clone()),
-            ),
+                    .map_or_else(Vec::new, |ha| ha.shoot_networks.clone());
+                // After a start a shoot connection is expected: packets to the shoot wait for
+                // it as they would had the server kept running.
+                Registry::ha(shoot_networks.clone())
+                    .hold_for(settings.hold_timeout, HoldLimits::default())
+                    .expecting(shoot_networks, Instant::now())
+            }
         }
     }
 
@@ -260,38 +268,43 @@ fn switch_from_client(
 }
 
 /// HA: a decrypted packet goes to the connection the switch picks ([`crate::ha`]), never to
-/// a device; anything else is dropped and counted by reason.
+/// a device; one to the shoot while no shoot connection is up is held (or answered as
+/// unroutable: [`hold_for_shoot`]); anything else is dropped and counted by reason.
 fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[u8]) {
     let metrics = &shared.metrics;
-    // The registry is held for the decision only, not for the copy and the send.
-    let verdict = lock(&shared.registry)
-        .switch_ha(from, packet, Instant::now())
-        .map(|to| {
-            to.map(|c| {
-                c.conn.traffic.mark_referenced();
-                c.conn.tx.clone()
-            })
-        });
+    let now = Instant::now();
+    // The registry is held for the decision (and a hold) only, not for the copy and the send.
+    let mut reg = lock(&shared.registry);
+    let verdict = reg.switch_ha(from, packet, now).map(|to| {
+        to.map(|c| {
+            c.conn.traffic.mark_referenced();
+            c.conn.tx.clone()
+        })
+    });
     let why = match verdict {
         Some(Ok(tx)) => {
+            drop(reg);
             match tx.try_send(laid_out_for_send(packet)) {
                 Ok(()) => metrics.packet_client_to_client(),
                 Err(_) => metrics.queue_overflowed(),
             }
             return;
         }
+        Some(Err(HaDropped::NoShoot)) => {
+            hold_for_shoot(shared, &mut reg, from, packet, now);
+            return;
+        }
         Some(Err(why)) => why,
         None => return,
     };
+    drop(reg);
     let total = match why {
         HaDropped::Malformed(_) => {
             metrics.packet_malformed();
             return;
         }
-        HaDropped::NoShoot => {
-            metrics.packet_no_route();
-            return;
-        }
+        // Held or answered above.
+        HaDropped::NoShoot => return,
         HaDropped::Spoofed => metrics.packet_spoofed(),
         HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
     };
@@ -305,6 +318,80 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
             suppressed,
             "packet from the client dropped by the HA switch"
         );
+    }
+}
+
+/// HA: `packet` from kube-apiserver connection `from` to the shoot, with no shoot connection
+/// up: held for the first one to come up while one is expected (`Registry::hold_ha`; the
+/// first held wakes [`expire_ha_held`]), else (or beyond the hold's limits) counted as no
+/// route and answered with ICMP unreachable.
+fn hold_for_shoot(
+    shared: &Shared,
+    reg: &mut Registry,
+    from: ClientId,
+    packet: &[u8],
+    now: Instant,
+) {
+    let Ok((_, dst)) = spoof::addresses(packet) else {
+        return;
+    };
+    let first = reg.next_hold_expiry().is_none();
+    match reg.hold_ha(from, dst, laid_out_for_send(packet), now) {
+        Ok(()) if first => shared.held.notify_one(),
+        Ok(()) => {}
+        Err(_) => {
+            shared.metrics.packet_no_route();
+            answer_client(shared, reg, from, packet);
+        }
+    }
+}
+
+/// HA: tells kube-apiserver connection `to` that `packet`'s destination is unreachable (ICMP,
+/// rate-limited as the device's answers are; [`crate::unreachable`]).
+fn answer_client(shared: &Shared, reg: &Registry, to: ClientId, packet: &[u8]) {
+    let Some(client) = reg.get(to) else {
+        return;
+    };
+    if !lock(&shared.unreachable).allow(Instant::now()) {
+        return;
+    }
+    let mut icmp = [0u8; unreachable::IPV6_ERROR_MAX];
+    if let Some(n) = unreachable::reply(packet, &mut icmp) {
+        if client
+            .conn
+            .tx
+            .try_send(laid_out_for_send(&icmp[..n]))
+            .is_ok()
+        {
+            shared.metrics.unreachable_answered();
+        }
+    }
+}
+
+/// HA: answers the packets held for the shoot whose bound passed (ICMP unreachable to the
+/// kube-apiserver connection each came from), woken by the first packet held, until
+/// `shutdown`.
+pub(crate) async fn expire_ha_held(shared: Arc<Shared>, shutdown: CancellationToken) {
+    let mut next: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = sleep_until_some(next.map(tokio::time::Instant::from_std)) => {}
+            () = shared.held.notified() => {}
+        }
+        next = expire_held(&shared, Instant::now(), |reg, from, payload| {
+            if let Some(from) = from {
+                answer_client(&shared, reg, from, payload);
+            }
+        });
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+pub(crate) async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -354,18 +441,19 @@ fn route_from_device(
     }
 }
 
-/// Routed: the held packets whose bound passed at `now`, each handed to `unroutable`
-/// (counted as no route); when the next one's bound passes.
+/// The held packets whose bound passed at `now`, each handed to `unroutable` with the
+/// connection it came from (none: the device) and counted as no route; when the next one's
+/// bound passes.
 pub(crate) fn expire_held(
     shared: &Shared,
     now: Instant,
-    mut unroutable: impl FnMut(&[u8]),
+    mut unroutable: impl FnMut(&Registry, Option<ClientId>, &[u8]),
 ) -> Option<Instant> {
     let mut reg = lock(&shared.registry);
-    for packet in reg.expire_held(now) {
+    for (from, packet) in reg.expire_held(now) {
         shared.metrics.packet_no_route();
         if let Some(payload) = packet.get(SEND_HEADROOM..) {
-            unroutable(payload);
+            unroutable(&reg, from, payload);
         }
     }
     reg.next_hold_expiry()

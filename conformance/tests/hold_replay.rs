@@ -65,7 +65,7 @@ use conformance::gardener::checks::{self, Egress, KUBELET_PORT, SIDECAR_PORT, WE
 use conformance::gardener::landscape::{Landscape, NODE, SEED_POD, WEBHOOK};
 use conformance::gardener::load::{
     self, exchange, held_problems, ms, old_problems, report, tcp_request, to_shoot_filter, Event,
-    Kind, Pinger, Rec,
+    InFlight, Kind, Pinger, Rec, SLACK,
 };
 use conformance::gardener::pods::{
     run_init_containers, seed_server_spec, start_ingress, start_until, vpn_shoot_spec, Binaries,
@@ -124,15 +124,21 @@ struct Run {
 }
 
 /// The kube-apiserver's load until `stop`: both kinds every [`load::INTERVAL`].
-fn run_load(l: &Landscape, egress: &Egress, stop: &AtomicBool) -> Vec<Rec> {
-    load::load(stop, MAX_REQUESTS, Duration::from_secs(200), |kind, n| {
-        match kind {
-            Kind::Exec => l.kube_apiserver.run_in(|| exec(egress, n)),
-            Kind::Webhook => l.seed_pod.run_in(|| webhook(n)),
-        }
-        .map_err(|e| e.to_string())
-        .and_then(|r| r)
-    })
+fn run_load(l: &Landscape, egress: &Egress, stop: &AtomicBool, inflight: &InFlight) -> Vec<Rec> {
+    load::load(
+        stop,
+        inflight,
+        MAX_REQUESTS,
+        Duration::from_secs(200),
+        |kind, n| {
+            match kind {
+                Kind::Exec => l.kube_apiserver.run_in(|| exec(egress, n)),
+                Kind::Webhook => l.seed_pod.run_in(|| webhook(n)),
+            }
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+        },
+    )
 }
 
 fn exec(egress: &Egress, n: usize) -> Result<(), String> {
@@ -230,6 +236,7 @@ struct Ctx<'a, 'ns> {
     logs: &'a Path,
     mode: SidecarMode,
     pinger: &'a Pinger,
+    inflight: &'a InFlight,
     seed: Seed<'ns>,
     client: Container<'ns>,
     ingress: Container<'ns>,
@@ -266,6 +273,7 @@ impl<'ns> Ctx<'_, 'ns> {
     /// One event: `action` brings the tunnel down (and may restart what it stopped); then the
     /// tunnel's return and a quiet moment.
     fn event(&mut self, name: &str, action: impl FnOnce(&mut Self) -> Instant) -> Event {
+        self.inflight.quiesce(REQUEST_BOUND + SLACK);
         let begin = Instant::now();
         let down = action(self);
         let listener_back = (self.mode == SidecarMode::InProcess && name.starts_with("server"))
@@ -379,6 +387,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
     })
     .collect();
 
+    let inflight = InFlight::default();
     let mut ctx = Ctx {
         l: &l,
         bins,
@@ -386,6 +395,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         logs,
         mode,
         pinger: &pinger,
+        inflight: &inflight,
         seed: Seed { server, envoy },
         client,
         ingress,
@@ -399,7 +409,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         }
         let stop = AtomicBool::new(false);
         let (events, recs) = std::thread::scope(|s| {
-            let loader = s.spawn(|| run_load(&l, &egress, &stop));
+            let loader = s.spawn(|| run_load(&l, &egress, &stop, &inflight));
             std::thread::sleep(Duration::from_secs(1));
             let events = if phase == "short bound" {
                 let logs = ctx.logs;

@@ -62,8 +62,8 @@ use conformance::gardener::ha::{
 };
 use conformance::gardener::ha_pods::{write_secrets, HaPods};
 use conformance::gardener::load::{
-    self, held_problems, old_problems, report, tcp_request, to_shoot_filter, window, Event, Kind,
-    Pinger, Rec, SLACK,
+    self, held_problems, old_problems, report, tcp_request, to_shoot_filter, window, Event,
+    InFlight, Kind, Pinger, Rec, SLACK,
 };
 use conformance::gardener::pods::{Binaries, Container};
 use conformance::gardener::switch::serve_echo;
@@ -170,6 +170,7 @@ struct Ctx<'a, 'ns> {
     bins: &'a Binaries,
     root: &'a Path,
     pinger: &'a Pinger,
+    inflight: &'a InFlight,
     servers: Vec<Container<'ns>>,
     shoot_clients: Vec<Vec<Container<'ns>>>,
 }
@@ -178,6 +179,7 @@ impl Ctx<'_, '_> {
     /// One event: `action` takes a path down (and restarts what it stopped), returning when
     /// it was down; then the tunnel's return, the layout at rest again and a quiet moment.
     fn event(&mut self, name: &str, action: impl FnOnce(&mut Self) -> Instant) -> Event {
+        self.inflight.quiesce(REQUEST_BOUND + SLACK);
         let begin = Instant::now();
         let down = action(self);
         let back = self.pinger.wait_back(down, name);
@@ -254,17 +256,23 @@ impl Ctx<'_, '_> {
 }
 
 /// The load from replica 0 until `stop`.
-fn run_load(l: &HaLandscape, stop: &AtomicBool) -> Vec<Rec> {
-    load::load(stop, MAX_REQUESTS, Duration::from_secs(120), |kind, n| {
-        let target = match kind {
-            Kind::Exec => SocketAddr::from((NODE, KUBELET_PORT)),
-            Kind::Webhook => SocketAddr::from((WEBHOOK, WEBHOOK_PORT)),
-        };
-        l.kapi[0]
-            .run_in(|| tcp_request(target, REQUEST_BOUND, n))
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-    })
+fn run_load(l: &HaLandscape, stop: &AtomicBool, inflight: &InFlight) -> Vec<Rec> {
+    load::load(
+        stop,
+        inflight,
+        MAX_REQUESTS,
+        Duration::from_secs(120),
+        |kind, n| {
+            let target = match kind {
+                Kind::Exec => SocketAddr::from((NODE, KUBELET_PORT)),
+                Kind::Webhook => SocketAddr::from((WEBHOOK, WEBHOOK_PORT)),
+            };
+            l.kapi[0]
+                .run_in(|| tcp_request(target, REQUEST_BOUND, n))
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+        },
+    )
 }
 
 /// Prints the requests of `events` that ended more than 300 ms after the tunnel was back: when
@@ -447,11 +455,13 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_ha_event() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    let inflight = InFlight::default();
     let mut ctx = Ctx {
         l: &l,
         bins,
         root: root_path,
         pinger: &pinger,
+        inflight: &inflight,
         servers,
         shoot_clients,
     };
@@ -464,7 +474,7 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_ha_event() {
         }
         let stop = AtomicBool::new(false);
         let (events, recs) = std::thread::scope(|s| {
-            let loader = s.spawn(|| run_load(&l, &stop));
+            let loader = s.spawn(|| run_load(&l, &stop, &inflight));
             std::thread::sleep(Duration::from_secs(1));
             let events = if phase == "short bound" {
                 vec![ctx.event("both shoot pods away 4 s", |c| {

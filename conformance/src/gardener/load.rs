@@ -1,7 +1,7 @@
 //! The kube-apiserver's load of issue 29's hold replays (`tests/hold_replay.rs` on the non-HA
 //! paths, `tests/hold_replay_ha.rs` on the HA kube-apiserver pod's own tunnels): requests of two
 //! kinds started every [`INTERVAL`] ([`load`]), what each did ([`Rec`]), the events they ran
-//! through ([`Event`]), the tunnel's own downtime from a fast ping through it ([`Pinger`]), the
+//! through ([`Event`], each begun once the requests before it have ended: [`InFlight`]), the tunnel's own downtime from a fast ping through it ([`Pinger`]), the
 //! figures (`hold figure:` lines, [`report`]), what the phases assert ([`held_problems`],
 //! [`old_problems`]) and the capture filter for packets to the shoot ([`to_shoot_filter`]).
 
@@ -41,6 +41,41 @@ pub struct Rec {
     pub took: Duration,
     /// Why it failed, if it did.
     pub error: Option<String>,
+}
+
+/// The start times of the requests still running. An event begins once every request
+/// started before it has ended ([`InFlight::quiesce`]), so a request is judged against the
+/// event it started in and never against the next one's downtime (a request started just
+/// before an uplink cut was counted as a client restart's 6.6 s exec).
+#[derive(Debug, Default)]
+pub struct InFlight(Mutex<Vec<Instant>>);
+
+impl InFlight {
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<Instant>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn begin(&self) -> Instant {
+        let now = Instant::now();
+        self.running().push(now);
+        now
+    }
+
+    fn end(&self, started: Instant) {
+        let mut running = self.running();
+        if let Some(i) = running.iter().position(|&s| s == started) {
+            running.swap_remove(i);
+        }
+    }
+
+    /// Waits until no request started before now is running, at most `bound` (a request
+    /// stuck longer fails its own bound).
+    pub fn quiesce(&self, bound: Duration) {
+        let now = Instant::now();
+        while self.running().iter().any(|&s| s < now) && now.elapsed() < bound {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }
 
 /// One event the load runs through.
@@ -160,10 +195,11 @@ impl Pinger {
 }
 
 /// The kube-apiserver's load until `stop`: `request(kind, n)` for both kinds every
-/// [`INTERVAL`], each on a thread of its own; at most `max_requests` and for at most `limit`.
-/// Returns when every request has ended.
+/// [`INTERVAL`], each on a thread of its own and counted in `inflight` while it runs; at most
+/// `max_requests` and for at most `limit`. Returns when every request has ended.
 pub fn load(
     stop: &AtomicBool,
+    inflight: &InFlight,
     max_requests: usize,
     limit: Duration,
     request: impl Fn(Kind, usize) -> Result<(), String> + Sync,
@@ -178,9 +214,10 @@ pub fn load(
                 count += 1;
                 let (recs, request) = (&recs, &request);
                 s.spawn(move || {
-                    let started = Instant::now();
+                    let started = inflight.begin();
                     let outcome = request(kind, count);
                     let took = started.elapsed();
+                    inflight.end(started);
                     recs.lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(Rec {

@@ -259,6 +259,14 @@ impl Client<'_> {
         }
         self.up = true;
         tunnel.ha_up(self.local);
+        // HA routes due now go in before any packet the server sent with the push or right
+        // behind it (what an HA server held for the shoot comes at once) is written to the
+        // device: the answer to it must find the way back into this tunnel, not the pod's
+        // default route (hold_replay_ha saw SYN-ACKs leave a shoot pod by eth0 and the
+        // requests wait for the kernel's retransmission, 1 s).
+        if tunnel.ha_due().is_some_and(|due| due <= Instant::now()) {
+            tunnel.ha_install().await;
+        }
         tracing::info!("tunnel up");
         Ok(())
     }

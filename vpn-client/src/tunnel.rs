@@ -301,6 +301,13 @@ impl Tunnel {
         };
         self.ha_due = None;
         let dev = tun.name().to_owned();
+        // The return path is the tunnel's own while it is up, hold-down or not: the answers to
+        // what a server sends in through it (what it held for the shoot comes at once) go back
+        // through it, also while the other tunnel still puts its routes in.
+        let mut refused = match ha.return_by_mark {
+            Some(mark) => self.ha_install_return_path(&dev, mark).await,
+            None => 0,
+        };
         if self.ha_held_down(&dev).await {
             return;
         }
@@ -344,10 +351,7 @@ impl Tunnel {
         if let Some(standby) = ha.standby_metric {
             self.ha_add_standby(&wanted, standby).await;
         }
-        let mut refused = self.ha_add_routes(wanted).await;
-        if let Some(mark) = ha.return_by_mark {
-            refused += self.ha_install_return_path(&dev, mark).await;
-        }
+        refused += self.ha_add_routes(wanted).await;
         if refused == 0 {
             self.ha_retry = HA_RETRY_FIRST;
             tracing::info!(

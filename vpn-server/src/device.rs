@@ -71,8 +71,8 @@ pub enum TunStep {
     DefaultRoute,
 }
 
-/// Configures the device `dev`: MTU, txqueuelen, the server's own pool addresses, link up,
-/// and the kernel routes of `route` directives into it.
+/// Configures the device `dev`: MTU, txqueuelen, the server's own pool addresses, link up;
+/// its routes are [`add_routes`].
 pub(crate) async fn setup(
     settings: &Settings,
     dev: &str,
@@ -99,13 +99,26 @@ pub(crate) async fn setup(
             .map_err(fail(TunStep::AddAddress(net)))?;
     }
     nl.set_link_up(dev).await.map_err(fail(TunStep::LinkUp))?;
+    info!(dev, "tun device configured");
+    Ok(())
+}
+
+/// The kernel routes of `route` directives into `dev`: the last step of its set-up, once
+/// whatever must see the first packet routed into it is in force (`Server::bind_with`).
+pub(crate) async fn add_routes(settings: &Settings, dev: &str) -> Result<(), SetupError> {
+    let fail = |step: TunStep| move |source| SetupError { step, source };
+    let nl = Netlink::open().map_err(fail(TunStep::Open))?;
     for net in &settings.routes {
         let route = Route::via_dev(IpPrefix::from(net.trunc()), dev);
         nl.add_route(&route)
             .await
             .map_err(fail(TunStep::AddRoute(*net)))?;
     }
-    info!(dev, routes = settings.routes.len(), "tun device configured");
+    info!(
+        dev,
+        routes = settings.routes.len(),
+        "routes into the tun device added"
+    );
     Ok(())
 }
 

@@ -29,7 +29,9 @@ pub struct Launch {
     /// Admin endpoint addresses for the server's series (may be empty).
     pub admin_listen: Vec<SocketAddr>,
     /// Firewall and NAT rules to hold while serving (vpn2 environment mode): applied once the
-    /// tun device is up, owned by this process, removed when it stops.
+    /// tun device is up and before any route leads into it, removed when the process stops;
+    /// after `kill -9` they stay until the next start replaces them (the device, gone with
+    /// the process, can then carry nothing unmapped).
     pub firewall: Option<Table>,
     /// Rules that outlive the process (vpn2 environment mode: `crate::vpn2::seed_guard`),
     /// applied before the device exists and never removed.
@@ -94,15 +96,24 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
         ..
     } = loaded;
     let script_settings = settings.clone();
-    let server = Server::bind(settings).await?;
-    // HA mode has no device: scripts get an empty name and no firewall table needs one.
+    // The rules are in force before the first route leads into the device: a connection
+    // whose first packet went into it unmapped would stay unmapped (conntrack) for its life,
+    // and its answers would not find the way back. HA mode has no device: scripts get an
+    // empty name and no firewall table needs one.
+    let with_cloud_api = cloud_api.is_some();
+    let (server, rules) = Server::bind_with(settings, |dev| {
+        let firewall = if with_cloud_api {
+            Some(crate::cloud_api::endpoint_table(firewall, dev))
+        } else {
+            firewall
+        };
+        with_listener_guard(firewall, dev, &tunnel_guarded_ports)
+            .as_ref()
+            .map(Installed::apply_lasting)
+            .transpose()
+    })
+    .await?;
     let dev = server.tun_name().unwrap_or_default().to_owned();
-    let firewall = match &cloud_api {
-        Some(_) => Some(crate::cloud_api::endpoint_table(firewall, &dev)),
-        None => firewall,
-    };
-    let firewall = with_listener_guard(firewall, &dev, &tunnel_guarded_ports);
-    let rules = firewall.as_ref().map(Installed::apply).transpose()?;
     let admin = AdminServer::bind(&admin_listen)?;
     let server_part = server.admin_state();
     let sidecar = match sidecar {

@@ -14,7 +14,7 @@
 //! ```
 //!
 //! On shutdown every established client gets `RESTART`, has `drain_timeout` to leave, and
-//! [`Server::run`] returns once every task has ended.
+//! [`Server::run`] returns once every task has ended and the tun device is closed.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use netio::admin::AdminState;
 use netio::clock::unix_now;
+use netio::firewall::FirewallError;
 use netio::listen::Admitted;
 use netio::netlink::NetlinkError;
 use netio::tun::{TunError, TunWriter};
@@ -67,6 +68,9 @@ pub enum ServerError {
         #[source]
         source: NetlinkError,
     },
+    /// The rules asked for before the routes ([`Server::bind_with`]) were refused.
+    #[error("firewall rules")]
+    Firewall(#[from] FirewallError),
     /// The pool networks are invalid.
     #[error("invalid address pool")]
     Pool(#[from] PoolError),
@@ -99,21 +103,34 @@ impl Server {
     /// link up, the kernel `routes`), starts its writer and binds the listeners (an IPv6
     /// address takes IPv4 too, as OpenVPN's `tcp6-server`), in the calling thread's network
     /// namespace. In HA mode there is no device and no pool. Must run inside a tokio runtime.
-    pub async fn bind(mut settings: Settings) -> Result<Server, ServerError> {
+    pub async fn bind(settings: Settings) -> Result<Server, ServerError> {
+        Ok(Self::bind_with(settings, |_| Ok(())).await?.0)
+    }
+
+    /// [`Server::bind`], running `before_routes` with the device's name (empty in HA mode)
+    /// once the device is up and before any route leads into it: what the first packet
+    /// routed into the device must meet (the vpn2 environment's address mappings; a
+    /// connection whose first packet left unmapped keeps that in conntrack for its life).
+    pub async fn bind_with<R>(
+        mut settings: Settings,
+        before_routes: impl FnOnce(&str) -> Result<R, FirewallError>,
+    ) -> Result<(Server, R), ServerError> {
         if settings.auto_mtu {
             device::apply_auto_mtu(&mut settings).await?;
         }
         let mode = PacketMode::of(&settings);
         let pool = mode.pool(&settings)?;
-        let device = match mode.open_device(&settings.dev)? {
+        let (device, before) = match mode.open_device(&settings.dev)? {
             Some(tun) => {
                 let tun = Arc::new(tun);
                 device::setup(&settings, tun.name(), pool.as_ref()).await?;
+                let before = before_routes(tun.name())?;
+                device::add_routes(&settings, tun.name()).await?;
                 let writer = TunWriter::spawn(Arc::clone(&tun), TUN_WRITE_QUEUE)
                     .map_err(ServerError::TunWriter)?;
-                Some(Device { tun, writer })
+                (Some(Device { tun, writer }), before)
             }
-            None => None,
+            None => (None, before_routes("")?),
         };
         let tun_stats = device
             .as_ref()
@@ -126,7 +143,7 @@ impl Server {
         let registry = mode.registry(&settings, pool);
         let metrics = ServerMetrics::new(tun_stats);
         let shared = Arc::new(Shared::new(settings, mode, registry, metrics, device));
-        Ok(Server { shared, listeners })
+        Ok((Server { shared, listeners }, before))
     }
 
     /// The bound listen addresses (with the port the kernel chose for port 0).
@@ -167,7 +184,7 @@ impl Server {
     }
 
     /// Serves until `shutdown` is cancelled, then tells clients (`RESTART`), drains and
-    /// returns once every task has ended.
+    /// returns once every task has ended and the tun device is closed.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ServerError> {
         let shared = self.shared;
         let tracker = TaskTracker::new();
@@ -198,9 +215,28 @@ impl Server {
         info!("shutting down: telling clients and draining");
         tracker.close();
         tracker.wait().await;
+        let tun = shared.device.as_ref().map(|d| Arc::downgrade(&d.tun));
+        drop(shared);
+        if let Some(tun) = tun {
+            device_closed(&tun).await;
+        }
         info!("shutdown complete");
         Ok(())
     }
+}
+
+/// Waits (at most a second) until the last holder of the tun device, the writer thread, has
+/// let it go: closed, the kernel removes the device and its routes, so what the caller
+/// removes next (the firewall's mappings) is never missing while a packet can still be
+/// routed into the device.
+async fn device_closed(tun: &std::sync::Weak<netio::tun::Tun>) {
+    for _ in 0..1000 {
+        if tun.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    warn!("the tun device is still held a second after the shutdown");
 }
 
 /// Answers whether a connected client's address or iroute covers an address (what the tun

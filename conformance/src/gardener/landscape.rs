@@ -117,16 +117,22 @@ struct Link<'a> {
 impl Landscape {
     /// Builds every namespace, link, address and route.
     pub fn build() -> Result<Landscape, LabError> {
+        Self::build_with_prefix(crate::netns::NAME_PREFIX)
+    }
+
+    /// Like [`Landscape::build`], its namespaces named with `prefix` ([`Netns::with_prefix`]).
+    pub fn build_with_prefix(prefix: &str) -> Result<Landscape, LabError> {
+        let ns = || Netns::with_prefix(prefix);
         let l = Landscape {
-            seed_pod: Netns::new()?,
-            kube_apiserver: Netns::new()?,
-            ingress: Netns::new()?,
-            vpn_shoot: Netns::new()?,
-            webhook: Netns::new()?,
-            node: Netns::new()?,
-            twin: Netns::new()?,
-            seed_router: Netns::new()?,
-            shoot_router: Netns::new()?,
+            seed_pod: ns()?,
+            kube_apiserver: ns()?,
+            ingress: ns()?,
+            vpn_shoot: ns()?,
+            webhook: ns()?,
+            node: ns()?,
+            twin: ns()?,
+            seed_router: ns()?,
+            shoot_router: ns()?,
         };
         // No duplicate address detection on any link, link-local addresses included: a
         // fresh link's tentative link-local address holds up neighbour discovery, and so the

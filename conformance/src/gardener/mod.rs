@@ -7,7 +7,8 @@
 //! what both report). [`vpn2_pods`] starts vpn2's pods (upstream OpenVPN, our sidecar for
 //! Envoy); [`switch`] holds what `tests/switch_nonha.rs` adds to replay the in-place switch
 //! (surge pods, the Service's endpoints, the kube-apiserver's load). [`ha`] and [`ha_pods`] are
-//! the HA layout's namespaces and containers.
+//! the HA layout's namespaces and containers. [`load`] is the kube-apiserver's request load of
+//! the hold replays (`tests/hold_replay.rs`, `tests/hold_replay_ha.rs`) and its figures.
 
 pub mod capture;
 pub mod checks;
@@ -16,6 +17,7 @@ pub mod ha;
 pub mod ha_pods;
 pub mod kubelet;
 pub mod landscape;
+pub mod load;
 pub mod pods;
 pub mod rules;
 pub mod switch;

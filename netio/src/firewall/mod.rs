@@ -432,8 +432,8 @@ impl Firewall {
     }
 }
 
-/// A program's table, applied owned and held while it serves: what `vpn-server` and
-/// `vpn-client` install before their sessions and remove after them.
+/// A program's table, applied (owned, or lasting past a crash) and held while it serves: what
+/// `vpn-server` and `vpn-client` install before their sessions and remove after them.
 #[derive(Debug)]
 pub struct Installed {
     firewall: Firewall,
@@ -445,9 +445,23 @@ impl Installed {
     /// network namespace), so the kernel deletes the table if the process ends without
     /// [`Installed::remove`], also by `kill -9`.
     pub fn apply(table: &Table) -> Result<Installed, FirewallError> {
+        Self::apply_owned(table, true)
+    }
+
+    /// [`Installed::apply`] without the ownership: if the process dies without
+    /// [`Installed::remove`] (`kill -9`), the table stays until the next start replaces it
+    /// (atomically, [`Firewall::apply`]). For mappings that no packet routed into the
+    /// process's device may miss while that device exists: the kernel removes a dead
+    /// process's owned table and its tun device in no set order, and a flow whose first
+    /// packet passes in between keeps no mapping in conntrack for its life.
+    pub fn apply_lasting(table: &Table) -> Result<Installed, FirewallError> {
+        Self::apply_owned(table, false)
+    }
+
+    fn apply_owned(table: &Table, owned: bool) -> Result<Installed, FirewallError> {
         let mut firewall = Firewall::open()?;
-        firewall.apply(table, true)?;
-        tracing::info!(table = table.name(), "firewall rules installed");
+        firewall.apply(table, owned)?;
+        tracing::info!(table = table.name(), owned, "firewall rules installed");
         Ok(Installed {
             firewall,
             name: table.name.clone(),
@@ -455,7 +469,7 @@ impl Installed {
     }
 
     /// Deletes the table. A failure is logged, not returned: the process is stopping, and the
-    /// kernel deletes the owned table anyway once the socket closes (here).
+    /// kernel deletes an owned table anyway once the socket closes (here).
     pub fn remove(mut self) {
         match self.firewall.remove(&self.name) {
             Ok(()) => tracing::info!(table = %self.name, "firewall rules removed"),

@@ -7,7 +7,9 @@
 //! what both report). [`vpn2_pods`] starts vpn2's pods (upstream OpenVPN, our sidecar for
 //! Envoy); [`switch`] holds what `tests/switch_nonha.rs` adds to replay the in-place switch
 //! (surge pods, the Service's endpoints, the kube-apiserver's load). [`ha`] and [`ha_pods`] are
-//! the HA layout's namespaces and containers.
+//! the HA layout's namespaces and containers, its networks disjoint from the seed's or
+//! overlapping them (`tests/gardener_ha_overlap.rs`, which runs [`checks::cross_from`] from
+//! each kube-apiserver pod).
 
 pub mod capture;
 pub mod checks;

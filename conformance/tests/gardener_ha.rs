@@ -11,7 +11,7 @@
 //!  ingress 10.1.5.30 + LB 203.0.113.10 (vpn-router)─┘
 //! ```
 //!
-//! Probe streams run from each kube-apiserver replica to the shoot node for the whole test:
+//! Probe streams run from each kube-apiserver replica to the shoot node up to step 6:
 //! sequence-numbered UDP at 100/s and a long-lived TCP echo session. The test kills a server
 //! (`kill -9`), black-holes the path to a server, kills a shoot pod, restarts a kube-apiserver
 //! replica 20 times (alternating its pod IP), kills both servers and then both clients of a
@@ -699,6 +699,17 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     // gone as well. In none of these states does a packet addressed to the shoot leave a
     // kube-apiserver pod by its eth0 (the tunnel-only rules; without them, and without the
     // standby routes, such packets followed the pod's default route into the seed).
+    // The probe streams end first (nothing below measures them): with both servers down their
+    // datagrams (100 a second from each replica, and the TCP sessions' retransmissions) wait
+    // in the standby devices, and a restarted server whose kube-apiserver tunnels are back
+    // before its shoot connections holds them all for the node's network. They fill that
+    // network's limit (256 packets) before the connection below gets its SYN in, and a SYN
+    // beyond the limit is answered with ICMP unreachable, which fails the connect at once
+    // (seen in one of four runs with the probes still on: server 0 "packets held for its
+    // routes sent packets=256"). The same holds for step 7.
+    for p in probes {
+        p.finish();
+    }
     let to_shoot = format!(
         "dst net {SHOOT_SERVICE_NETWORKS} or dst net {SHOOT_POD_NETWORKS} or dst net \
          {SHOOT_NODE_NETWORK} or dst net {SHOOT_NODE_NETWORK_V6}"
@@ -831,12 +842,6 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     // return (measured with the server before its hold: 4.10 s, 772 ms after the shoot's tunnel
     // was up, and no "packets held" line in its log). Held, it leaves the moment the shoot
     // connection's tunnel is up: within [`HELD_LAG`] of the shoot pod's route showing.
-    // The probe streams end first: 300 packets a second to the node's network would fill the
-    // hold's limit for it (256) within a second, and a SYN beyond the limit is answered with
-    // ICMP unreachable, which fails a connect at once.
-    for p in probes {
-        p.finish();
-    }
     wait_until("replica 0 routed by tun0", UP, || {
         routes_via(&l.kapi[0], "tun0").contains("metric 100")
     });

@@ -773,8 +773,10 @@ fn ha_layout_fails_over_on_a_kernel_without_bonding() {
     // kube-apiserver's side is not yet the whole path (the shoot pods reconnect to the servers
     // on their own back-off), so the SYN that leaves the standby device can wait for a shoot
     // connection (the HA server holds it meanwhile, step 7: seen 0.15 s and 1.0 s after `back`
-    // before it held; since, within 0.04 s in four of nine runs and one retransmission, about
-    // 1 s, after in four, cause not found). `back` is when the polling above saw the route
+    // before it held; then within 0.04 s in four of nine runs and one retransmission, about
+    // 1 s, after in four, the shoot pod's reply leaving by its eth0 before its return path was
+    // in; since that goes in with the push, within 0.04 s, `docs/ha.md` §9). `back` is when
+    // the polling above saw the route
     // (an `ip route` run every `POLL`), so the connection may complete up to one poll and one
     // run before it; a connection that leaked by another path would complete at once, seconds
     // before any tunnel was back.

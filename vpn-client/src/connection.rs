@@ -259,6 +259,7 @@ impl Client<'_> {
         }
         self.up = true;
         tunnel.ha_up(self.local);
+        tunnel.ha_return_path().await;
         tracing::info!("tunnel up");
         Ok(())
     }

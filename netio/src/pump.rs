@@ -318,19 +318,24 @@ impl<S: Session> Pump<S> {
             })
             .map_err(Stop::Read)?;
         role.on_received(self.reader.received());
+        // What came in with the handshake's last packets (a peer sends its first data right
+        // behind its push, e.g. packets it held for a reconnecting client) waits for
+        // `Connected`, which the session reports after this batch, one batch at most: the
+        // device may open only then (the client's first), and a device kept from an earlier
+        // connection may not route the answers yet (an HA shoot client's return path goes in
+        // at `Connected`).
+        if !self.connected {
+            self.to_tun.truncate(RECV_BATCH);
+            return Ok(());
+        }
         match role.tun_writer() {
             Some(writer) => writer.write(&mut self.to_tun).await,
-            // The device may open only at `Connected` (the client's first), which the session
-            // reports after this batch: what came in with the handshake's last packets (a
-            // peer sends its first data right behind its push, e.g. packets it held for a
-            // reconnecting client) waits for it, one batch at most.
-            None if !self.connected => self.to_tun.truncate(RECV_BATCH),
             None => self.to_tun.clear(),
         }
         Ok(())
     }
 
-    /// After `Connected`: the payloads kept for a device that was not open yet go to it now.
+    /// After `Connected`: the payloads kept until then go to the device now.
     async fn deliver_early_payloads<R: Role<Session = S>>(&mut self, role: &mut R) {
         if self.to_tun.is_empty() {
             return;

@@ -259,6 +259,7 @@ impl Client<'_> {
         }
         self.up = true;
         tunnel.ha_up(self.local);
+        tunnel.ha_return_path().await;
         // HA routes due now go in before any packet the server sent with the push or right
         // behind it (what an HA server held for the shoot comes at once) is written to the
         // device: the answer to it must find the way back into this tunnel, not the pod's

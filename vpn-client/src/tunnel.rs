@@ -241,6 +241,23 @@ impl Tunnel {
         self.ha_due = Some(now);
     }
 
+    /// HA, shoot side: the return path by connection mark goes in as soon as the tunnel is up,
+    /// before anything the server sent through it reaches the device and whatever the
+    /// hold-down decides for the routes of the main table. A server sends what it held for its
+    /// shoot connections right behind the push, and the answers to those packets must not
+    /// follow the main table (another tunnel, or the pod's default route) until
+    /// [`Tunnel::ha_install`] runs. What the kernel refuses is tried again there.
+    pub async fn ha_return_path(&mut self) {
+        let (Some(mark), Some(tun)) = (
+            self.settings.ha.as_ref().and_then(|ha| ha.return_by_mark),
+            &self.tun,
+        ) else {
+            return;
+        };
+        let dev = tun.name().to_owned();
+        let _ = self.ha_install_return_path(&dev, mark).await;
+    }
+
     /// HA: whether the hold-down keeps the routes out now: it runs, and another tunnel
     /// carries the traffic meanwhile (with none, nothing is gained by waiting: the traffic
     /// waits in a standby device or is dropped). Reschedules the install for its end.

@@ -836,60 +836,72 @@ fn cross(
     source: IpAddr,
     bytes: usize,
 ) -> Result<Crossing, CheckError> {
+    cross_from(&l.kube_apiserver, egress, far, source, bytes)
+}
+
+/// One kube-apiserver connection from namespace `kube_apiserver` through the sidecar of
+/// `egress` to `far`: answered 200, the far end greets with `source` as the address it saw,
+/// and `bytes` bytes come back identical (what [`kubelet`] and [`webhook`] check, for a
+/// landscape of another shape).
+pub fn cross_from(
+    kube_apiserver: &Netns,
+    egress: &Egress,
+    far: &FarEnd,
+    source: IpAddr,
+    bytes: usize,
+) -> Result<Crossing, CheckError> {
     let target = far.addr();
     let payload = pattern(bytes, target.port());
     let started = Instant::now();
-    let crossing = l
-        .kube_apiserver
-        .run_in(|| -> Result<Crossing, CheckError> {
-            let mut s = open(egress, STEP)?;
-            let answer = request(&mut s, target, STEP)?;
-            if answer != Answer::Status(200) {
-                return Err(CheckError::NotConnected { target, answer });
+    let crossing = kube_apiserver.run_in(|| -> Result<Crossing, CheckError> {
+        let mut s = open(egress, STEP)?;
+        let answer = request(&mut s, target, STEP)?;
+        if answer != Answer::Status(200) {
+            return Err(CheckError::NotConnected { target, answer });
+        }
+        let line = read_line(&mut s);
+        let Some(saw) = parse_greeting(&line) else {
+            return Err(CheckError::NoGreeting { target, got: line });
+        };
+        if saw.ip() != source {
+            return Err(CheckError::WrongSource {
+                target,
+                saw,
+                want: source,
+            });
+        }
+        let mut back = Vec::with_capacity(payload.len());
+        let mut why = String::from("complete");
+        for chunk in payload.chunks(ECHO_CHUNK) {
+            if let Err(e) = s.write_all(chunk) {
+                why = format!("write: {e}");
+                break;
             }
-            let line = read_line(&mut s);
-            let Some(saw) = parse_greeting(&line) else {
-                return Err(CheckError::NoGreeting { target, got: line });
-            };
-            if saw.ip() != source {
-                return Err(CheckError::WrongSource {
-                    target,
-                    saw,
-                    want: source,
-                });
-            }
-            let mut back = Vec::with_capacity(payload.len());
-            let mut why = String::from("complete");
-            for chunk in payload.chunks(ECHO_CHUNK) {
-                if let Err(e) = s.write_all(chunk) {
-                    why = format!("write: {e}");
+            let mut got = vec![0u8; chunk.len()];
+            match s.read_exact(&mut got) {
+                Ok(()) => back.extend_from_slice(&got),
+                Err(e) => {
+                    why = format!("read: {e}");
                     break;
                 }
-                let mut got = vec![0u8; chunk.len()];
-                match s.read_exact(&mut got) {
-                    Ok(()) => back.extend_from_slice(&got),
-                    Err(e) => {
-                        why = format!("read: {e}");
-                        break;
-                    }
-                }
             }
-            if back != payload {
-                return Err(CheckError::Echo {
-                    target,
-                    sent: payload.len(),
-                    got: back.len(),
-                    first_difference: back.iter().zip(&payload).position(|(a, b)| a != b),
-                    why,
-                });
-            }
-            Ok(Crossing {
+        }
+        if back != payload {
+            return Err(CheckError::Echo {
                 target,
-                source: saw,
-                echoed: back.len(),
-                took: started.elapsed(),
-            })
-        })??;
+                sent: payload.len(),
+                got: back.len(),
+                first_difference: back.iter().zip(&payload).position(|(a, b)| a != b),
+                why,
+            });
+        }
+        Ok(Crossing {
+            target,
+            source: saw,
+            echoed: back.len(),
+            took: started.elapsed(),
+        })
+    })??;
     Ok(crossing)
 }
 

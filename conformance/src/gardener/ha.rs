@@ -12,8 +12,12 @@
 //! ```
 //!
 //! Every pod's interface is `eth0` with a default route to its router; the internet link is
-//! the non-HA landscape's ([`super::landscape::internet`]). The seed's pod network does not
-//! overlap the shoot's (Gardener refuses that for HA shoots).
+//! the non-HA landscape's ([`super::landscape::internet`]). The networks are a parameter
+//! ([`HaNetworks`]): [`HaNetworks::DISJOINT`] above, or [`HaNetworks::OVERLAP`] (seed pods
+//! `10.0.0.0/8`, which holds the shoot's IPv4 service, pod and node networks `10.64.0.0/13`,
+//! `10.96.0.0/11`, `10.250.0.0/16`; the vpn-shoot pods at `10.96.10.10` and `10.96.11.10`;
+//! the seed's own addresses unchanged), which Gardener allows for HA shoots since
+//! gardener#12204 (`tests/gardener_ha_overlap.rs`).
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::time::{Duration, Instant};
@@ -54,6 +58,41 @@ pub const UDP_ECHO: u16 = 7001;
 /// The node's TCP echo port (IPv4 and IPv6).
 pub const TCP_ECHO: u16 = 7002;
 
+/// The networks of a landscape: the variables every container gets and where the vpn-shoot
+/// pods live (the seed's addresses, the node's and the internet are the same in every plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HaNetworks {
+    /// `SEED_POD_NETWORK`.
+    pub seed_pod_network: &'static str,
+    /// `SHOOT_SERVICE_NETWORKS`.
+    pub shoot_service_networks: &'static str,
+    /// `SHOOT_POD_NETWORKS`.
+    pub shoot_pod_networks: &'static str,
+    /// The IPv4 part of `SHOOT_NODE_NETWORKS` (it holds [`NODE`]).
+    pub shoot_node_network: &'static str,
+    /// The vpn-shoot pods' IPs (in `shoot_pod_networks`).
+    pub shoot_pod: [Ipv4Addr; 2],
+}
+
+impl HaNetworks {
+    /// Disjoint seed and shoot networks (the constants of this module).
+    pub const DISJOINT: HaNetworks = HaNetworks {
+        seed_pod_network: SEED_POD_NETWORK,
+        shoot_service_networks: SHOOT_SERVICE_NETWORKS,
+        shoot_pod_networks: SHOOT_POD_NETWORKS,
+        shoot_node_network: SHOOT_NODE_NETWORK,
+        shoot_pod: SHOOT_POD,
+    };
+    /// The seed's pod network holds every IPv4 shoot network (see the module docs).
+    pub const OVERLAP: HaNetworks = HaNetworks {
+        seed_pod_network: "10.0.0.0/8",
+        shoot_service_networks: "10.64.0.0/13",
+        shoot_pod_networks: "10.96.0.0/11",
+        shoot_node_network: SHOOT_NODE_NETWORK,
+        shoot_pod: [Ipv4Addr::new(10, 96, 10, 10), Ipv4Addr::new(10, 96, 11, 10)],
+    };
+}
+
 /// The namespaces; dropping it removes them.
 #[derive(Debug)]
 pub struct HaLandscape {
@@ -71,6 +110,8 @@ pub struct HaLandscape {
     pub seed_router: Netns,
     /// The shoot's routing and NAT gateway.
     pub shoot_router: Netns,
+    /// Its networks.
+    pub networks: HaNetworks,
 }
 
 /// The `.1` of `a`'s /24: its router.
@@ -90,8 +131,14 @@ fn attach(router: &Netns, router_if: &str, pod: &Netns, addr: Ipv4Addr) -> Resul
 }
 
 impl HaLandscape {
-    /// Builds every namespace (named with `prefix` if given), link, address and route.
+    /// Builds every namespace (named with `prefix` if given), link, address and route, with
+    /// [`HaNetworks::DISJOINT`].
     pub fn build(prefix: Option<&str>) -> Result<HaLandscape, LabError> {
+        HaLandscape::build_with(prefix, HaNetworks::DISJOINT)
+    }
+
+    /// [`HaLandscape::build`] with the networks `networks`.
+    pub fn build_with(prefix: Option<&str>, networks: HaNetworks) -> Result<HaLandscape, LabError> {
         let ns = || match prefix {
             Some(p) => Netns::with_prefix(p),
             None => Netns::new(),
@@ -104,6 +151,7 @@ impl HaLandscape {
             node: ns()?,
             seed_router: ns()?,
             shoot_router: ns()?,
+            networks,
         };
         for r in [&l.seed_router, &l.shoot_router] {
             r.run(["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
@@ -120,7 +168,7 @@ impl HaLandscape {
                 &l.shoot_router,
                 &format!("to-shoot{i}"),
                 &l.shoot[i],
-                SHOOT_POD[i],
+                networks.shoot_pod[i],
             )?;
         }
         attach(&l.seed_router, "to-ingress", &l.ingress, INGRESS_POD)?;

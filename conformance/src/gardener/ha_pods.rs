@@ -2,15 +2,16 @@
 //! namespaces: each process with the environment Gardener gives its container
 //! (gardener-pods.md §2.2, 2.3, 2.5), vpn2's secrets layout, the ingress router's routes to the
 //! two servers, and the start of the init containers, the ingress and the servers. Shared by
-//! `tests/gardener_ha.rs` (failover) and `tests/ha_last_ref.rs` (the HA dashboard's client
-//! count).
+//! `tests/gardener_ha.rs` (failover), `tests/ha_last_ref.rs` (the HA dashboard's client
+//! count) and `tests/gardener_ha_overlap.rs` (the containers on overlapping networks,
+//! [`HaPods::on_networks`]).
 
 use std::path::Path;
 use std::time::Duration;
 
 use super::ha::{
-    HaLandscape, INGRESS_LB, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK, SHOOT_NODE_NETWORK_V6,
-    SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS,
+    HaLandscape, HaNetworks, INGRESS_LB, SEED_POD_NETWORK, SERVER, SHOOT_NODE_NETWORK,
+    SHOOT_NODE_NETWORK_V6, SHOOT_POD_NETWORKS, SHOOT_SERVICE_NETWORKS,
 };
 use super::pods::{start_router, Binaries, Container, Spec};
 use crate::netns::Netns;
@@ -54,6 +55,26 @@ impl HaPods {
             ("SHOOT_NODE_NETWORKS", nodes),
             ("SEED_POD_NETWORK", SEED_POD_NETWORK.into()),
         ]
+    }
+
+    /// `spec` (one of this layout's containers) with the network variables of `nets`
+    /// instead of the disjoint ones: an HA shoot whose networks overlap the seed's.
+    pub fn on_networks(&self, nets: &HaNetworks, mut spec: Spec) -> Spec {
+        let nodes = if self.dual_stack_nodes {
+            format!("{},{SHOOT_NODE_NETWORK_V6}", nets.shoot_node_network)
+        } else {
+            nets.shoot_node_network.to_owned()
+        };
+        for (name, value) in &mut spec.env {
+            *value = match name.as_str() {
+                "SHOOT_SERVICE_NETWORKS" => nets.shoot_service_networks.to_owned(),
+                "SHOOT_POD_NETWORKS" => nets.shoot_pod_networks.to_owned(),
+                "SHOOT_NODE_NETWORKS" => nodes.clone(),
+                "SEED_POD_NETWORK" => nets.seed_pod_network.to_owned(),
+                _ => continue,
+            };
+        }
+        spec
     }
 
     /// `vpn-seed-server-<i>`, its secrets under `root/server`, its status file

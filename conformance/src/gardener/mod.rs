@@ -7,8 +7,10 @@
 //! what both report). [`vpn2_pods`] starts vpn2's pods (upstream OpenVPN, our sidecar for
 //! Envoy); [`switch`] holds what `tests/switch_nonha.rs` adds to replay the in-place switch
 //! (surge pods, the Service's endpoints, the kube-apiserver's load). [`ha`] and [`ha_pods`] are
-//! the HA layout's namespaces and containers. [`load`] is the kube-apiserver's request load of
-//! the hold replays (`tests/hold_replay.rs`, `tests/hold_replay_ha.rs`) and its figures.
+//! the HA layout's namespaces and containers, its networks disjoint from the seed's or
+//! overlapping them (`tests/gardener_ha_overlap.rs`, which runs [`checks::cross_from`] from
+//! each kube-apiserver pod). [`load`] is the kube-apiserver's request load of the hold replays
+//! (`tests/hold_replay.rs`, `tests/hold_replay_ha.rs`) and its figures.
 
 pub mod capture;
 pub mod checks;

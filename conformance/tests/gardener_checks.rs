@@ -44,6 +44,7 @@ use conformance::gardener::pods::{
 use conformance::gardener::rules::{self, forward_guard, vpn2_seed, vpn2_shoot, Expected};
 use conformance::gardener::verdict::{
     self, our_seed_rules, our_seed_rules_after_exit, our_seed_rules_after_kill,
+    our_seed_rules_at_first_start,
 };
 use conformance::gardener::vpn2_pods;
 use conformance::gardener::vpn2_upstream::{client_config, install_shoot_rules, shoot_networks};
@@ -140,7 +141,13 @@ fn our_pods_pass_every_check() {
     traffic_checks(&l, &egress, logs, &[1194, 9443, 15000, SERVER_ADMIN_PORT]);
     let seed = our_seed_rules();
     let shoot = vpn2_shoot(&rules::LANDSCAPE_NETMAP);
-    rules_are(&l, logs, "after start", &seed, &shoot);
+    rules_are(
+        &l,
+        logs,
+        "after start",
+        &our_seed_rules_at_first_start(),
+        &shoot,
+    );
 
     // A second start of each container (the pod's namespace stays): the same rules, once.
     assert!(stop(&server, "TERM", logs).success(), "{}", server.log());
@@ -236,7 +243,7 @@ fn our_server_with_upstream_client_passes_the_checks() {
         &l,
         logs,
         "after start",
-        &our_seed_rules(),
+        &our_seed_rules_at_first_start(),
         &vpn2_shoot(&rules::LANDSCAPE_NETMAP),
     );
 }
@@ -276,10 +283,13 @@ fn upstream_server_with_our_client_passes_the_checks() {
 
     traffic_checks(&l, &egress, logs, &[1194, 9443, 15000]);
     // Our `firewall` hook installs vpn2's rules and the forward guard (DEVIATIONS V6); vpn2's
-    // start NAT (`vpn2[3..]`) is not the hook's and stays after a clean exit.
+    // start NAT (`vpn2[3..]`) is not the hook's and stays after a clean exit, as does the start
+    // table of our init container (only our server removes it).
     let vpn2 = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
     let mut seed = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
     seed.push(forward_guard());
+    // The pod's init container is ours: its start table stays (only our server removes it).
+    seed.push(rules::seed_start());
     let shoot = vpn2_shoot(&rules::LANDSCAPE_NETMAP);
     rules_are(&l, logs, "after start", &seed, &shoot);
 
@@ -317,7 +327,9 @@ fn upstream_server_with_our_client_passes_the_checks() {
         checks::kubelet(&l, &egress, Family::V4),
     );
     drop(server);
-    rules_are(&l, logs, "after a clean exit", &vpn2[3..], &shoot);
+    let mut left = vpn2[3..].to_vec();
+    left.push(rules::seed_start());
+    rules_are(&l, logs, "after a clean exit", &left, &shoot);
 }
 
 /// Runs an nft script in `ns`.
@@ -451,6 +463,8 @@ fn checks_fail_when_what_they_check_is_broken() {
     // What our `firewall` hook installs: vpn2's rules and the forward guard (DEVIATIONS V6).
     let mut seed = vpn2_seed(SEED_POD_NETWORK, &rules::LANDSCAPE_NETMAP);
     seed.push(forward_guard());
+    // The pod's init container is ours: its start table stays (only our server removes it).
+    seed.push(rules::seed_start());
     let e = fails("no INPUT drop", checks::rules(&l.seed_pod, "seed", &seed));
     assert!(
         matches!(&e, CheckError::Rules { diff, .. } if diff.missing.len() == 1),

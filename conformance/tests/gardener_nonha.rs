@@ -40,6 +40,7 @@ use conformance::gardener::pods::{
 use conformance::gardener::rules::{self, vpn2_shoot};
 use conformance::gardener::verdict::{
     self, our_seed_rules, our_seed_rules_after_exit, our_seed_rules_after_kill,
+    our_seed_rules_at_first_start,
 };
 use conformance::netns::Netns;
 use conformance::require_lab;
@@ -678,7 +679,13 @@ fn gardeners_non_ha_pods_run_from_our_images() {
     // after a clean exit again only the tunnel-only rules.
     let seed_rules = our_seed_rules();
     let shoot_rules = vpn2_shoot(&rules::LANDSCAPE_NETMAP);
-    verdict::rules_are(&l, logs, "after start", &seed_rules, &shoot_rules);
+    verdict::rules_are(
+        &l,
+        logs,
+        "after start",
+        &our_seed_rules_at_first_start(),
+        &shoot_rules,
+    );
     assert!(stop(&server, Signal::TERM).success(), "{}", server.stderr());
     assert!(stop(&client, Signal::TERM).success(), "{}", client.stderr());
     verdict::rules_are(

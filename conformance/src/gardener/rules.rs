@@ -491,6 +491,22 @@ pub fn proxy_guard(seed_pod: &str) -> Expected {
     }
 }
 
+/// Our seed pod's start table (`vpn-server setup`, DEVIATIONS V9): a SYN to the sidecar's
+/// port 9443 that no socket takes is dropped, not refused, until the server's first SIGTERM
+/// removes the table. (Debian's nft 1.0.6 prints the socket match as JSON.)
+pub fn seed_start() -> Expected {
+    Expected::at(
+        "filter",
+        "input",
+        0,
+        true,
+        &[
+            r#"tcp dport 9443 (tcp flags & {syn,rst}) syn {"socket":{"key":"wildcard"}} != 2 accept"#,
+            "tcp dport 9443 (tcp flags & {syn,rst}) syn drop",
+        ],
+    )
+}
+
 /// Our seed pod's tunnel-only rules ([DEVIATIONS] V8, table `vpn-seed-server-guard`), which
 /// outlive the server: what leaves by anything but `tun0` toward the mapped ranges or the
 /// landscape's IPv6 shoot networks, or from the proxy group in a connection it opens toward

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::checks::{self, addresses, seed_probes, CheckError, Egress, Family, ECHO_BYTES};
 use super::landscape::{Landscape, SEED_POD_NETWORK, VPN_SHOOT};
-use super::rules::{self, forward_guard, proxy_guard, seed_guard, vpn2_seed, Expected};
+use super::rules::{self, forward_guard, proxy_guard, seed_guard, seed_start, vpn2_seed, Expected};
 
 /// Log files a failure message shows the end of: `*.log`, `*.stdout`, `*.stderr`.
 const LOG_EXTENSIONS: [&str; 3] = ["log", "stdout", "stderr"];
@@ -134,6 +134,15 @@ pub fn our_seed_rules() -> Vec<Expected> {
     r.push(forward_guard());
     r.push(proxy_guard(SEED_POD_NETWORK));
     r.extend(our_seed_rules_after_exit());
+    r
+}
+
+/// Our seed pod's rules at its first start: [`our_seed_rules`] and the start table its init
+/// container left (`vpn-server setup`, DEVIATIONS V9), which the server's first SIGTERM
+/// removes.
+pub fn our_seed_rules_at_first_start() -> Vec<Expected> {
+    let mut r = our_seed_rules();
+    r.push(seed_start());
     r
 }
 

@@ -428,12 +428,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
         });
         phases.push((phase, events, recs));
     }
-    let mut leaked = Vec::new();
-    for (what, c) in captures {
-        for p in c.finish().expect("capture") {
-            leaked.push(format!("{what}: {p}"));
-        }
-    }
+    let leaked = load::leaked(captures);
     drop(ctx);
     Run {
         path,

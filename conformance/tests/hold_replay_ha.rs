@@ -496,12 +496,7 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_ha_event() {
         });
         phases.push((phase, events, recs));
     }
-    let mut leaked = Vec::new();
-    for (what, c) in captures {
-        for p in c.finish().expect("capture") {
-            leaked.push(format!("{what}: {p}"));
-        }
-    }
+    let leaked = load::leaked(captures);
     eprintln!("HA hold replay took {:?}", started.elapsed());
 
     let mut problems = Vec::new();

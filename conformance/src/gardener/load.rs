@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::capture::Capture;
 use crate::netns::Netns;
 use crate::LabError;
 
@@ -237,7 +238,11 @@ pub fn load(
 
 /// A line there and back on `s`.
 pub fn exchange(s: &mut (impl Read + Write), n: usize) -> Result<(), String> {
-    let line = format!("request {n}\n");
+    exchange_line(s, &format!("request {n}\n"))
+}
+
+/// `line` there and the same line back on `s`.
+pub fn exchange_line(s: &mut (impl Read + Write), line: &str) -> Result<(), String> {
     s.write_all(line.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
     let mut back = vec![0u8; line.len()];
@@ -274,6 +279,18 @@ pub fn window<'r>(recs: &'r [Rec], e: &Event, next: Option<Instant>) -> Vec<&'r 
     recs.iter()
         .filter(|r| r.started >= e.begin && next.is_none_or(|n| r.started < n))
         .collect()
+}
+
+/// Ends `captures` (what each watched, its capture) and lists every packet they saw, each
+/// with what saw it: packets to the shoot that left by an interface they must not.
+pub fn leaked(captures: Vec<(String, Capture<'_>)>) -> Vec<String> {
+    let mut leaked = Vec::new();
+    for (what, c) in captures {
+        for p in c.finish().expect("capture") {
+            leaked.push(format!("{what}: {p}"));
+        }
+    }
+    leaked
 }
 
 /// `d` in whole milliseconds.

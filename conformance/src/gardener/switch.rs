@@ -18,7 +18,6 @@
 //! container) and after it is gone. kube-proxy does not retry a refused connection on
 //! another endpoint, nor does the kube-apiserver's egress dialer.
 
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -257,18 +256,7 @@ fn request(egress: &Egress, target: SocketAddr, n: usize) -> Result<(), String> 
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
     let _ = s.get_ref().set_read_timeout(Some(left));
-    let line = format!("request {n} to {target}\n");
-    s.write_all(line.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut back = vec![0u8; line.len()];
-    s.read_exact(&mut back).map_err(|e| format!("read: {e}"))?;
-    if back != line.as_bytes() {
-        return Err(format!(
-            "echo differs: {:?}",
-            String::from_utf8_lossy(&back)
-        ));
-    }
-    Ok(())
+    super::load::exchange_line(&mut s, &format!("request {n} to {target}\n"))
 }
 
 /// A step of the roll: from `start` to the next step's start.

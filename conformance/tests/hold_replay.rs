@@ -65,7 +65,7 @@ use conformance::gardener::checks::{self, Egress, KUBELET_PORT, SIDECAR_PORT, WE
 use conformance::gardener::landscape::{Landscape, NODE, SEED_POD, WEBHOOK};
 use conformance::gardener::load::{
     self, exchange, held_problems, ms, old_problems, report, tcp_request, to_shoot_filter, Event,
-    InFlight, Kind, Pinger, Rec, SLACK,
+    InFlight, Kind, Pinger, Rec, AWAY, REQUEST_BOUND, SHORT, SLACK,
 };
 use conformance::gardener::pods::{
     run_init_containers, seed_server_spec, start_ingress, start_until, vpn_shoot_spec, Binaries,
@@ -79,14 +79,8 @@ use conformance::require_lab;
 const ENVOY_YAML: &str = include_str!("../../sidecar/fixtures/gardener-envoy.yaml");
 /// Namespaces of this test.
 const PREFIX: &str = "vpnt-rp";
-/// How long one request may take in all.
-const REQUEST_BOUND: Duration = Duration::from_secs(25);
 /// At most this many requests per path and phase.
 const MAX_REQUESTS: usize = 3000;
-/// The short bound of phase 2.
-const SHORT: Duration = Duration::from_millis(1500);
-/// How long the client stays away in phase 2.
-const AWAY: Duration = Duration::from_secs(4);
 /// How long the uplink is cut.
 const CUT: Duration = Duration::from_secs(5);
 /// How long the tunnel may take to come back after an event.

@@ -63,7 +63,7 @@ use conformance::gardener::ha::{
 use conformance::gardener::ha_pods::{write_secrets, HaPods};
 use conformance::gardener::load::{
     self, held_problems, old_problems, report, tcp_request, to_shoot_filter, window, Event,
-    InFlight, Kind, Pinger, Rec, SLACK,
+    InFlight, Kind, Pinger, Rec, AWAY, REQUEST_BOUND, SHORT, SLACK,
 };
 use conformance::gardener::pods::{Binaries, Container};
 use conformance::gardener::switch::serve_echo;
@@ -83,16 +83,10 @@ const KUBELET_PORT: u16 = 10250;
 /// The webhook pod in the shoot's pod network, and its port.
 const WEBHOOK: Ipv4Addr = Ipv4Addr::new(100, 96, 20, 20);
 const WEBHOOK_PORT: u16 = 9443;
-/// How long one request may take in all.
-const REQUEST_BOUND: Duration = Duration::from_secs(25);
 /// At most this many requests per phase.
 const MAX_REQUESTS: usize = 2000;
 /// The held phase's bound (Gardener's 20 s).
 const HOLD: Duration = Duration::from_secs(20);
-/// The short bound of the second phase.
-const SHORT: Duration = Duration::from_millis(1500);
-/// How long both shoot pods stay away in the second phase.
-const AWAY: Duration = Duration::from_secs(4);
 /// How long anything may take to come up or back (the clients' back-off and 10 s hold-down
 /// included).
 const UP: Duration = Duration::from_secs(40);

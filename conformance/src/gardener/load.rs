@@ -21,6 +21,12 @@ use crate::LabError;
 pub const INTERVAL: Duration = Duration::from_millis(100);
 /// What a request may take beyond the tunnel's downtime.
 pub const SLACK: Duration = Duration::from_secs(1);
+/// How long one request may take in all.
+pub const REQUEST_BOUND: Duration = Duration::from_secs(25);
+/// The short bound of the replays' second phase (the servers' hold and the sidecars').
+pub const SHORT: Duration = Duration::from_millis(1500);
+/// How long the shoot side stays away in the second phase.
+pub const AWAY: Duration = Duration::from_secs(4);
 
 /// A kube-apiserver request's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -514,14 +514,7 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_ha_event() {
                         Some(err) if x.name.contains("shoot pod") && !err.starts_with("connect") => {
                             Some("in flight through the killed shoot pod")
                         }
-                        // OPEN FAULT (issue 29, docs/operations.md (j)): a connection in flight
-                        // as both servers died can come back through the other shoot pod (the
-                        // restarted servers send a flow through the first shoot connection up),
-                        // whose NAT does not know it: reset. Printed, not hidden.
-                        Some(err) => (x.name.starts_with("both servers")
-                            && err.contains("reset by peer")
-                            && !err.starts_with("connect"))
-                        .then_some("OPEN FAULT: in flight as both servers died, reset"),
+                        Some(_) => None,
                         // Its SYN died with the process; the kernel's retransmission carried it.
                         None => (end <= x.begin + x.downtime() + SLACK + RETRANSMIT).then_some(
                             "in flight as a process was killed, carried by the kernel's retransmission",

@@ -361,6 +361,9 @@ impl Role for Connection {
                 self.deadlines.established();
                 self.shared.metrics.tunnel_established();
                 lock(&self.shared.registry).established(self.id, c.cipher.name(), unix_now());
+                // HA: the held packets' timer looks again (a shoot connection starts the
+                // settle time, `ha::SETTLE`).
+                self.shared.held.notify_one();
                 info!(
                     cipher = c.cipher.name(),
                     tls_ekm = c.tls_ekm,

@@ -11,6 +11,13 @@
 //!   the lowest-index shoot connection (`vpn-shoot-client-0` before `-1`), and the flow
 //!   remembers that index. Both servers follow the same rule, so a flow moved from one server
 //!   to the other lands on the same shoot pod, whose NAT state it needs.
+//! - A restarted server knows no flow. For [`SETTLE`] after its first shoot connection
+//!   came up, a TCP segment that is not a SYN, of a flow it does not know (a connection
+//!   begun before the restart), waits while shoot connection 0 is not up
+//!   ([`Dropped::Settling`]: the caller holds it): by the rule above the connection was on
+//!   shoot pod 0 when both were up, and the other pod's NAT would reset it. A packet from a
+//!   shoot connection teaches the switch its flow's shoot pod, so a connection the shoot side
+//!   speaks on first keeps its pod either way.
 //! - A packet from a shoot connection must come from a shoot network and go to an address a
 //!   seed connection owns, and must not open anything (a TCP SYN without ACK, an echo
 //!   request). Nothing else crosses: never seed to seed, shoot to shoot, or to the server
@@ -37,6 +44,10 @@ use crate::spoof::{IpHeaderError, IPV4_HEADER_LEN, IPV6_HEADER_LEN};
 pub const FLOW_IDLE: Duration = Duration::from_secs(15 * 60);
 /// Flows remembered at most; the least recently seen is evicted beyond it.
 pub const MAX_FLOWS: usize = 65_536;
+/// How long after a switch's first shoot connection a segment of a TCP connection it does not
+/// know waits for shoot connection 0 (see the module docs). A restarted server's shoot
+/// clients reconnect within about a second of each other.
+pub const SETTLE: Duration = Duration::from_secs(3);
 
 const PROTO_ICMP: u8 = 1;
 const PROTO_TCP: u8 = 6;
@@ -93,6 +104,9 @@ pub enum Dropped {
     NotSeed,
     /// To the shoot, with no shoot connection up.
     NoShoot,
+    /// To the shoot, a segment of a TCP connection the switch does not know, in the
+    /// [`SETTLE`] time while shoot connection 0 is not up: held as for [`Dropped::NoShoot`].
+    Settling,
 }
 
 /// Where a packet goes.
@@ -142,6 +156,8 @@ pub struct HaSwitch<C> {
     /// Least recently seen first.
     flows: LinkedHashMap<FlowKey, Flow>,
     max_flows: usize,
+    /// When the first shoot connection came up.
+    first_shoot: Option<Instant>,
 }
 
 impl<C: Copy + Eq + Hash> HaSwitch<C> {
@@ -158,6 +174,7 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
             shoot: BTreeMap::new(),
             flows: LinkedHashMap::new(),
             max_flows: max_flows.max(1),
+            first_shoot: None,
         }
     }
 
@@ -173,9 +190,17 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         self.seed.retain(|_, owner| *owner != conn);
     }
 
-    /// A shoot connection with index `index` is up (a reconnect replaces the old one).
-    pub fn shoot_connected(&mut self, conn: C, index: u8) {
+    /// A shoot connection with index `index` is up at `now` (a reconnect replaces the old
+    /// one).
+    pub fn shoot_connected(&mut self, conn: C, index: u8, now: Instant) {
+        self.first_shoot.get_or_insert(now);
         self.shoot.insert(index, conn);
+    }
+
+    /// Until when segments of unknown TCP connections wait for shoot connection 0 (while it
+    /// is not up): [`SETTLE`] after the first shoot connection; `None` before one came.
+    pub fn settles_until(&self) -> Option<Instant> {
+        self.first_shoot.map(|t| t + SETTLE)
     }
 
     /// A shoot connection is gone.
@@ -215,21 +240,33 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
             Err(e) => return Switched::Dropped(Dropped::Malformed(e)),
         };
         self.expire(now);
+        let opens = opens_connection(packet);
         // A handful of shoot connections; any other connection is a seed connection, which
         // may send only from addresses it owns (one that owns none sends nothing).
-        if self.shoot.values().any(|c| *c == from) {
+        let from_shoot = self
+            .shoot
+            .iter()
+            .find(|(_, c)| **c == from)
+            .map(|(i, _)| *i);
+        if let Some(index) = from_shoot {
             // The shoot answers; it never opens anything into the seed (a TCP SYN or an echo
             // request is dropped here, before the kube-apiserver pod's own rules would).
-            if opens_connection(packet) {
+            if opens {
                 return Switched::Dropped(Dropped::NotSeed);
             }
-            self.switch_from_shoot(key, now)
+            self.switch_from_shoot(index, key, now)
         } else {
-            self.switch_from_seed(from, key, now)
+            self.switch_from_seed(from, key, opens, now)
         }
     }
 
-    fn switch_from_seed(&mut self, from: C, key: FlowKey, now: Instant) -> Switched<C> {
+    fn switch_from_seed(
+        &mut self,
+        from: C,
+        key: FlowKey,
+        opens: bool,
+        now: Instant,
+    ) -> Switched<C> {
         if self.seed.get(&key.src) != Some(&from) {
             return Switched::Dropped(Dropped::Spoofed);
         }
@@ -244,6 +281,30 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         let Some(index) = remembered.or_else(|| self.preferred_shoot()) else {
             return Switched::Dropped(Dropped::NoShoot);
         };
+        let began_before = remembered.is_none() && key.proto == PROTO_TCP && !opens;
+        if began_before && index != 0 && self.settles_until().is_some_and(|t| now < t) {
+            return Switched::Dropped(Dropped::Settling);
+        }
+        self.remember(key, index, now);
+        Switched::To(self.shoot[&index])
+    }
+
+    fn switch_from_shoot(&mut self, index: u8, key: FlowKey, now: Instant) -> Switched<C> {
+        if !self.in_shoot(key.src) {
+            return Switched::Dropped(Dropped::Spoofed);
+        }
+        let Some(owner) = self.seed.get(&key.dst).copied() else {
+            return Switched::Dropped(Dropped::NotSeed);
+        };
+        // A known flow keeps its pod (the reply refreshes it); an unknown one learns it.
+        let forward = key.reversed();
+        let shoot = self.flows.get(&forward).map_or(index, |f| f.shoot);
+        self.remember(forward, shoot, now);
+        Switched::To(owner)
+    }
+
+    /// Flow `key` goes to shoot connection `index`, seen `now` (the most recent).
+    fn remember(&mut self, key: FlowKey, index: u8, now: Instant) {
         self.flows.remove(&key);
         self.flows.insert(
             key,
@@ -255,22 +316,6 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         while self.flows.len() > self.max_flows {
             self.flows.pop_front();
         }
-        Switched::To(self.shoot[&index])
-    }
-
-    fn switch_from_shoot(&mut self, key: FlowKey, now: Instant) -> Switched<C> {
-        if !self.in_shoot(key.src) {
-            return Switched::Dropped(Dropped::Spoofed);
-        }
-        let Some(owner) = self.seed.get(&key.dst).copied() else {
-            return Switched::Dropped(Dropped::NotSeed);
-        };
-        let forward = key.reversed();
-        if let Some(mut flow) = self.flows.remove(&forward) {
-            flow.seen = now;
-            self.flows.insert(forward, flow);
-        }
-        Switched::To(owner)
     }
 
     fn in_shoot(&self, addr: IpAddr) -> bool {
@@ -448,8 +493,8 @@ mod tests {
             ),
             Switched::Dropped(Dropped::NoShoot)
         );
-        s.shoot_connected(SHOOT_1, 1);
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_1, 1, now);
+        s.shoot_connected(SHOOT_0, 0, now);
         assert_eq!(s.preferred_shoot(), Some(0));
         assert_eq!(
             s.switch(
@@ -473,11 +518,12 @@ mod tests {
     fn a_flow_sticks_to_its_shoot_connection_while_it_is_connected() {
         let now = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_1, 1);
+        s.shoot_connected(SHOOT_1, 1, now);
+        let syn = tcp_v4("10.1.0.5", "100.64.1.1", 40000, 443, SYN);
         let request = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 40000, 443);
-        assert_eq!(s.switch(SEED_A, &request, now), Switched::To(SHOOT_1));
+        assert_eq!(s.switch(SEED_A, &syn, now), Switched::To(SHOOT_1));
         // Shoot pod 0 comes (back): new flows go there, the old flow stays.
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_0, 0, now);
         assert_eq!(s.switch(SEED_A, &request, now), Switched::To(SHOOT_1));
         let other = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 40002, 443);
         assert_eq!(s.switch(SEED_A, &other, now), Switched::To(SHOOT_0));
@@ -485,7 +531,7 @@ mod tests {
         s.shoot_disconnected(SHOOT_1);
         assert_eq!(s.switch(SEED_A, &request, now), Switched::To(SHOOT_0));
         // Pod 1 reconnects (a new connection, same index): the flow now stays on 0.
-        s.shoot_connected(SHOOT_1 + 100, 1);
+        s.shoot_connected(SHOOT_1 + 100, 1, now);
         assert_eq!(s.switch(SEED_A, &request, now), Switched::To(SHOOT_0));
     }
 
@@ -493,12 +539,12 @@ mod tests {
     fn a_reconnected_shoot_index_keeps_its_flows() {
         let now = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_1, 1);
+        s.shoot_connected(SHOOT_1, 1, now);
         let request = v4(PROTO_UDP, "10.1.0.5", "100.64.1.1", 1000, 53);
         assert_eq!(s.switch(SEED_A, &request, now), Switched::To(SHOOT_1));
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_0, 0, now);
         // The same pod's client reconnects: its NAT state is still in the pod.
-        s.shoot_connected(77, 1);
+        s.shoot_connected(77, 1, now);
         assert_eq!(s.switch(SEED_A, &request, now), Switched::To(77));
     }
 
@@ -506,8 +552,8 @@ mod tests {
     fn replies_go_to_the_seed_connection_owning_the_destination() {
         let now = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_0, 0);
-        s.shoot_connected(SHOOT_1, 1);
+        s.shoot_connected(SHOOT_0, 0, now);
+        s.shoot_connected(SHOOT_1, 1, now);
         let reply = v4(PROTO_TCP, "100.64.1.1", "10.1.0.6", 443, 40000);
         assert_eq!(s.switch(SHOOT_1, &reply, now), Switched::To(SEED_B));
         let reply6 = v6(PROTO_TCP, "fd00:100::9", "fd8f:6d53:b97a:1::a01:5", 443, 1);
@@ -524,11 +570,78 @@ mod tests {
         p
     }
 
+    const SYN: u8 = 0x02;
+
+    #[test]
+    fn a_restarted_server_keeps_connections_begun_before_on_shoot_pod_0() {
+        let start = Instant::now();
+        let mut s = switch();
+        // Shoot pod 1's client is back first.
+        s.shoot_connected(SHOOT_1, 1, start);
+        let t = start + Duration::from_secs(1);
+        let old = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 40000, 443);
+        assert_eq!(
+            s.switch(SEED_A, &old, t),
+            Switched::Dropped(Dropped::Settling)
+        );
+        // What starts now, and what is not TCP, goes on.
+        let syn = tcp_v4("10.1.0.5", "100.64.1.1", 40001, 443, SYN);
+        assert_eq!(s.switch(SEED_A, &syn, t), Switched::To(SHOOT_1));
+        let udp = v4(PROTO_UDP, "10.1.0.5", "100.64.1.1", 40002, 53);
+        assert_eq!(s.switch(SEED_A, &udp, t), Switched::To(SHOOT_1));
+        // Pod 0 is back: the old connection goes there, the new one stays on 1.
+        s.shoot_connected(SHOOT_0, 0, t);
+        assert_eq!(s.switch(SEED_A, &old, t), Switched::To(SHOOT_0));
+        let next = tcp_v4("10.1.0.5", "100.64.1.1", 40001, 443, 0x10);
+        assert_eq!(s.switch(SEED_A, &next, t), Switched::To(SHOOT_1));
+
+        // Without pod 0, the wait ends with the settle time.
+        let mut s = switch();
+        s.shoot_connected(SHOOT_1, 1, start);
+        let just_before = start + SETTLE - Duration::from_millis(1);
+        assert_eq!(
+            s.switch(SEED_A, &old, just_before),
+            Switched::Dropped(Dropped::Settling)
+        );
+        assert_eq!(
+            s.switch(SEED_A, &old, start + SETTLE),
+            Switched::To(SHOOT_1)
+        );
+        // And it never starts again: a later unknown connection goes to the lowest up.
+        s.shoot_disconnected(SHOOT_1);
+        s.shoot_connected(SHOOT_1 + 100, 1, start + SETTLE * 10);
+        let other = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 40009, 443);
+        assert_eq!(
+            s.switch(SEED_A, &other, start + SETTLE * 10),
+            Switched::To(SHOOT_1 + 100)
+        );
+    }
+
+    #[test]
+    fn a_shoot_packet_teaches_an_unknown_connection_its_pod() {
+        let now = Instant::now();
+        let mut s = switch();
+        s.shoot_connected(SHOOT_0, 0, now);
+        s.shoot_connected(SHOOT_1, 1, now);
+        // A restarted server hears first from pod 1 about a connection begun before.
+        let from_shoot = v4(PROTO_TCP, "100.64.1.1", "10.1.0.5", 443, 40000);
+        assert_eq!(s.switch(SHOOT_1, &from_shoot, now), Switched::To(SEED_A));
+        let to_shoot = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 40000, 443);
+        assert_eq!(s.switch(SEED_A, &to_shoot, now), Switched::To(SHOOT_1));
+        // A known connection keeps its pod whoever sends.
+        let syn = tcp_v4("10.1.0.5", "100.64.1.1", 40001, 443, SYN);
+        assert_eq!(s.switch(SEED_A, &syn, now), Switched::To(SHOOT_0));
+        let stray = tcp_v4("100.64.1.1", "10.1.0.5", 443, 40001, 0x12);
+        assert_eq!(s.switch(SHOOT_1, &stray, now), Switched::To(SEED_A));
+        let next = tcp_v4("10.1.0.5", "100.64.1.1", 40001, 443, 0x10);
+        assert_eq!(s.switch(SEED_A, &next, now), Switched::To(SHOOT_0));
+    }
+
     #[test]
     fn the_shoot_opens_nothing_into_the_seed() {
         let now = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_0, 0, now);
         // A SYN from a shoot address to a kube-apiserver's address: dropped; the SYN-ACK and
         // the rest of a connection the seed opened pass.
         let syn = tcp_v4("100.64.1.1", "10.1.0.5", 40000, 10250, 0x02);
@@ -582,7 +695,7 @@ mod tests {
     fn nothing_crosses_but_seed_to_shoot_and_back() {
         let now = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_0, 0, now);
         // Seed to seed, seed to the server's or seed's other networks.
         for dst in ["10.1.0.6", "10.1.0.1", "192.168.123.1", "100.72.0.1"] {
             assert_eq!(
@@ -631,7 +744,7 @@ mod tests {
     fn a_newer_seed_connection_takes_an_address_over() {
         let now = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_0, 0, now);
         // The pod restarts with the same IP; its old connection is not gone yet.
         s.seed_connected(SEED_A + 100, &[ip("10.1.0.5")]);
         assert_eq!(s.seed_owner(ip("10.1.0.5")), Some(SEED_A + 100));
@@ -652,11 +765,12 @@ mod tests {
     fn idle_flows_are_forgotten_and_replies_keep_them() {
         let start = Instant::now();
         let mut s = switch();
-        s.shoot_connected(SHOOT_1, 1);
+        s.shoot_connected(SHOOT_1, 1, start);
+        let syn = tcp_v4("10.1.0.5", "100.64.1.1", 40000, 443, SYN);
         let request = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 40000, 443);
         let reply = v4(PROTO_TCP, "100.64.1.1", "10.1.0.5", 443, 40000);
-        assert_eq!(s.switch(SEED_A, &request, start), Switched::To(SHOOT_1));
-        s.shoot_connected(SHOOT_0, 0);
+        assert_eq!(s.switch(SEED_A, &syn, start), Switched::To(SHOOT_1));
+        s.shoot_connected(SHOOT_0, 0, start);
         // Only replies for most of an idle period: the flow stays.
         let later = start + FLOW_IDLE - Duration::from_secs(1);
         assert_eq!(s.switch(SHOOT_1, &reply, later), Switched::To(SEED_A));
@@ -676,14 +790,14 @@ mod tests {
         let now = Instant::now();
         let mut s = HaSwitch::with_max_flows(vec!["100.64.0.0/13".parse().unwrap()], 2);
         s.seed_connected(SEED_A, &[ip("10.1.0.5")]);
-        s.shoot_connected(SHOOT_1, 1);
-        let a = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 1, 443);
-        let b = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 2, 443);
-        let c = v4(PROTO_TCP, "10.1.0.5", "100.64.1.1", 3, 443);
+        s.shoot_connected(SHOOT_1, 1, now);
+        let a = v4(PROTO_UDP, "10.1.0.5", "100.64.1.1", 1, 443);
+        let b = v4(PROTO_UDP, "10.1.0.5", "100.64.1.1", 2, 443);
+        let c = v4(PROTO_UDP, "10.1.0.5", "100.64.1.1", 3, 443);
         s.switch(SEED_A, &a, now);
         s.switch(SEED_A, &b, now);
         s.switch(SEED_A, &a, now); // a is now the most recent
-        s.shoot_connected(SHOOT_0, 0);
+        s.shoot_connected(SHOOT_0, 0, now);
         s.switch(SEED_A, &c, now); // evicts b
         assert_eq!(s.flow_count(), 2);
         assert_eq!(s.switch(SEED_A, &a, now), Switched::To(SHOOT_1));

@@ -738,21 +738,9 @@ impl Registry {
                 .collect(),
             Table::Ha(switch) => match shoot_index {
                 Some(index) => {
-                    switch.shoot_connected(id, index);
-                    // Switched again as their kube-apiserver connections' packets: the flows
-                    // are learned, and a connection gone since sends nothing.
                     let now = Instant::now();
-                    self.hold
-                        .release(|_| true)
-                        .into_iter()
-                        .filter_map(|(from, packet)| {
-                            let ip = packet.get(SEND_HEADROOM..)?;
-                            match switch.switch(from?, ip, now) {
-                                Switched::To(to) => Some((to, packet)),
-                                Switched::Dropped(_) => None,
-                            }
-                        })
-                        .collect()
+                    switch.shoot_connected(id, index, now);
+                    self.switch_held_ha(now)
                 }
                 None => Vec::new(),
             },
@@ -765,13 +753,66 @@ impl Registry {
                 "tunnel up: packets held for its routes sent"
             );
         }
-        for (to, packet) in released {
+        self.send_switched(released);
+        self.route_changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Sends each packet to its connection (one gone since sends nothing; a full queue drops
+    /// it, as a packet from the device would be).
+    pub fn send_switched(&self, packets: Vec<(ClientId, BytesMut)>) {
+        for (to, packet) in packets {
             if let Some(c) = self.clients.get(&to) {
-                // A full queue drops it, as a packet from the device would be.
                 let _ = c.conn.tx.try_send(packet);
             }
         }
-        self.route_changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// HA mode: every packet held for the shoot is switched again at `now`, oldest first, as
+    /// its kube-apiserver connection's packet (the flows are learned, and a connection gone
+    /// since sends nothing); the ones the switch still lets wait ([`ha::Dropped::Settling`])
+    /// are held again. Returns each packet to send with its connection.
+    pub fn switch_held_ha(&mut self, now: Instant) -> Vec<(ClientId, BytesMut)> {
+        let Table::Ha(switch) = &mut self.table else {
+            return Vec::new();
+        };
+        let mut waiting = Vec::new();
+        let send = self
+            .hold
+            .release(|_| true)
+            .into_iter()
+            .filter_map(|(from, packet)| {
+                let from = from?;
+                let ip = packet.get(SEND_HEADROOM..)?;
+                match switch.switch(from, ip, now) {
+                    Switched::To(to) => Some((to, packet)),
+                    Switched::Dropped(ha::Dropped::Settling) => {
+                        waiting.push((from, packet));
+                        None
+                    }
+                    Switched::Dropped(_) => None,
+                }
+            })
+            .collect();
+        for (from, packet) in waiting {
+            let dst = packet
+                .get(SEND_HEADROOM..)
+                .and_then(|ip| crate::spoof::addresses(ip).ok())
+                .map(|(_, dst)| dst);
+            if let Some(dst) = dst {
+                // Beyond the hold's limits it is dropped; TCP sends it again.
+                let _ = self.hold_ha(from, dst, packet, now);
+            }
+        }
+        send
+    }
+
+    /// HA mode: until when packets may wait for shoot connection 0 ([`ha::SETTLE`]); the
+    /// held ones are switched again then ([`Registry::switch_held_ha`]).
+    pub fn ha_settles_until(&self) -> Option<Instant> {
+        match &self.table {
+            Table::Ha(switch) => switch.settles_until(),
+            _ => None,
+        }
     }
 
     /// The clients whose tunnel is up (a data cipher agreed), oldest tunnel first.

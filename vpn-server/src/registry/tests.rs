@@ -1082,3 +1082,75 @@ fn ha_last_ref_follows_packets_switched_to_a_connection_and_what_it_receives() {
     // Nothing received, nothing routed: the times stay.
     assert_eq!(last_refs(&reg.status(t0 + 60)), rows);
 }
+
+/// A TCP segment from the kube-apiserver to the shoot with source port `sport` and `flags`.
+fn tcp_to_shoot(sport: u16, flags: u8) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0];
+    p.extend_from_slice(&[10, 1, 1, 20, 100, 64, 0, 10]);
+    p.extend_from_slice(&sport.to_be_bytes());
+    p.extend_from_slice(&[0x01, 0xbb, 0, 0, 0, 1, 0, 0, 0, 1, 0x50, flags, 0xff, 0xff]);
+    p.extend_from_slice(&[0; 4]);
+    p
+}
+
+/// Admits shoot connection `id` as `vpn-shoot-client-<index>` and brings its tunnel up; its
+/// queue.
+fn shoot_up(reg: &mut Registry, s: &Settings, id: ClientId, index: u8) -> mpsc::Receiver<BytesMut> {
+    let (tx, rx) = mpsc::channel(8);
+    let name = format!("vpn-shoot-client-{index}");
+    reg.admit(
+        s,
+        id,
+        &identity(&name),
+        ConnHandle {
+            tx,
+            ..conn(u16::try_from(id).expect("small id"))
+        },
+        1_700_000_001,
+    )
+    .expect("shoot");
+    reg.established(id, "AES-256-GCM", 1_700_000_001);
+    rx
+}
+
+#[test]
+fn ha_held_segments_of_connections_begun_before_wait_for_shoot_pod_0() {
+    const ACK: u8 = 0x10;
+    const SYN: u8 = 0x02;
+    let t0 = Instant::now();
+    let bound = Duration::from_secs(20);
+    let (s, mut reg) = ha_registry(bound, HoldLimits::default(), t0);
+    assert_eq!(reg.ha_settles_until(), None, "no shoot connection yet");
+    // A just restarted server: a segment of a connection begun before, and a new one.
+    switch_or_hold(&mut reg, &tcp_to_shoot(1, ACK), t0).expect("held");
+    switch_or_hold(&mut reg, &tcp_to_shoot(2, SYN), t0).expect("held");
+    // Shoot pod 1's client is back first: it gets the new connection only.
+    let mut rx1 = shoot_up(&mut reg, &s, 2, 1);
+    let p = rx1.try_recv().expect("the SYN");
+    assert_eq!(&p[SEND_HEADROOM..], &tcp_to_shoot(2, SYN)[..]);
+    assert!(
+        rx1.try_recv().is_err(),
+        "the old connection's segment waits"
+    );
+    assert_eq!(reg.hold_counts().packets, 1);
+    // Pod 0's client: the waiting segment goes there.
+    let mut rx0 = shoot_up(&mut reg, &s, 3, 0);
+    let p = rx0.try_recv().expect("the old connection's segment");
+    assert_eq!(&p[SEND_HEADROOM..], &tcp_to_shoot(1, ACK)[..]);
+    assert_eq!(reg.hold_counts().packets, 0);
+
+    // Pod 0 does not come: at the end of the settle time the segment goes to pod 1.
+    let (s, mut reg) = ha_registry(bound, HoldLimits::default(), t0);
+    switch_or_hold(&mut reg, &tcp_to_shoot(1, ACK), t0).expect("held");
+    let mut rx1 = shoot_up(&mut reg, &s, 2, 1);
+    assert!(rx1.try_recv().is_err());
+    let until = reg.ha_settles_until().expect("settling");
+    assert!(reg
+        .switch_held_ha(until - Duration::from_millis(1))
+        .is_empty());
+    let send = reg.switch_held_ha(until);
+    assert_eq!(send.len(), 1);
+    reg.send_switched(send);
+    let p = rx1.try_recv().expect("sent at the end of the settle time");
+    assert_eq!(&p[SEND_HEADROOM..], &tcp_to_shoot(1, ACK)[..]);
+}

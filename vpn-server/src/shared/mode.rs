@@ -290,7 +290,7 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
             }
             return;
         }
-        Some(Err(HaDropped::NoShoot)) => {
+        Some(Err(HaDropped::NoShoot | HaDropped::Settling)) => {
             hold_for_shoot(shared, &mut reg, from, packet, now);
             return;
         }
@@ -304,7 +304,7 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
             return;
         }
         // Held or answered above.
-        HaDropped::NoShoot => return,
+        HaDropped::NoShoot | HaDropped::Settling => return,
         HaDropped::Spoofed => metrics.packet_spoofed(),
         HaDropped::NotShoot | HaDropped::NotSeed => metrics.packet_wrong_side(),
     };
@@ -373,17 +373,39 @@ fn answer_client(shared: &Shared, reg: &Registry, to: ClientId, packet: &[u8]) {
 /// `shutdown`.
 pub(crate) async fn expire_ha_held(shared: Arc<Shared>, shutdown: CancellationToken) {
     let mut next: Option<Instant> = None;
+    let mut settled = false;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = sleep_until_some(next.map(tokio::time::Instant::from_std)) => {}
             () = shared.held.notified() => {}
         }
-        next = expire_held(&shared, Instant::now(), |reg, from, payload| {
+        let now = Instant::now();
+        // Once the settle time (`ha::SETTLE`) is over, what waited for shoot connection 0
+        // goes to the shoot connection the switch picks now.
+        let settles_until = if settled {
+            None
+        } else {
+            let mut reg = lock(&shared.registry);
+            match reg.ha_settles_until() {
+                Some(t) if now >= t => {
+                    settled = true;
+                    let send = reg.switch_held_ha(now);
+                    reg.send_switched(send);
+                    None
+                }
+                until => until,
+            }
+        };
+        next = expire_held(&shared, now, |reg, from, payload| {
             if let Some(from) = from {
                 answer_client(&shared, reg, from, payload);
             }
         });
+        next = match (next, settles_until) {
+            (Some(n), Some(t)) => Some(n.min(t)),
+            (n, t) => n.or(t),
+        };
     }
 }
 

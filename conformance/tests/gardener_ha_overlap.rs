@@ -53,7 +53,7 @@ use conformance::gardener::far_end::FarEnd;
 use conformance::gardener::ha::{
     gateway, routes6_via, routes_via, HaLandscape, HaNetworks, KAPI, NODE, NODE_V6, SERVER,
 };
-use conformance::gardener::ha_pods::{env, write_secrets, HaPods};
+use conformance::gardener::ha_pods::{write_secrets, HaPods};
 use conformance::gardener::landscape::add_pod;
 use conformance::gardener::pods::{Binaries, Container, Mounts, Spec, SIDECAR_IDS, SIDECAR_READY};
 use conformance::netns::Netns;
@@ -165,37 +165,8 @@ fn ha_overlap_is_served_through_the_kube_apiservers_envoy_proxy() {
     let on = |spec: Spec| PODS.on_networks(&NETS, spec);
 
     // Init containers.
-    for (i, ns) in l.kapi.iter().enumerate() {
-        let mut e = PODS.networks();
-        e.extend([
-            ("IS_HA", "true".into()),
-            ("HA_VPN_SERVERS", "2".into()),
-            ("HA_VPN_CLIENTS", "2".into()),
-        ]);
-        on(Spec::new(
-            &format!("kapi{i}-vpn-client-init"),
-            &bins.client,
-            &["setup"],
-            env(&e),
-        ))
-        .run(ns, logs)
-        .expect("kube-apiserver init");
-    }
-    for (p, ns) in l.shoot.iter().enumerate() {
-        let e = [
-            ("IS_SHOOT_CLIENT", "true".into()),
-            ("IS_HA", "true".into()),
-            ("POD_NAME", format!("vpn-shoot-{p}")),
-        ];
-        Spec::new(
-            &format!("shoot{p}-vpn-shoot-init"),
-            &bins.client,
-            &["setup"],
-            env(&e),
-        )
-        .run(ns, logs)
-        .expect("shoot init");
-    }
+    PODS.run_inits_with(&bins, &l, logs, on)
+        .expect("init containers");
 
     let router_toml = root.join("router.toml");
     std::fs::write(&router_toml, PODS.router_config()).expect("lab step");

@@ -97,6 +97,18 @@ impl HaPods {
     /// The init containers (`setup`: the kernel settings of each pod) of both kube-apiserver
     /// replicas and both shoot pods, run to their end.
     pub fn run_inits(&self, bins: &Binaries, l: &HaLandscape, logs: &Path) -> Result<(), LabError> {
+        self.run_inits_with(bins, l, logs, |spec| spec)
+    }
+
+    /// As [`HaPods::run_inits`], each kube-apiserver init container's spec passed through
+    /// `kapi` first (e.g. [`HaPods::on_networks`] for other shoot networks).
+    pub fn run_inits_with(
+        &self,
+        bins: &Binaries,
+        l: &HaLandscape,
+        logs: &Path,
+        kapi: impl Fn(Spec) -> Spec,
+    ) -> Result<(), LabError> {
         for (i, ns) in l.kapi.iter().enumerate() {
             let mut e = self.networks();
             e.extend([
@@ -104,12 +116,12 @@ impl HaPods {
                 ("HA_VPN_SERVERS", "2".into()),
                 ("HA_VPN_CLIENTS", "2".into()),
             ]);
-            Spec::new(
+            kapi(Spec::new(
                 &format!("kapi{i}-vpn-client-init"),
                 &bins.client,
                 &["setup"],
                 env(&e),
-            )
+            ))
             .run(ns, logs)?;
         }
         for (p, ns) in l.shoot.iter().enumerate() {
@@ -163,16 +175,9 @@ impl HaPods {
         l: &'ns HaLandscape,
         root: &Path,
     ) -> Result<Vec<Vec<Container<'ns>>>, LabError> {
-        (0..2)
-            .map(|p| {
-                (0..2)
-                    .map(|i| {
-                        self.shoot_client_spec(bins, root, p, i)
-                            .start(&l.shoot[p], root)
-                    })
-                    .collect()
-            })
-            .collect()
+        start_per_pod_and_server(&l.shoot, root, |p, i| {
+            self.shoot_client_spec(bins, root, p, i)
+        })
     }
 
     /// Both kube-apiserver replicas' clients ([`HaPods::seed_client_spec`]), by replica,
@@ -183,16 +188,9 @@ impl HaPods {
         l: &'ns HaLandscape,
         root: &Path,
     ) -> Result<Vec<Vec<Container<'ns>>>, LabError> {
-        (0..2)
-            .map(|r| {
-                (0..2)
-                    .map(|i| {
-                        self.seed_client_spec(bins, root, r, i)
-                            .start(&l.kapi[r], root)
-                    })
-                    .collect()
-            })
-            .collect()
+        start_per_pod_and_server(&l.kapi, root, |r, i| {
+            self.seed_client_spec(bins, root, r, i)
+        })
     }
 
     /// `vpn-client-<i>` of kube-apiserver replica `replica`.
@@ -300,4 +298,17 @@ pub fn write_secrets(pki: &TestPki, root: &Path) -> Result<(), LabError> {
         copy(&key, &dir.join("tls.key"))?;
     }
     Ok(())
+}
+
+/// One container a pod (in `pods`) and server (two servers): `spec(pod, server)`, started,
+/// by pod, then server.
+fn start_per_pod_and_server<'ns>(
+    pods: &'ns [Netns],
+    root: &Path,
+    spec: impl Fn(usize, usize) -> Spec,
+) -> Result<Vec<Vec<Container<'ns>>>, LabError> {
+    pods.iter()
+        .enumerate()
+        .map(|(p, ns)| (0..2).map(|i| spec(p, i).start(ns, root)).collect())
+        .collect()
 }

@@ -1,6 +1,7 @@
 //! How sessions end: `AUTH_FAILED` when the server application rejects the client, a refused
-//! peer certificate, and the client's pull-filter (`reject` ends the session, `ignore` keeps
-//! an option out of the accepted ones).
+//! peer certificate, the client's pull-filter (`reject` ends the session, `ignore` keeps
+//! an option out of the accepted ones), and a server of the other `dev-type` (the client ends
+//! the session before `PUSH_REQUEST`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openssl::x509::X509Ref;
+use protocol::km2::occ::DevType;
 use protocol::push::{DropReason, FilterAction, PullFilter, PushError, PushedOption};
 use protocol::session::{CloseReason, Event};
 use protocol::tls::{PeerCertError, PeerVerifier, TlsError};
@@ -96,6 +98,38 @@ fn refused_server_certificate_ends_both_sides() {
         .server_events
         .iter()
         .any(|e| matches!(e, Event::ClientIdentified(_))));
+}
+
+#[test]
+fn a_client_ends_the_session_with_a_server_of_the_other_dev_type() {
+    for (client, server) in [(DevType::Tun, DevType::Tap), (DevType::Tap, DevType::Tun)] {
+        let mut setup = Setup::new(26);
+        setup.client.session.dev_type = client;
+        setup.server.session.dev_type = server;
+        let mut pair = setup.build();
+        assert!(pair.run_until(Duration::from_secs(30), |p| p.client_closed()));
+        match close_reason(&pair.client_events) {
+            Some(CloseReason::DevTypeMismatch(m)) => {
+                assert_eq!((m.peer, m.ours), (server, client));
+                assert_eq!(
+                    m.to_string(),
+                    format!("dev-type {server}, this client is {client}")
+                );
+            }
+            other => panic!("client {client} against server {server}: {other:?}"),
+        }
+        // No data key: nothing could be sent or installed.
+        assert!(!pair
+            .client_events
+            .iter()
+            .any(|e| matches!(e, Event::Connected(_))));
+        assert!(pair.send_data(true, b"x").is_err());
+    }
+    // The same type on both sides connects (tap here; tun is every other test).
+    let mut setup = Setup::new(27);
+    setup.client.session.dev_type = DevType::Tap;
+    setup.server.session.dev_type = DevType::Tap;
+    setup.build().connect();
 }
 
 #[test]

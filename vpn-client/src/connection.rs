@@ -322,6 +322,15 @@ impl Client<'_> {
                 );
                 self.retry(false)
             }
+            CloseReason::DevTypeMismatch(mismatch) => {
+                tracing::error!(
+                    reason = %mismatch,
+                    "the server's OCC options string names the other device type: dropping \
+                     this server, no tunnel; retrying (upstream would only warn: \
+                     conformance/DEVIATIONS.md W4)"
+                );
+                self.retry(false)
+            }
             CloseReason::PingRestart(after) => {
                 tracing::warn!(
                     silent_s = after.as_secs(),

@@ -6,8 +6,10 @@
 //! [`run`] is the whole client: give it [`Settings`] and a [`CancellationToken`]; it returns
 //! when the token is cancelled, the server sends `HALT`, or the local setup fails (tun,
 //! netlink, TLS material). Everything else - a refused TCP connection, a proxy error, a TCP
-//! close, `ping-restart`, `RESTART`, `AUTH_FAILED`, a failed handshake - ends only the current
-//! connection, and the next attempt follows after the `connect-retry` pause.
+//! close, `ping-restart`, `RESTART`, `AUTH_FAILED`, a failed handshake, a server whose OCC
+//! options string names the other device type (`dev-type tap` against our `tun`: dropped before
+//! `PUSH_REQUEST`, logged at error) - ends only the current connection, and the next attempt
+//! follows after the `connect-retry` pause.
 //!
 //! # A packet's way
 //!

@@ -487,10 +487,21 @@ impl Connection {
                     Refused::PoolExhausted { .. } => {
                         self.shared.metrics.refused_pool_exhausted();
                         warn!(error = %chain(&refused), "refusing client: no address");
+                        info!(reason = %chain(&refused), "client refused");
                     }
-                    _ => self.shared.metrics.refused_other(),
+                    Refused::DevType(_) => {
+                        self.shared.metrics.refused_other();
+                        warn!(
+                            reason = %refused,
+                            options = identity.options.as_str(),
+                            "refusing client: its device type is not this server's (AUTH_FAILED)"
+                        );
+                    }
+                    _ => {
+                        self.shared.metrics.refused_other();
+                        info!(reason = %chain(&refused), "client refused");
+                    }
                 }
-                info!(reason = %chain(&refused), "client refused");
                 session.reject_client(now, Some(refused.to_string()));
             }
         }

@@ -8,7 +8,9 @@
 //!   (`netio::listen::PendingSet`), apart from `max-clients`.
 //! * [`Slots`]: `max-clients`, counted per authenticated client (TLS and key-method 2 done),
 //!   never per pending connection.
-//! * [`Registry::admit`]: an identified client's client-config-dir entry (`disable`,
+//! * [`Registry::admit`]: the client's device type (its OCC `dev-type` must not be the other
+//!   of `tun` and `tap`: a vpn2 HA client, `dev tap`, is refused by our layer-3 HA server;
+//!   conformance/DEVIATIONS.md W4), an identified client's client-config-dir entry (`disable`,
 //!   `ifconfig-push`, `iroute`, per-client `push`), `duplicate-cn` (without it a newer
 //!   connection with the same CN replaces the older one), its addresses from the pool, its
 //!   routes; the [`Admitted`] settings to push, or why it is [`Refused`] (the reason goes to the
@@ -36,6 +38,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use protocol::key::Role;
+use protocol::km2::occ::{check_dev_type, DevTypeMismatch, OccOptions};
 use protocol::session::{ClientIdentity, ClientSettings, SEND_HEADROOM};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -144,6 +148,11 @@ pub enum Refused {
         #[source]
         source: PoolError,
     },
+    /// Its OCC options string names the other device type (`dev-type tap` at a tun or HA
+    /// server, `dev-type tun` at a tap server): none of its packets could cross, and in HA
+    /// it would count towards readiness (vpn2's rule looks at CNs only). Upstream only warns.
+    #[error(transparent)]
+    DevType(DevTypeMismatch),
 }
 
 /// Byte counters of one connection (the status file's), and whether a packet was routed to
@@ -566,6 +575,12 @@ impl Registry {
         conn: ConnHandle,
         now_unix: u64,
     ) -> Result<Admitted, Refused> {
+        check_dev_type(
+            settings.dev_type,
+            Role::Server,
+            &OccOptions::parse(&identity.options),
+        )
+        .map_err(Refused::DevType)?;
         if let Some(cn) = identity
             .common_name
             .as_deref()

@@ -11,7 +11,9 @@
 //! OpenVPN only warns when the peer's string differs from what it expects, unless it runs
 //! `--opt-verify`; the receiver reads `cipher` from it for "poor man's NCP" and checks for
 //! `comp-lzo`. [`OccSettings::options_string`] builds ours; [`OccOptions::parse`] reads the
-//! peer's.
+//! peer's. One field we do not only warn about: a peer whose `dev-type` is `tun` while ours is
+//! `tap`, or the other way round, carries packets of the other layer ([`check_dev_type`]; both
+//! sessions refuse it, conformance/DEVIATIONS.md W4).
 //!
 //! `link-mtu` is computed as 2.6 does for the OCC string (`calc_options_string_link_mtu`,
 //! including the arithmetic older versions got wrong, kept for compatibility):
@@ -57,6 +59,61 @@ impl DevType {
             DevType::Tap => "tap",
             DevType::Null => "null",
         }
+    }
+
+    /// The value of an OCC `dev-type` field, `None` for one OpenVPN does not write.
+    pub fn from_name(name: &str) -> Option<DevType> {
+        match name {
+            "tun" => Some(DevType::Tun),
+            "tap" => Some(DevType::Tap),
+            "null" => Some(DevType::Null),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DevType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A peer whose OCC `dev-type` is `tun` while ours is `tap`, or the other way round: its
+/// packets are of the other layer (IP packets against Ethernet frames), so no packet could
+/// cross. Its `Display` is the reason a server sends with `AUTH_FAILED`, e.g.
+/// `dev-type tap, this server is tun`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("dev-type {peer}, this {} is {ours}", side(*role))]
+pub struct DevTypeMismatch {
+    /// The peer's `dev-type`.
+    pub peer: DevType,
+    /// Ours.
+    pub ours: DevType,
+    /// Our role.
+    pub role: Role,
+}
+
+const fn side(role: Role) -> &'static str {
+    match role {
+        Role::Client => "client",
+        Role::Server => "server",
+    }
+}
+
+/// Whether a peer with the options string `peer` may be carried by us (`ours`, in `role`):
+/// refused only when both `dev-type`s are `tun` or `tap` and differ. A string without a
+/// `dev-type` field, or with `null` or a value we do not know, passes, as before this check.
+pub fn check_dev_type(ours: DevType, role: Role, peer: &OccOptions) -> Result<(), DevTypeMismatch> {
+    let layered = |d: DevType| matches!(d, DevType::Tun | DevType::Tap);
+    match peer.dev_type() {
+        Some(theirs) if layered(theirs) && layered(ours) && theirs != ours => {
+            Err(DevTypeMismatch {
+                peer: theirs,
+                ours,
+                role,
+            })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -293,6 +350,11 @@ impl OccOptions {
     pub fn comp_lzo(&self) -> bool {
         self.has("comp-lzo")
     }
+
+    /// The `dev-type` field, `None` if absent or a value OpenVPN does not write.
+    pub fn dev_type(&self) -> Option<DevType> {
+        self.value("dev-type").and_then(DevType::from_name)
+    }
 }
 
 impl fmt::Display for OccOptions {
@@ -307,5 +369,69 @@ impl fmt::Display for OccOptions {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Upstream 2.6's strings, as a tap and a tun client send them (vpn2's HA and non-HA
+    /// clients: `auth SHA256`, tls-auth direction 1, `data-ciphers AES-256-GCM`).
+    const TAP_CLIENT: &str = "V4,dev-type tap,link-mtu 1587,tun-mtu 1500,proto TCPv4_CLIENT,\
+                              keydir 1,auth SHA256,keysize 128,tls-auth,key-method 2,tls-client";
+    const TUN_CLIENT: &str = "V4,dev-type tun,link-mtu 1555,tun-mtu 1500,proto TCPv4_CLIENT,\
+                              keydir 1,auth SHA256,keysize 128,tls-auth,key-method 2,tls-client";
+
+    #[test]
+    fn a_tap_peer_of_a_tun_server_is_refused_and_the_reason_names_both() {
+        let peer = OccOptions::parse(TAP_CLIENT);
+        assert_eq!(peer.dev_type(), Some(DevType::Tap));
+        let refused = check_dev_type(DevType::Tun, Role::Server, &peer).unwrap_err();
+        assert_eq!(refused.to_string(), "dev-type tap, this server is tun");
+        let tun = OccOptions::parse(TUN_CLIENT);
+        let refused = check_dev_type(DevType::Tap, Role::Server, &tun).unwrap_err();
+        assert_eq!(refused.to_string(), "dev-type tun, this server is tap");
+        let refused = check_dev_type(DevType::Tun, Role::Client, &peer).unwrap_err();
+        assert_eq!(refused.to_string(), "dev-type tap, this client is tun");
+    }
+
+    #[test]
+    fn the_same_dev_type_passes() {
+        assert_eq!(
+            check_dev_type(DevType::Tun, Role::Server, &OccOptions::parse(TUN_CLIENT)),
+            Ok(())
+        );
+        assert_eq!(
+            check_dev_type(DevType::Tap, Role::Server, &OccOptions::parse(TAP_CLIENT)),
+            Ok(())
+        );
+        // Ours, built by the same module, against the expected peer's of each type.
+        for dev_type in [DevType::Tun, DevType::Tap] {
+            let mut ours = OccSettings::new(Role::Server);
+            ours.dev_type = dev_type;
+            let peer = OccOptions::parse(&ours.expected_peer().options_string());
+            assert_eq!(check_dev_type(dev_type, Role::Server, &peer), Ok(()));
+        }
+    }
+
+    #[test]
+    fn without_a_known_dev_type_the_peer_passes_as_before() {
+        for s in [
+            "",
+            "V4,link-mtu 1579,tun-mtu 1500,proto TCPv4_CLIENT,key-method 2,tls-client",
+            "V4,dev-type null,link-mtu 1579",
+            "V4,dev-type ethernet,link-mtu 1579",
+            "V4,dev-type,link-mtu 1579",
+        ] {
+            let peer = OccOptions::parse(s);
+            for ours in [DevType::Tun, DevType::Tap] {
+                assert_eq!(check_dev_type(ours, Role::Server, &peer), Ok(()), "{s:?}");
+                assert_eq!(check_dev_type(ours, Role::Client, &peer), Ok(()), "{s:?}");
+            }
+        }
+        // Nor does a device-less side of ours refuse anyone.
+        let peer = OccOptions::parse(TAP_CLIENT);
+        assert_eq!(check_dev_type(DevType::Null, Role::Server, &peer), Ok(()));
     }
 }

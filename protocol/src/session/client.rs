@@ -1,5 +1,7 @@
 //! The client side of a session: hard reset, TLS, key method 2 with peer-info, `PUSH_REQUEST`
-//! until `PUSH_REPLY`, the pull policy, then data keys from what was accepted.
+//! until `PUSH_REPLY`, the pull policy, then data keys from what was accepted. A server whose
+//! key-method-2 options string names the other `dev-type` ends the session there
+//! ([`CloseReason::DevTypeMismatch`]).
 
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use rand_core::CryptoRngCore;
 use crate::control_msg::ControlMessage;
 use crate::data::Compression;
 use crate::key::Role;
-use crate::km2::occ::OccOptions;
+use crate::km2::occ::{check_dev_type, OccOptions};
 use crate::km2::peer_info::{
     IvProto, PeerInfo, IV_PROTO_CC_EXIT_NOTIFY, IV_PROTO_DATA_V2, IV_PROTO_DYN_TLS_CRYPT,
     IV_PROTO_REQUEST_PUSH, IV_PROTO_TLS_KEY_EXPORT,
@@ -181,6 +183,10 @@ impl ClientSession {
     fn on_key_event(&mut self, now: Instant, key_id: u8, event: KeyEvent) {
         match event {
             KeyEvent::KeyExchanged(PeerKm2::Server(km2)) if key_id == 0 => {
+                let occ = OccOptions::parse(&km2.options);
+                if let Err(e) = check_dev_type(self.conn.cfg.dev_type, Role::Client, &occ) {
+                    return self.conn.close(CloseReason::DevTypeMismatch(e));
+                }
                 self.phase = ClientPhase::AwaitingPush {
                     server_options: km2.options,
                     deadline: now + self.conn.cfg.hand_window,

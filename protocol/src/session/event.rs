@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::control_msg::{ControlMsgError, ServerSignal};
 use crate::data::{DataCipher, DataError};
 use crate::ids::{KeyId, PeerId};
+use crate::km2::occ::DevTypeMismatch;
 use crate::km2::peer_info::{MalformedLine, PeerInfo};
 use crate::km2::Km2Error;
 use crate::ncp::{ClientNcpError, NoSharedCipher};
@@ -124,6 +125,11 @@ pub enum CloseReason {
         /// The key id being negotiated.
         key_id: KeyId,
     },
+    /// Client: the server's OCC options string names the other `dev-type` (`tap` against our
+    /// `tun` or the other way round): its packets could not cross, so the session ends before
+    /// `PUSH_REQUEST` (conformance/DEVIATIONS.md W4).
+    #[error("the server's device type is not ours")]
+    DevTypeMismatch(#[source] DevTypeMismatch),
     /// The client got no `PUSH_REPLY` within `hand-window`.
     #[error("no PUSH_REPLY within hand-window")]
     NoPushReply,

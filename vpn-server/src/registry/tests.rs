@@ -1154,3 +1154,103 @@ fn ha_held_segments_of_connections_begun_before_wait_for_shoot_pod_0() {
     let p = rx1.try_recv().expect("sent at the end of the settle time");
     assert_eq!(&p[SEND_HEADROOM..], &tcp_to_shoot(1, ACK)[..]);
 }
+
+/// Upstream 2.6's OCC options string of a vpn2 client (`auth SHA256`, tls-auth direction 1)
+/// with `dev tap` (vpn2's HA clients) or `dev tun`.
+fn upstream_options(dev_type: &str, link_mtu: u32) -> String {
+    format!(
+        "V4,dev-type {dev_type},link-mtu {link_mtu},tun-mtu 1500,proto TCPv4_CLIENT,keydir 1,\
+         auth SHA256,keysize 128,tls-auth,key-method 2,tls-client"
+    )
+}
+
+#[test]
+fn an_ha_server_refuses_tap_clients_before_they_count() {
+    let mut s = settings("192.168.123.0/24");
+    // As `config::from_vpn2_env_ha` makes them: no pool, duplicate-cn, tun semantics.
+    s.pool_v4 = None;
+    s.duplicate_cn = true;
+    s.dev_type = protocol::km2::occ::DevType::Tun;
+    s.ha = Some(crate::settings::HaSettings {
+        shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
+        transfer_v6: None,
+    });
+    let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone());
+    let now = 1_700_000_000;
+    let tap = upstream_options("tap", 1587);
+    // vpn2's HA clients: a kube-apiserver's and a shoot pod's, both `dev tap`.
+    for (id, cn) in [(1, "vpn-seed-client"), (2, "vpn-shoot-client-0")] {
+        let who = ClientIdentity {
+            options: tap.clone(),
+            ..identity(cn)
+        };
+        let refused = reg
+            .admit(&s, id, &who, conn(id as u16), now)
+            .expect_err("a tap client at the HA server");
+        assert!(matches!(refused, Refused::DevType(_)), "{refused:?}");
+        // What the client gets with AUTH_FAILED.
+        assert_eq!(refused.to_string(), "dev-type tap, this server is tun");
+        reg.established(id, "AES-256-GCM", now);
+    }
+    assert_eq!(reg.len(), 0, "nothing registered");
+    let text = crate::status::render(&reg.status(now));
+    assert!(!text.contains("vpn-seed-client"), "{text}");
+    assert!(!text.contains("vpn-shoot-client-0"), "{text}");
+    let parsed = crate::status::read::parse(text.as_bytes()).expect("status file");
+    assert!(
+        crate::probes::check_ready(&parsed, true).is_err(),
+        "not Ready on refused clients"
+    );
+    // The same CNs with `dev tun` (ours), and one with no dev-type at all (as before the
+    // check), are admitted next to them; then the server is Ready.
+    for (id, cn, options) in [
+        (3, "vpn-seed-client", upstream_options("tun", 1555)),
+        (
+            4,
+            "vpn-shoot-client-0",
+            "V4,link-mtu 1555,tun-mtu 1500,key-method 2,tls-client".to_owned(),
+        ),
+    ] {
+        let who = ClientIdentity {
+            options,
+            ..identity(cn)
+        };
+        reg.admit(&s, id, &who, conn(id as u16), now)
+            .expect("a tun client, or one without dev-type");
+        reg.established(id, "AES-256-GCM", now);
+    }
+    assert_eq!(reg.len(), 2);
+    let parsed = crate::status::read::parse(crate::status::render(&reg.status(now)).as_bytes())
+        .expect("status file");
+    crate::probes::check_ready(&parsed, true).expect("Ready with the tun clients");
+}
+
+#[test]
+fn a_tap_server_refuses_tun_clients_and_a_tun_server_tap_clients() {
+    let mut s = settings("10.8.0.0/24");
+    for (ours, theirs, link_mtu) in [("tun", "tap", 1587), ("tap", "tun", 1555)] {
+        s.dev_type = protocol::km2::occ::DevType::from_name(ours).expect("dev type");
+        let mut reg = registry(&s);
+        let who = ClientIdentity {
+            options: upstream_options(theirs, link_mtu),
+            ..identity("client")
+        };
+        let refused = reg
+            .admit(&s, 1, &who, conn(1), 1)
+            .expect_err("the other device type");
+        assert_eq!(
+            refused.to_string(),
+            format!("dev-type {theirs}, this server is {ours}")
+        );
+        assert_eq!(reg.len(), 0);
+        let who = ClientIdentity {
+            options: upstream_options(ours, 1555),
+            ..identity("client")
+        };
+        reg.admit(&s, 2, &who, conn(2), 1)
+            .expect("the same device type");
+        // Without dev-type in the string: admitted, as before the check.
+        reg.admit(&s, 3, &identity("other"), conn(3), 1)
+            .expect("no dev-type");
+    }
+}

@@ -297,24 +297,6 @@ pub fn start_shoot_pod<'ns>(
     Ok(ShootPod { clients, bond })
 }
 
-/// Removes what [`start_kapi_pod`] and [`start_shoot_pod`] built in `ns` (the bond, its
-/// taps and routes, the pod's nftables tables), once the pod's processes are gone: the
-/// namespace is then as a new pod's in its place would find it (Kubernetes gives the new pod
-/// a new network namespace; the replays reuse the namespace and its address).
-pub fn remove_stand_ins(ns: &Netns) -> Result<(), LabError> {
-    for dev in [bond::BOND, "tap0", "tap1"] {
-        ns.run(["ip", "link", "del", dev])?;
-    }
-    let tables = ns.run(["nft", "list", "tables"])?.stdout;
-    for line in String::from_utf8_lossy(&tables).lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        if let ["table", family, name] = words[..] {
-            ns.run(["nft", "delete", "table", family, name])?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -371,3 +371,51 @@ fn quiet(cmd: &mut Command) {
         .stderr(Stdio::null())
         .status();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advertisement_is_an_unsolicited_override_with_the_bond_mac() {
+        let addr: Ipv6Addr = "fd8f:6d53:b97a:1::b:1".parse().expect("address");
+        let w = Watcher {
+            taps: 2,
+            mac: [2, 0, 0, 0x0b, 0, 1],
+            addr,
+            stop: Arc::new(AtomicBool::new(false)),
+            changes: Arc::new(Mutex::new(Vec::new())),
+        };
+        let na = w.unsolicited_na();
+        // Type 136, code 0, checksum left to the kernel; flags R=0 S=0 O=1.
+        assert_eq!(na[..8], [136, 0, 0, 0, 0x20, 0, 0, 0]);
+        assert_eq!(na[8..24], addr.octets());
+        // Option 2 (target link-layer address), length 1 (8 bytes).
+        assert_eq!(na[24..], [2, 1, 2, 0, 0, 0x0b, 0, 1]);
+    }
+
+    #[test]
+    fn the_guard_lets_the_active_tap_alone_through() {
+        let tap1 = guard(Some(1), false);
+        assert_eq!(
+            tap1,
+            "flush chain bridge bond0-active input\n\
+             add rule bridge bond0-active input iifname != \"tap1\" drop\n\
+             flush chain bridge bond0-active output\n\
+             add rule bridge bond0-active output oifname != \"tap1\" drop\n"
+        );
+        let none = guard(None, true);
+        assert!(
+            none.contains("hook forward priority 0; policy drop;"),
+            "{none}"
+        );
+        assert!(
+            none.ends_with("add rule bridge bond0-active output drop\n"),
+            "{none}"
+        );
+        assert!(
+            none.contains("add rule bridge bond0-active count oifname \"tap0\" ether type ip counter name \"ipv4-tap0\"\n"),
+            "{none}"
+        );
+    }
+}

@@ -371,6 +371,17 @@ fn replay(old: Gen) {
     let _ingress = PODS
         .start_ingress(&bins, &l.ingress, root, UP)
         .expect("router listening");
+    // With SWITCH_HA_TCPDUMP set, the node's TCP to the echo port is captured into the file
+    // it names (a look at where the requests of a mixed step came from).
+    if let Some(file) = std::env::var_os("SWITCH_HA_TCPDUMP") {
+        let mut cmd = l.node.command("tcpdump");
+        cmd.args(["-ni", "eth0", "-c", "200000", "-w"])
+            .arg(file)
+            .arg(format!("tcp port {TCP_ECHO}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        l.node.spawn(&mut cmd).expect("tcpdump");
+    }
     let lab = Lab {
         l: &l,
         bins: &bins,

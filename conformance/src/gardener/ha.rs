@@ -240,6 +240,45 @@ impl HaLandscape {
     }
 }
 
+/// Makes the namespace of a pod whose processes are gone as a new pod in its place would find
+/// it (Kubernetes gives the new pod a new network namespace; the switch replays reuse the
+/// namespace and its address): every link but `lo` and `eth0` deleted (with their routes),
+/// every nftables table deleted, every policy routing rule but the kernel's defaults
+/// (priorities 0, 32766, 32767) deleted. Kernel settings stay (the init containers set them
+/// again).
+pub fn clear_pod(ns: &Netns) -> Result<(), LabError> {
+    let json = |argv: &[&str]| -> Result<Vec<serde_json::Value>, LabError> {
+        let out = ns.run(argv)?.stdout;
+        Ok(serde_json::from_slice(&out).unwrap_or_default())
+    };
+    for link in json(&["ip", "-j", "link", "show"])? {
+        if let Some(name) = link["ifname"].as_str() {
+            if name != "lo" && name != "eth0" {
+                // A link may be gone with another (a veth's peer, a bridge's port).
+                let _ = ns.run(["ip", "link", "del", name]);
+            }
+        }
+    }
+    let tables = ns.run(["nft", "list", "tables"])?.stdout;
+    for line in String::from_utf8_lossy(&tables).lines() {
+        if let ["table", family, name] = line.split_whitespace().collect::<Vec<_>>()[..] {
+            ns.run(["nft", "delete", "table", family, name])?;
+        }
+    }
+    for family in ["-4", "-6"] {
+        for rule in json(&["ip", "-j", family, "rule", "show"])? {
+            let Some(pref) = rule["priority"].as_u64() else {
+                continue;
+            };
+            if ![0, 32766, 32767].contains(&pref) {
+                // Several rules may share a priority: the first deletion takes one of them.
+                let _ = ns.run(["ip", family, "rule", "del", "pref", &pref.to_string()]);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The `ip route` lines of `ns` through `dev` that carry traffic while a tunnel is up (empty
 /// when there is no such device): a kube-apiserver client's standby routes (metric 1000 and
 /// up, kept while its tunnel is down) are left out; [`standby_routes_via`] has them.

@@ -110,35 +110,43 @@ impl HaPods {
         kapi: impl Fn(Spec) -> Spec,
     ) -> Result<(), LabError> {
         for (i, ns) in l.kapi.iter().enumerate() {
-            let mut e = self.networks();
-            e.extend([
-                ("IS_HA", "true".into()),
-                ("HA_VPN_SERVERS", "2".into()),
-                ("HA_VPN_CLIENTS", "2".into()),
-            ]);
-            kapi(Spec::new(
-                &format!("kapi{i}-vpn-client-init"),
-                &bins.client,
-                &["setup"],
-                env(&e),
-            ))
-            .run(ns, logs)?;
+            kapi(self.kapi_init_spec(bins, i)).run(ns, logs)?;
         }
         for (p, ns) in l.shoot.iter().enumerate() {
-            let e = [
-                ("IS_SHOOT_CLIENT", "true".into()),
-                ("IS_HA", "true".into()),
-                ("POD_NAME", format!("vpn-shoot-{p}")),
-            ];
-            Spec::new(
-                &format!("shoot{p}-vpn-shoot-init"),
-                &bins.client,
-                &["setup"],
-                env(&e),
-            )
-            .run(ns, logs)?;
+            self.shoot_init_spec(bins, p).run(ns, logs)?;
         }
         Ok(())
+    }
+
+    /// `vpn-client-init` of kube-apiserver replica `replica`.
+    pub fn kapi_init_spec(&self, bins: &Binaries, replica: usize) -> Spec {
+        let mut e = self.networks();
+        e.extend([
+            ("IS_HA", "true".into()),
+            ("HA_VPN_SERVERS", "2".into()),
+            ("HA_VPN_CLIENTS", "2".into()),
+        ]);
+        Spec::new(
+            &format!("kapi{replica}-vpn-client-init"),
+            &bins.client,
+            &["setup"],
+            env(&e),
+        )
+    }
+
+    /// `vpn-shoot-init` of shoot pod `pod`.
+    pub fn shoot_init_spec(&self, bins: &Binaries, pod: usize) -> Spec {
+        let e = [
+            ("IS_SHOOT_CLIENT", "true".into()),
+            ("IS_HA", "true".into()),
+            ("POD_NAME", format!("vpn-shoot-{pod}")),
+        ];
+        Spec::new(
+            &format!("shoot{pod}-vpn-shoot-init"),
+            &bins.client,
+            &["setup"],
+            env(&e),
+        )
     }
 
     /// The ingress router in `ns` with [`HaPods::router_config`] (written to

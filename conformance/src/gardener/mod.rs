@@ -10,7 +10,8 @@
 //! the HA layout's namespaces and containers, its networks disjoint from the seed's or
 //! overlapping them (`tests/gardener_ha_overlap.rs`, which runs [`checks::cross_from`] from
 //! each kube-apiserver pod). [`load`] is the kube-apiserver's request load of the hold replays
-//! (`tests/hold_replay.rs`, `tests/hold_replay_ha.rs`) and its figures.
+//! (`tests/hold_replay.rs`, `tests/hold_replay_ha.rs`) and its figures. [`vpn2_ha_pods`] is
+//! vpn2's HA pods modelled on a kernel without bonding and `ip6tnl` (`tests/vpn2_ha_model.rs`).
 
 pub mod capture;
 pub mod checks;
@@ -24,5 +25,6 @@ pub mod pods;
 pub mod rules;
 pub mod switch;
 pub mod verdict;
+pub mod vpn2_ha_pods;
 pub mod vpn2_pods;
 pub mod vpn2_upstream;

@@ -1,0 +1,495 @@
+//! The in-place switch of an HA shoot between vpn2 and ours, both ways, replayed in the order
+//! an operator can drive with image overrides alone (issue 30; research option (c)): vpn2's
+//! HA pods as `conformance::gardener::vpn2_ha_pods` models them (upstream OpenVPN, bridges
+//! standing in for the bonds, IPv6 next hops for the `ip6tnl` tunnels), ours as
+//! `gardener_ha` starts them, and in Gardener's order:
+//!
+//! 1. `vpn-server` overridden: the StatefulSet replaces `vpn-seed-server-1`, then, once that
+//!    pod is Ready (`vpn-server readiness`, vpn2's rule, on either generation's status
+//!    file), `vpn-seed-server-0`; a pod not Ready within [`READY_BOUND`] stalls the
+//!    StatefulSet (it would wait for ever), and the replay goes on with the next override;
+//! 2. `vpn-client` overridden: the kube-apiserver Deployment starts the new generation's pod
+//!    beside the old one (maxSurge 100%; a kube-apiserver is Ready whatever its tunnels do,
+//!    so it serves at once) and deletes the old one after `minReadySeconds` ([`MIN_READY`],
+//!    30 s scaled down); then the `vpn-shoot` StatefulSet replaces `vpn-shoot-1`, then, once
+//!    it is Ready (ours: a tunnel up, what its tunnel controller's `/readyz` reads; vpn2's:
+//!    its bond has an active tap), `vpn-shoot-0`; a stalled `vpn-seed-server-0` rolls once
+//!    `-1` turns Ready.
+//!
+//! The kube-apiserver sends a request to the kubelet (a new TCP connection, a line echoed)
+//! every 100 ms from each pod that serves, each bounded by [`REQUEST`]. The outage is
+//! expected and measured, not hidden: the test prints per step the requests started, failed
+//! and the longest time without an answer (`switch HA figure:` lines), and asserts only that
+//! the layout works before the switch and after it. A new pod reuses its predecessor's
+//! namespace and address, cleared as a new namespace would be (`ha::clear_pod`); the old
+//! kube-apiserver pod is replica 0 (`10.1.1.20`), the new one replica 1 (`10.1.2.20`). Our
+//! shoot pods run their two clients without the tunnel controller; vpn2's shoot pods get
+//! the static return route to the kube-apiserver pod of their generation (the model's
+//! stand-in for the tunnel controller).
+
+// One scenario read top to bottom.
+#![allow(clippy::too_many_lines)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use conformance::gardener::ha::{
+    clear_pod, max_gap, routes_via, HaLandscape, KAPI, NODE, TCP_ECHO,
+};
+use conformance::gardener::ha_pods::{status_path, write_secrets, HaPods};
+use conformance::gardener::load::{ms, tcp_request, INTERVAL};
+use conformance::gardener::pods::{Binaries, Container};
+use conformance::gardener::vpn2_ha_pods::{self as vpn2, start_kapi_pod, start_shoot_pod};
+use conformance::netns::Netns;
+use conformance::pki_fixture::TestPki;
+use conformance::require_lab;
+use conformance::upstream::UpstreamOpenvpn;
+use conformance::wait::wait_until_every;
+
+const PODS: HaPods = HaPods {
+    shoot_ns: "shoot--lab--switchha",
+    dual_stack_nodes: false,
+};
+/// How long anything may take to come up.
+const UP: Duration = Duration::from_secs(60);
+/// One request's bound.
+const REQUEST: Duration = Duration::from_secs(5);
+/// The kube-apiserver Deployment's `minReadySeconds` (30 s), scaled down.
+const MIN_READY: Duration = Duration::from_secs(3);
+/// How long a StatefulSet's new pod is given to turn Ready before the replay counts the
+/// rollout as stalled (the status file is written every 15 s).
+const READY_BOUND: Duration = Duration::from_secs(40);
+/// At most this many requests in all.
+const MAX_REQUESTS: usize = 6000;
+/// One replay at a time: each loads the 2-core machine it measures.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Which implementation a pod runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gen {
+    Vpn2,
+    Ours,
+}
+
+impl Gen {
+    fn name(self) -> &'static str {
+        match self {
+            Gen::Vpn2 => "vpn2",
+            Gen::Ours => "ours",
+        }
+    }
+
+    /// `vpn2's` / `our`.
+    fn whose(self) -> &'static str {
+        match self {
+            Gen::Vpn2 => "vpn2's",
+            Gen::Ours => "our",
+        }
+    }
+}
+
+/// One request: from which kube-apiserver pod, when it started and ended, whether it worked.
+#[derive(Debug, Clone, Copy)]
+struct Req {
+    pod: usize,
+    started: Instant,
+    ended: Instant,
+    ok: bool,
+}
+
+/// One of our containers, stopped when dropped (SIGTERM, SIGKILL after 3 s), as its pod's
+/// deletion stops it ([`Container`] leaves that to the namespace's end).
+struct Ours<'ns>(&'ns Netns, Container<'ns>);
+
+impl Drop for Ours<'_> {
+    fn drop(&mut self) {
+        self.0.stop(self.1.pid());
+    }
+}
+
+/// A server pod.
+enum Server<'ns> {
+    Vpn2(#[allow(dead_code)] UpstreamOpenvpn<'ns>),
+    Ours(#[allow(dead_code)] Ours<'ns>),
+}
+
+/// A kube-apiserver pod's VPN containers.
+enum Kapi<'ns> {
+    Vpn2(#[allow(dead_code)] vpn2::KapiPod<'ns>),
+    Ours(#[allow(dead_code)] Vec<Ours<'ns>>),
+}
+
+/// A shoot pod's VPN containers.
+enum Shoot<'ns> {
+    Vpn2(vpn2::ShootPod<'ns>),
+    Ours(#[allow(dead_code)] Vec<Ours<'ns>>),
+}
+
+/// Everything a replay starts pods with.
+struct Lab<'a> {
+    l: &'a HaLandscape,
+    bins: &'a Binaries,
+    root: &'a Path,
+}
+
+impl<'a> Lab<'a> {
+    /// Server `i` of `generation`, in a cleared namespace with no status file.
+    fn server(&self, generation: Gen, i: usize) -> Server<'a> {
+        let ns = &self.l.server[i];
+        clear_pod(ns).expect("a new pod's namespace");
+        let _ = std::fs::remove_file(status_path(self.root, i));
+        match generation {
+            Gen::Vpn2 => Server::Vpn2(
+                vpn2::start_server(ns, &PODS, self.bins, self.root, i).expect("vpn2 server"),
+            ),
+            Gen::Ours => Server::Ours(Ours(
+                ns,
+                PODS.start_server(self.bins, ns, self.root, i, UP)
+                    .expect("our server"),
+            )),
+        }
+    }
+
+    /// Kube-apiserver replica `replica` of `generation`.
+    fn kapi(&self, generation: Gen, replica: usize) -> Kapi<'a> {
+        let ns = &self.l.kapi[replica];
+        clear_pod(ns).expect("a new pod's namespace");
+        match generation {
+            Gen::Vpn2 => Kapi::Vpn2(
+                start_kapi_pod(ns, &PODS, self.bins, self.root, replica, 2)
+                    .expect("vpn2 kube-apiserver"),
+            ),
+            Gen::Ours => {
+                PODS.kapi_init_spec(self.bins, replica)
+                    .run(ns, self.root)
+                    .expect("vpn-client-init");
+                Kapi::Ours(
+                    (0..2)
+                        .map(|i| {
+                            let c = PODS
+                                .seed_client_spec(self.bins, self.root, replica, i)
+                                .start(ns, self.root)
+                                .expect("vpn-client");
+                            Ours(ns, c)
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+
+    /// Shoot pod `j` of `generation`; vpn2's routes back to kube-apiserver replica `replica`.
+    fn shoot(&self, generation: Gen, j: usize, replica: usize) -> Shoot<'a> {
+        let ns = &self.l.shoot[j];
+        clear_pod(ns).expect("a new pod's namespace");
+        match generation {
+            Gen::Vpn2 => Shoot::Vpn2(
+                start_shoot_pod(
+                    ns,
+                    &PODS,
+                    self.bins,
+                    self.root,
+                    j,
+                    &[(KAPI[replica], replica)],
+                )
+                .expect("vpn2 shoot pod"),
+            ),
+            Gen::Ours => {
+                PODS.shoot_init_spec(self.bins, j)
+                    .run(ns, self.root)
+                    .expect("vpn-shoot-init");
+                Shoot::Ours(
+                    (0..2)
+                        .map(|i| {
+                            let c = PODS
+                                .shoot_client_spec(self.bins, self.root, j, i)
+                                .start(ns, self.root)
+                                .expect("vpn-shoot");
+                            Ours(ns, c)
+                        })
+                        .collect(),
+                )
+            }
+        }
+    }
+
+    /// `vpn-server readiness` of server `i` (the kubelet's exec probe).
+    fn server_ready(&self, i: usize) -> bool {
+        self.l.server[i]
+            .command(&self.bins.server.display().to_string())
+            .arg("readiness")
+            .env_clear()
+            .env("OPENVPN_STATUS_PATH", status_path(self.root, i))
+            .env("IS_HA", "true")
+            .env("POD_NAME", format!("vpn-seed-server-{i}"))
+            .env("HA_VPN_CLIENTS", "2")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Whether shoot pod `j` is Ready (see the module docs).
+    fn shoot_ready(&self, j: usize, pod: &Shoot<'_>) -> bool {
+        match pod {
+            Shoot::Vpn2(p) => p.bond.active().is_some(),
+            Shoot::Ours(_) => ["tun0", "tun1"]
+                .iter()
+                .any(|d| !routes_via(&self.l.shoot[j], d).is_empty()),
+        }
+    }
+}
+
+/// Waits at most `bound` for `ready`, polled every 500 ms; when it was, from the call.
+fn gate(bound: Duration, mut ready: impl FnMut() -> bool) -> Option<Duration> {
+    let since = Instant::now();
+    loop {
+        if ready() {
+            return Some(since.elapsed());
+        }
+        if since.elapsed() >= bound {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The kube-apiserver's load: every [`INTERVAL`] a request from each pod in `kapis` whose
+/// flag in `serving` is set, each on a thread of its own, until `stop`.
+fn load(kapis: &[&Netns; 2], serving: &[AtomicBool; 2], stop: &AtomicBool, out: &Mutex<Vec<Req>>) {
+    let target = SocketAddr::from((NODE, TCP_ECHO));
+    std::thread::scope(|s| {
+        let mut next = Instant::now();
+        let mut count = 0usize;
+        while !stop.load(Ordering::Relaxed) && count < MAX_REQUESTS {
+            for (pod, ns) in kapis.iter().enumerate() {
+                if !serving[pod].load(Ordering::Relaxed) {
+                    continue;
+                }
+                count += 1;
+                let n = count;
+                s.spawn(move || {
+                    let started = Instant::now();
+                    let ok = ns
+                        .run_in(|| tcp_request(target, REQUEST, n))
+                        .is_ok_and(|r| r.is_ok());
+                    let ended = Instant::now();
+                    out.lock().expect("requests").push(Req {
+                        pod,
+                        started,
+                        ended,
+                        ok,
+                    });
+                });
+            }
+            next += INTERVAL;
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    });
+}
+
+/// Prints the figures per step; returns the failures of the first and the last step (the
+/// layouts at rest).
+fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) -> usize {
+    let answers: Vec<Instant> = reqs.iter().filter(|r| r.ok).map(|r| r.ended).collect();
+    let mut at_rest = 0;
+    for (k, w) in steps.windows(2).enumerate() {
+        let ((name, from), (_, to)) = (&w[0], &w[1]);
+        let mine: Vec<&Req> = reqs
+            .iter()
+            .filter(|r| r.started >= *from && r.started < *to)
+            .collect();
+        let failed = mine.iter().filter(|r| !r.ok).count();
+        let per_pod: Vec<String> = [0, 1]
+            .into_iter()
+            .filter_map(|p| {
+                let of: Vec<&&Req> = mine.iter().filter(|r| r.pod == p).collect();
+                let whose = if p == 0 { new.other() } else { new };
+                (!of.is_empty()).then(|| {
+                    let f = of.iter().filter(|r| !r.ok).count();
+                    let longest = of
+                        .iter()
+                        .map(|r| r.ended - r.started)
+                        .max()
+                        .unwrap_or_default();
+                    format!(
+                        "{} kube-apiserver: {} started, {f} failed, longest {}",
+                        whose.whose(),
+                        of.len(),
+                        ms(longest)
+                    )
+                })
+            })
+            .collect();
+        eprintln!(
+            "switch HA figure: {direction} | {name} | {} | {} started, {failed} failed, longest \
+             without an answer {} | {}",
+            ms(*to - *from),
+            mine.len(),
+            ms(max_gap(&answers, *from, *to)),
+            per_pod.join(" | "),
+        );
+        if k == 0 || k + 2 == steps.len() {
+            at_rest += failed;
+            assert!(!mine.is_empty(), "{name}: no request");
+        }
+    }
+    at_rest
+}
+
+impl Gen {
+    fn other(self) -> Gen {
+        match self {
+            Gen::Vpn2 => Gen::Ours,
+            Gen::Ours => Gen::Vpn2,
+        }
+    }
+}
+
+/// The switch from `old` to `new` (see the module docs).
+fn replay(old: Gen) {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let new = old.other();
+    let direction = format!("{} -> {}", old.name(), new.name());
+    require_lab(&["ip", "nft", "sysctl", "bridge", "ping"]);
+    let bins = Binaries::locate()
+        .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
+    let l = HaLandscape::build(Some("vpnt-6b")).expect("layout");
+    let pki = TestPki::generate().expect("pki");
+    let dir = tempfile::Builder::new()
+        .prefix("vpnt-switchha-")
+        .tempdir()
+        .expect("tempdir");
+    let root = dir.path();
+    write_secrets(&pki, root).expect("secrets");
+    l.start_echo().expect("echo");
+    let _ingress = PODS
+        .start_ingress(&bins, &l.ingress, root, UP)
+        .expect("router listening");
+    // With SWITCH_HA_TCPDUMP set, the node's TCP to the echo port is captured into the file
+    // it names (a look at where the requests of a mixed step came from).
+    if let Some(file) = std::env::var_os("SWITCH_HA_TCPDUMP") {
+        let mut cmd = l.node.command("tcpdump");
+        cmd.args(["-ni", "eth0", "-c", "200000", "-w"])
+            .arg(file)
+            .arg(format!("tcp port {TCP_ECHO}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        l.node.spawn(&mut cmd).expect("tcpdump");
+    }
+    let lab = Lab {
+        l: &l,
+        bins: &bins,
+        root,
+    };
+    let mut servers: Vec<Option<Server<'_>>> = (0..2).map(|i| Some(lab.server(old, i))).collect();
+    let mut kapis: Vec<Option<Kapi<'_>>> = vec![Some(lab.kapi(old, 0)), None];
+    let mut shoots: Vec<Option<Shoot<'_>>> = (0..2).map(|j| Some(lab.shoot(old, j, 0))).collect();
+    wait_until_every(
+        &format!("{}'s layout carries", old.name()),
+        UP,
+        Duration::from_millis(200),
+        || {
+            l.kapi[0]
+                .run_in(|| tcp_request(SocketAddr::from((NODE, TCP_ECHO)), REQUEST, 0))
+                .is_ok_and(|r| r.is_ok())
+        },
+    );
+
+    let serving = [AtomicBool::new(true), AtomicBool::new(false)];
+    let stop = AtomicBool::new(false);
+    let reqs = Mutex::new(Vec::<Req>::new());
+    let mut steps: Vec<(String, Instant)> = Vec::new();
+    let kapi_ns = [&l.kapi[0], &l.kapi[1]];
+    std::thread::scope(|s| {
+        s.spawn(|| load(&kapi_ns, &serving, &stop, &reqs));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut step = |name: String| {
+                eprintln!("switch HA: {direction}: {name}");
+                steps.push((name, Instant::now()));
+            };
+            step(format!("{} at rest", old.name()));
+            std::thread::sleep(Duration::from_secs(3));
+
+            let mut replace_server = |i: usize, step: &mut dyn FnMut(String)| -> bool {
+                step(format!("vpn-seed-server-{i} -> {}", new.name()));
+                // The old pod is gone before the new one starts (a StatefulSet's order).
+                servers[i] = None;
+                servers[i] = Some(lab.server(new, i));
+                let ready = gate(READY_BOUND, || lab.server_ready(i));
+                match ready {
+                    Some(d) => eprintln!("switch HA: vpn-seed-server-{i} Ready after {}", ms(d)),
+                    None => eprintln!(
+                        "switch HA: vpn-seed-server-{i} not Ready within {}: the StatefulSet \
+                         stalls",
+                        ms(READY_BOUND)
+                    ),
+                }
+                ready.is_some()
+            };
+            let mut server0_done = false;
+            if replace_server(1, &mut step) {
+                replace_server(0, &mut step);
+                server0_done = true;
+            }
+
+            step(format!(
+                "kube-apiserver: {} pod beside {}",
+                new.whose(),
+                old.whose()
+            ));
+            kapis[1] = Some(lab.kapi(new, 1));
+            serving[1].store(true, Ordering::Relaxed);
+            std::thread::sleep(MIN_READY);
+            step(format!("kube-apiserver: {} pod deleted", old.whose()));
+            serving[0].store(false, Ordering::Relaxed);
+            kapis[0] = None;
+            for j in [1, 0] {
+                if j == 0 && !server0_done {
+                    match gate(READY_BOUND, || lab.server_ready(1)) {
+                        Some(d) => eprintln!("switch HA: vpn-seed-server-1 Ready after {}", ms(d)),
+                        None => eprintln!("switch HA: vpn-seed-server-1 still not Ready"),
+                    }
+                    replace_server(0, &mut step);
+                    server0_done = true;
+                }
+                step(format!("vpn-shoot-{j} -> {}", new.name()));
+                shoots[j] = None;
+                let pod = lab.shoot(new, j, 1);
+                let ready = gate(READY_BOUND, || lab.shoot_ready(j, &pod));
+                shoots[j] = Some(pod);
+                match ready {
+                    Some(d) => eprintln!("switch HA: vpn-shoot-{j} Ready after {}", ms(d)),
+                    None => eprintln!("switch HA: vpn-shoot-{j} not Ready: the StatefulSet stalls"),
+                }
+            }
+            step(format!("{} at rest", new.name()));
+            std::thread::sleep(Duration::from_secs(5));
+            steps.push(("end".to_owned(), Instant::now()));
+        }));
+        stop.store(true, Ordering::Relaxed);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+    drop(kapis);
+
+    let reqs = reqs.into_inner().expect("requests");
+    let at_rest = report(&direction, &steps, &reqs, new);
+    assert_eq!(at_rest, 0, "requests failed with a layout at rest");
+}
+
+#[test]
+fn ha_switch_vpn2_to_ours_with_image_overrides_alone() {
+    replay(Gen::Vpn2);
+}
+
+#[test]
+fn ha_switch_ours_to_vpn2_with_image_overrides_alone() {
+    replay(Gen::Ours);
+}

@@ -1,0 +1,311 @@
+//! vpn2's HA data path, modelled on this machine's kernel (no bonding, no `ip6tnl`), carrying
+//! kube-apiserver → kubelet requests through a server failure and back
+//! (`conformance::gardener::vpn2_ha_pods`):
+//!
+//! ```text
+//!  kapi-0 10.1.1.20: tap0 ─┐ bond0 (bridge)  …::a:1 ── path controller, routes via inet6 …::b:j
+//!                    tap1 ─┘
+//!  server-0 (OpenVPN, dev tap0, client-to-client) ── tap0 of every pod
+//!  server-1 (OpenVPN, dev tap0, client-to-client) ── tap1 of every pod
+//!  vpn-shoot-0/1: tap0, tap1 ── bond0 …::b:0 / …::b:1 ── forward, masquerade ── node 10.250.0.5
+//! ```
+//!
+//! What is real: upstream OpenVPN 2.6 as both servers and all six clients, with the configs
+//! vpn2 renders in HA (tap devices, `client-to-client`, `duplicate-cn`, vpn2's PKI layout and
+//! CNs), the shoot pods' clients through our router as the ingress, the server's firewall hook
+//! and the shoot pods' forward and masquerade rules. What stands in, because the kernel lacks
+//! the piece: a bridge named `bond0` with one forwarding port for the active-backup bond (the
+//! port follows the tap carriers, as the bond's MII monitor does, and announces the pod with
+//! unsolicited neighbour advertisements, as the bond's peer notification does); an IPv4 route
+//! with an IPv6 next hop on `bond0` for each `ip6tnl` tunnel (the frames carry the IPv4 packet
+//! without the tunnel's 40-byte IPv6 header); a static return route in each shoot pod for the
+//! tunnel controller; test code for the path controller. The test kills server 0 (`kill -9`):
+//! every bond moves to `tap1` and the requests work again through server 1; server 0 back,
+//! every bond returns to `tap0`. It prints the gaps (`vpn2 HA model:` lines).
+
+// One scenario read top to bottom.
+#![allow(clippy::too_many_lines)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use conformance::gardener::ha::{max_gap, HaLandscape, KAPI, NODE, TCP_ECHO};
+use conformance::gardener::ha_pods::{write_secrets, HaPods};
+use conformance::gardener::load::{ms, tcp_request};
+use conformance::gardener::pods::Binaries;
+use conformance::gardener::vpn2_ha_pods::bond::ipv4_sent;
+use conformance::gardener::vpn2_ha_pods::{
+    kapi_bond_address, shoot_bond_address, start_kapi_pod, start_server, start_shoot_pod,
+};
+use conformance::netns::Netns;
+use conformance::pki_fixture::TestPki;
+use conformance::require_lab;
+use conformance::wait::{wait_until, wait_until_every};
+
+const PODS: HaPods = HaPods {
+    shoot_ns: "shoot--lab--vpn2ha",
+    dual_stack_nodes: false,
+};
+/// How long anything may take to come up (a client's `connect-retry 1 5` included).
+const UP: Duration = Duration::from_secs(60);
+/// One request's bound.
+const REQUEST: Duration = Duration::from_secs(2);
+/// What "within a few seconds" means for the failover to server 1.
+const FAILOVER_BOUND: Duration = Duration::from_secs(8);
+
+/// One kube-apiserver → kubelet request: when it started and ended, whether it worked.
+#[derive(Debug, Clone, Copy)]
+struct Req {
+    started: Instant,
+    ended: Instant,
+    ok: bool,
+}
+
+/// Requests from `ns` one after the other, a new one [`conformance::gardener::load::INTERVAL`]
+/// after the last began (or at its end if it took longer), until `stop` (at most 3000).
+fn requests(ns: &Netns, stop: &AtomicBool, out: &Mutex<Vec<Req>>) {
+    let target = SocketAddr::from((NODE, TCP_ECHO));
+    for n in 0..3000 {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let started = Instant::now();
+        let ok = ns
+            .run_in(|| tcp_request(target, REQUEST, n))
+            .is_ok_and(|r| r.is_ok());
+        let ended = Instant::now();
+        out.lock()
+            .expect("requests")
+            .push(Req { started, ended, ok });
+        std::thread::sleep(
+            (started + conformance::gardener::load::INTERVAL).saturating_duration_since(ended),
+        );
+    }
+}
+
+/// One request now, whether it worked.
+fn one_request(ns: &Netns) -> bool {
+    ns.run_in(|| tcp_request(SocketAddr::from((NODE, TCP_ECHO)), REQUEST, 0))
+        .is_ok_and(|r| r.is_ok())
+}
+
+/// The IPv4 frames the kube-apiserver pod's bond stand-in has sent by `tap0` and `tap1`.
+fn tx_packets(ns: &Netns) -> (u64, u64) {
+    let sent = |i| ipv4_sent(ns, i).expect("bond counters");
+    (sent(0), sent(1))
+}
+
+/// What the requests in `[from, to)` (by start) did: started, failed, and the longest time
+/// without a successful answer in that window.
+fn figure(reqs: &[Req], from: Instant, to: Instant) -> (usize, usize, Duration) {
+    let mine: Vec<&Req> = reqs
+        .iter()
+        .filter(|r| r.started >= from && r.started < to)
+        .collect();
+    let answers: Vec<Instant> = reqs.iter().filter(|r| r.ok).map(|r| r.ended).collect();
+    (
+        mine.len(),
+        mine.iter().filter(|r| !r.ok).count(),
+        max_gap(&answers, from, to),
+    )
+}
+
+#[test]
+fn vpn2_ha_model_carries_requests_through_a_server_failure_and_back() {
+    require_lab(&["ip", "nft", "sysctl", "bridge", "ping"]);
+    let bins = Binaries::locate()
+        .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
+    let l = HaLandscape::build(Some("vpnt-6b")).expect("layout");
+    let pki = TestPki::generate().expect("pki");
+    let dir = tempfile::Builder::new()
+        .prefix("vpnt-vpn2ha-")
+        .tempdir()
+        .expect("tempdir");
+    let root = dir.path();
+    write_secrets(&pki, root).expect("secrets");
+    l.start_echo().expect("echo");
+    let _ingress = PODS
+        .start_ingress(&bins, &l.ingress, root, UP)
+        .expect("router listening");
+    let mut servers: Vec<_> = (0..2)
+        .map(|i| start_server(&l.server[i], &PODS, &bins, root, i).expect("vpn2 server"))
+        .collect();
+    for (i, s) in servers.iter().enumerate() {
+        let config = std::fs::read_to_string(s.dir().join("openvpn.conf")).expect("config");
+        for line in [
+            "dev tap0",
+            "client-to-client",
+            "duplicate-cn",
+            &format!("server-ipv6 fd8f:6d53:b97a:1::10{i}:0/112"),
+        ] {
+            assert!(config.lines().any(|l| l == line), "{line}: {config}");
+        }
+    }
+    let begun = Instant::now();
+    let kapi = start_kapi_pod(&l.kapi[0], &PODS, &bins, root, 0, 2).expect("kube-apiserver pod");
+    let shoots: Vec<_> = (0..2)
+        .map(|j| {
+            start_shoot_pod(&l.shoot[j], &PODS, &bins, root, j, &[(KAPI[0], 0)]).expect("shoot pod")
+        })
+        .collect();
+    let bonds = || {
+        std::iter::once(("kube-apiserver", &kapi.bond)).chain([
+            ("vpn-shoot-0", &shoots[0].bond),
+            ("vpn-shoot-1", &shoots[1].bond),
+        ])
+    };
+    for (what, bond) in bonds() {
+        bond.wait_active(0, begun, UP)
+            .unwrap_or_else(|| panic!("{what}: bond on tap0: {:?}", bond.changes()));
+    }
+    wait_until("the path controller's routes", UP, || {
+        kapi.path.current().is_some()
+    });
+    let route = l.kapi[0]
+        .run(["ip", "route", "show", "10.250.0.0/16"])
+        .expect("ip route")
+        .stdout;
+    assert_eq!(
+        String::from_utf8_lossy(&route).trim(),
+        format!(
+            "10.250.0.0/16 via inet6 {} dev bond0",
+            shoot_bond_address(0)
+        )
+    );
+    wait_until_every(
+        "a request through the model",
+        UP,
+        Duration::from_millis(200),
+        || one_request(&l.kapi[0]),
+    );
+    eprintln!(
+        "vpn2 HA model: up {} after the pods started ({} and {} on bond0)",
+        ms(begun.elapsed()),
+        kapi_bond_address(0),
+        shoot_bond_address(0)
+    );
+
+    let stop = AtomicBool::new(false);
+    let reqs = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        s.spawn(|| requests(&l.kapi[0], &stop, &reqs));
+        let snapshot = || reqs.lock().expect("requests").clone();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // 1. Through server 0: tap0 carries, tap1 sends nothing.
+            let t0 = Instant::now();
+            let tx = tx_packets(&l.kapi[0]);
+            std::thread::sleep(Duration::from_secs(3));
+            let tx_after = tx_packets(&l.kapi[0]);
+            let (started, failed, gap) = figure(&snapshot(), t0, Instant::now());
+            eprintln!(
+                "vpn2 HA model: steady | {started} started, {failed} failed, longest gap {} | \
+                 kube-apiserver IPv4 frames by tap0 {}, by tap1 {}",
+                ms(gap),
+                tx_after.0 - tx.0,
+                tx_after.1 - tx.1
+            );
+            assert!(
+                started >= 10 && failed == 0,
+                "{started} started, {failed} failed"
+            );
+            assert!(tx_after.0 - tx.0 >= started as u64, "{tx:?} {tx_after:?}");
+            assert_eq!(tx_after.1, tx.1, "the inactive tap sent");
+
+            // 2. Server 0 killed: every bond to tap1, requests through server 1.
+            let killed = Instant::now();
+            let pid = servers[0].pid().to_string();
+            std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status()
+                .expect("kill");
+            let moved: Vec<Duration> = bonds()
+                .map(|(what, bond)| {
+                    bond.wait_active(1, killed, FAILOVER_BOUND)
+                        .unwrap_or_else(|| panic!("{what}: no failover: {:?}", bond.changes()))
+                        - killed
+                })
+                .collect();
+            wait_until("a request through server 1", FAILOVER_BOUND, || {
+                snapshot().iter().any(|r| r.ok && r.started > killed)
+            });
+            let first = snapshot()
+                .iter()
+                .find(|r| r.ok && r.started > killed)
+                .map(|r| r.ended)
+                .expect("a request after the kill");
+            std::thread::sleep(Duration::from_secs(2));
+            let tx = tx_packets(&l.kapi[0]);
+            std::thread::sleep(Duration::from_secs(2));
+            let end = Instant::now();
+            let tx_after = tx_packets(&l.kapi[0]);
+            let (started, failed, gap) = figure(&snapshot(), killed, end);
+            eprintln!(
+                "vpn2 HA model: server 0 killed | bonds on tap1 after {} (kube-apiserver, \
+                 vpn-shoot-0, vpn-shoot-1) | first answer {} after | {started} started, \
+                 {failed} failed, longest gap {}",
+                moved.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", "),
+                ms(first - killed),
+                ms(gap)
+            );
+            assert!(gap < FAILOVER_BOUND, "gap {gap:?}");
+            assert!(tx_after.1 > tx.1, "tap1 carries: {tx:?} {tx_after:?}");
+            assert_eq!(tx_after.0, tx.0, "tap0 sent without a server");
+            let quiet = figure(&snapshot(), first + Duration::from_millis(1), end);
+            assert_eq!(
+                quiet.1, 0,
+                "failures after the first answer through server 1"
+            );
+
+            // 3. Server 0 back: every bond to tap0 again.
+            let back = Instant::now();
+            servers[0] = start_server(&l.server[0], &PODS, &bins, root, 0).expect("server 0");
+            let returned: Vec<Instant> = bonds()
+                .map(|(what, bond)| {
+                    bond.wait_active(0, back, UP)
+                        .unwrap_or_else(|| panic!("{what}: not back: {:?}", bond.changes()))
+                })
+                .collect();
+            let all_back = returned.iter().max().copied().expect("three bonds");
+            wait_until("a request through server 0 again", FAILOVER_BOUND, || {
+                snapshot().iter().any(|r| r.ok && r.started > all_back)
+            });
+            std::thread::sleep(Duration::from_secs(2));
+            let tx = tx_packets(&l.kapi[0]);
+            std::thread::sleep(Duration::from_secs(2));
+            let end = Instant::now();
+            let tx_after = tx_packets(&l.kapi[0]);
+            let (started, failed, gap) = figure(&snapshot(), back, end);
+            eprintln!(
+                "vpn2 HA model: server 0 back | bonds on tap0 after {} (kube-apiserver, \
+                 vpn-shoot-0, vpn-shoot-1) | {started} started, {failed} failed, longest gap {}",
+                returned
+                    .iter()
+                    .map(|t| ms(*t - back))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                ms(gap)
+            );
+            assert!(tx_after.0 > tx.0, "tap0 carries again: {tx:?} {tx_after:?}");
+            assert_eq!(tx_after.1, tx.1, "the inactive tap sent");
+            eprintln!(
+                "vpn2 HA model: path controller moves {:?}",
+                kapi.path
+                    .moves()
+                    .iter()
+                    .map(|(t, j)| format!(
+                        "{} -> shoot {j}",
+                        ms(t.saturating_duration_since(begun))
+                    ))
+                    .collect::<Vec<_>>()
+            );
+        }));
+        stop.store(true, Ordering::Relaxed);
+        if let Err(panic) = result {
+            eprintln!("kube-apiserver client 0:\n{}", kapi.clients[0].log());
+            eprintln!("server 1:\n{}", servers[1].log());
+            std::panic::resume_unwind(panic);
+        }
+    });
+}

@@ -480,28 +480,34 @@ impl Connection {
                 self.filter = Some(a.filter);
                 session.accept_client(now, a.settings);
             }
+            Err(Refused::DevType(mismatch)) => {
+                // Closed without AUTH_FAILED: upstream's client exits on it (vpn2 sets no
+                // `auth-retry`), and its container would come back only after Kubernetes'
+                // growing back-off; closed, it tries again within its `connect-retry` (DEVIATIONS
+                // W4). Its slot is free.
+                self.slot = None;
+                self.shared.metrics.refused_other();
+                let cn = identity.common_name.as_deref().unwrap_or_default();
+                if let Some(suppressed) = self.shared.log_dev_type_refusal(cn, now) {
+                    warn!(
+                        reason = %mismatch,
+                        options = identity.options.as_str(),
+                        suppressed,
+                        "refusing client: its device type is not this server's (connection closed)"
+                    );
+                }
+                session.close(now);
+            }
             Err(refused) => {
                 // It lingers only to deliver AUTH_FAILED: its slot is free.
                 self.slot = None;
-                match refused {
-                    Refused::PoolExhausted { .. } => {
-                        self.shared.metrics.refused_pool_exhausted();
-                        warn!(error = %chain(&refused), "refusing client: no address");
-                        info!(reason = %chain(&refused), "client refused");
-                    }
-                    Refused::DevType(_) => {
-                        self.shared.metrics.refused_other();
-                        warn!(
-                            reason = %refused,
-                            options = identity.options.as_str(),
-                            "refusing client: its device type is not this server's (AUTH_FAILED)"
-                        );
-                    }
-                    _ => {
-                        self.shared.metrics.refused_other();
-                        info!(reason = %chain(&refused), "client refused");
-                    }
+                if let Refused::PoolExhausted { .. } = refused {
+                    self.shared.metrics.refused_pool_exhausted();
+                    warn!(error = %chain(&refused), "refusing client: no address");
+                } else {
+                    self.shared.metrics.refused_other();
                 }
+                info!(reason = %chain(&refused), "client refused");
                 session.reject_client(now, Some(refused.to_string()));
             }
         }

@@ -151,6 +151,8 @@ pub enum Refused {
     /// Its OCC options string names the other device type (`dev-type tap` at a tun or HA
     /// server, `dev-type tun` at a tap server): none of its packets could cross, and in HA
     /// it would count towards readiness (vpn2's rule looks at CNs only). Upstream only warns.
+    /// The connection closes without `AUTH_FAILED`, so that upstream's client tries again
+    /// instead of exiting (DEVIATIONS W4).
     #[error(transparent)]
     DevType(DevTypeMismatch),
 }

@@ -5,11 +5,13 @@
 //! [`crate::server`] builds it when it binds; the connections ([`crate::connection`]), the
 //! device reader ([`crate::device`]) and the status writer read it. It imports none of them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use netio::listen::PendingSet;
+use netio::log_limit::LogLimiter;
 use netio::tun::{Tun, TunWriter};
 use protocol::session::ServerEndpoint;
 
@@ -56,8 +58,17 @@ pub(crate) struct Shared {
     /// HA mode: woken when a packet is held while none was, so that its bound is kept
     /// ([`mode::expire_ha_held`]).
     pub(crate) held: tokio::sync::Notify,
+    /// The rate limits of the device-type refusal's warning, per common name (a refused
+    /// vpn2 client tries again every few seconds).
+    dev_type_logs: Mutex<HashMap<String, LogLimiter>>,
     next_id: AtomicU64,
 }
+
+/// How often a device-type refusal of one common name is logged.
+const DEV_TYPE_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Common names whose device-type refusals are rate-limited apart; beyond it the record
+/// starts again.
+const DEV_TYPE_LOG_NAMES: usize = 64;
 
 impl Shared {
     /// The state of a server serving with `settings` in `mode` through `registry` (made for
@@ -82,6 +93,7 @@ impl Shared {
             pre_auth_logs: Mutex::new(PreAuthLogs::default()),
             unreachable: Mutex::new(unreachable::Limiter::new()),
             held: tokio::sync::Notify::new(),
+            dev_type_logs: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             settings,
         }
@@ -96,6 +108,18 @@ impl Shared {
     /// not logged since the last line.
     pub(crate) fn log_pre_auth(&self, event: PreAuthEvent) -> Option<u64> {
         lock(&self.pre_auth_logs).allow(event, Instant::now())
+    }
+
+    /// Whether to log the device-type refusal of a client with common name `cn` now: once a
+    /// minute per name, `Some(n)` with the refusals of that name not logged since.
+    pub(crate) fn log_dev_type_refusal(&self, cn: &str, now: Instant) -> Option<u64> {
+        let mut logs = lock(&self.dev_type_logs);
+        if logs.len() >= DEV_TYPE_LOG_NAMES && !logs.contains_key(cn) {
+            logs.clear();
+        }
+        logs.entry(cn.to_owned())
+            .or_insert_with(|| LogLimiter::new(DEV_TYPE_LOG_EVERY))
+            .allow(now)
     }
 }
 

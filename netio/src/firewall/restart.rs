@@ -15,7 +15,8 @@
 //! ```
 //!
 //! The process adds the elements again every quarter of `T` ([`Firewall::refresh`], from a
-//! thread of its own, so a busy runtime cannot let them lapse); once it is gone, the last
+//! thread of its own, so a busy runtime cannot let them lapse), until the guard is dropped or,
+//! after [`RestartGuard::keep_for_life`], until the process ends; once it is gone, the last
 //! ones expire at most `T` later and the port refuses again. The next start replaces the
 //! table in one transaction ([`Firewall::apply`]). Only SYNs to the listeners' ports are
 //! ever looked at, and only while no socket would take them: an accepted connection's
@@ -34,7 +35,8 @@ use crate::report::chain;
 /// The set of ports whose process lives.
 const SET: &str = "serving";
 
-/// The guard of a process's listeners, refreshed until dropped (then it expires by itself).
+/// The guard of a process's listeners, refreshed until dropped (then it expires by itself) or,
+/// after [`RestartGuard::keep_for_life`], until the process ends.
 #[derive(Debug)]
 pub struct RestartGuard {
     stop: Option<mpsc::Sender<()>>,
@@ -104,8 +106,9 @@ impl RestartGuard {
     }
 }
 
-/// Adds the set's elements again every `period` until `stopped` says so (or its sender is
-/// gone); a failed refresh applies the whole table again (someone removed it).
+/// Adds the set's elements again every `period` until `stopped` says so; if its sender is
+/// gone without a word ([`RestartGuard::keep_for_life`]), until the process ends. A failed
+/// refresh applies the whole table again (someone removed it).
 fn refresh_until(
     firewall: &mut Firewall,
     table: &Table,
@@ -114,7 +117,12 @@ fn refresh_until(
     stopped: &mpsc::Receiver<()>,
 ) {
     let mut failing = false;
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+    loop {
+        match stopped.recv_timeout(period) {
+            Ok(()) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(period),
+        }
         let result = firewall
             .refresh(table.name(), set)
             .or_else(|_| firewall.apply(table, false));
@@ -133,10 +141,22 @@ fn refresh_until(
     }
 }
 
+impl RestartGuard {
+    /// Keeps refreshing until the process ends (its listeners closed, the process still has
+    /// work to finish): a restart after that finds the guard in force.
+    pub fn keep_for_life(mut self) {
+        // Dropping the sender without a word leaves the thread refreshing; nothing joins it.
+        drop(self.stop.take());
+        drop(self.refresher.take());
+    }
+}
+
 impl Drop for RestartGuard {
     /// Stops the refreshing; the table's elements expire by themselves.
     fn drop(&mut self) {
-        drop(self.stop.take());
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
         if let Some(t) = self.refresher.take() {
             let _ = t.join();
         }

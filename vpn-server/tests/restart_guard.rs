@@ -144,9 +144,10 @@ fn a_connect_while_the_sidecar_restarts_waits_for_it_and_the_guard_expires_after
             log()
         )
     });
-    // The first SYN was dropped, the kernel's retransmission (1 s) found the new listener.
+    // The first SYN was dropped; the kernel's retransmission (1 s, or 3 s on a slow start)
+    // found the new listener.
     assert!(
-        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(500) && took < Duration::from_secs(4),
         "the connect in the gap took {took:?}"
     );
     assert!(

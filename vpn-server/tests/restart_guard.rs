@@ -34,12 +34,24 @@ const RESTART_AFTER: Duration = Duration::from_millis(100);
 
 /// Starts `vpn-server sidecar` in `ns` with the guard `guard_ms` and waits until it listens.
 fn start(ns: &Netns, dir: &Path, guard_ms: &str, n: usize) -> u32 {
+    start_as(ns, dir, guard_ms, n, &[])
+}
+
+/// [`start`], the binary started by `wrapper` (`setpriv ... --`) if not empty.
+fn start_as(ns: &Netns, dir: &Path, guard_ms: &str, n: usize, wrapper: &[&str]) -> u32 {
     let log = std::fs::File::create(dir.join(format!("sidecar-{n}.log"))).unwrap();
     let file = |name: &str| dir.join(name).display().to_string();
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut cmd = ns.command(program);
+            cmd.args(args).arg(BIN);
+            cmd
+        }
+        None => ns.command(BIN),
+    };
     let pid = ns
         .spawn(
-            ns.command(BIN)
-                .args(["sidecar", "--sidecar-metrics-listen", "none"])
+            cmd.args(["sidecar", "--sidecar-metrics-listen", "none"])
                 .args(["--sidecar-cert", &file("server.crt")])
                 .args(["--sidecar-key", &file("server.key")])
                 .args(["--sidecar-ca", &file("ca.crt")])
@@ -194,6 +206,50 @@ fn without_the_guard_a_connect_while_the_sidecar_restarts_is_refused() {
         ns.run(["nft", "list", "table", "inet", sidecar::RESTART_TABLE])
             .is_err(),
         "a table without the guard"
+    );
+    ns.stop(pid);
+}
+
+#[test]
+fn an_unprivileged_sidecar_serves_without_the_guard_and_says_so() {
+    require_lab(&["nft", "setpriv"]);
+    let pki = Pki::generate();
+    let dir = tempfile::tempdir().unwrap();
+    pki.write(dir.path());
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let ns = Netns::new().unwrap();
+    // Envoy's container in Gardener's seed pod: uid 65532, no capabilities.
+    let unprivileged = [
+        "setpriv",
+        "--reuid",
+        "65532",
+        "--regid",
+        "65532",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--",
+    ];
+    let pid = start_as(&ns, dir.path(), "2000", 1, &unprivileged);
+    let started = Instant::now();
+    // Serving at once: the refusal is the kernel's first answer, not a timeout.
+    let log = || std::fs::read_to_string(dir.path().join("sidecar-1.log")).unwrap_or_default();
+    while !log().contains("CONNECT sidecar listening") {
+        assert!(started.elapsed() < Duration::from_secs(2), "{}", log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let log = log();
+    assert!(
+        log.contains("no restart guard: this process may not change the firewall"),
+        "{log}"
+    );
+    assert!(
+        ns.run(["nft", "list", "table", "inet", sidecar::RESTART_TABLE])
+            .is_err(),
+        "a table from an unprivileged sidecar"
     );
     ns.stop(pid);
 }

@@ -126,7 +126,7 @@ pub struct SidecarArgs {
     #[arg(
         long = "sidecar-restart-guard-ms",
         env = "SIDECAR_RESTART_GUARD_MS",
-        default_value_t = 2_000
+        default_value_t = super::DEFAULT_RESTART_GUARD_MS
     )]
     pub restart_guard_ms: u64,
     /// CONNECTs waiting for a route at once, at least 1; the next gets 503 at once.

@@ -163,10 +163,10 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_PENDING: usize = 1024;
 /// How long open connections may finish after SIGTERM (see [`Sidecar::run`]).
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// The `--sidecar-restart-guard-ms` default: how long a SYN to the sidecar's port that no
-/// listener takes is dropped (sent again by the client's kernel) after this process's last
-/// sign of life ([`SidecarConfig::restart_guard`]).
-pub const DEFAULT_RESTART_GUARD: Duration = Duration::from_secs(2);
+/// The `--sidecar-restart-guard-ms` default, in milliseconds: how long a SYN to the sidecar's
+/// port that no listener takes is dropped (sent again by the client's kernel) after this
+/// process's last sign of life ([`SidecarConfig::restart_guard`]).
+pub const DEFAULT_RESTART_GUARD_MS: u64 = 2_000;
 /// The restart guard's nf_tables table (`netio::firewall::RestartGuard`), beside the seed
 /// pod's start table `vpn-seed-server-start`.
 pub const RESTART_TABLE: &str = "vpn-seed-server-restart";

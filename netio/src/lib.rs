@@ -30,7 +30,9 @@
 //!   balancers only), strict CONNECT head under a deadline, the client address to judge, and
 //!   configured networks in the form that address is compared in (`canonical_net`).
 //! * [`firewall`] - firewall and NAT rules in nf_tables over netlink: one table of ours,
-//!   replaced atomically, optionally owned by the process (gone when it ends).
+//!   replaced atomically, optionally owned by the process (gone when it ends); the restart
+//!   guard (`RestartGuard`: SYNs to a listener's port dropped, not refused, while its process
+//!   restarts).
 //! * [`relay`] - the bidirectional byte relay of every proxy: half-close both ways, idle
 //!   timeout, byte counts, fixed buffers; `relay_tcp` does the same for two TCP sockets with
 //!   `splice(2)` (zero-copy) on Linux.

@@ -13,6 +13,8 @@
 //! * denied seed networks: `--sidecar-deny` plus vpn2's `SEED_POD_NETWORK`;
 //! * address translation ([`Netmap`]): vpn2's, when the networks come from its environment
 //!   and `--sidecar-allow` is not given; none otherwise;
+//! * the restart guard (`--sidecar-restart-guard-ms`): 2 s (the library's default is none,
+//!   so that a sidecar built in a test or another program touches no firewall unless asked);
 //! * destinations outside the shoot networks (`--sidecar-external`): `deny`. Envoy mode
 //!   (`super::envoy`) allows them, as Envoy's dynamic forward proxy does; here they stay
 //!   refused unless asked for, because these modes are our own deployments, configured with
@@ -117,6 +119,16 @@ pub struct SidecarArgs {
         default_value_t = 5_000
     )]
     pub drain_timeout_ms: u64,
+    /// How long after this process's last sign of life a SYN to the TLS listeners' ports that
+    /// no socket takes is still dropped (the client's kernel sends it again) instead of
+    /// refused, in milliseconds: a restart in place within it loses no connection. Refreshed
+    /// every quarter of it while the process lives; needs `CAP_NET_ADMIN`. 0: no guard.
+    #[arg(
+        long = "sidecar-restart-guard-ms",
+        env = "SIDECAR_RESTART_GUARD_MS",
+        default_value_t = super::DEFAULT_RESTART_GUARD_MS
+    )]
+    pub restart_guard_ms: u64,
     /// CONNECTs waiting for a route at once, at least 1; the next gets 503 at once.
     #[arg(
         long = "sidecar-max-held",
@@ -259,6 +271,7 @@ impl SidecarArgs {
         config.hold_timeout = Duration::from_millis(self.hold_timeout_ms);
         config.max_held = self.max_held;
         config.drain_timeout = Duration::from_millis(self.drain_timeout_ms);
+        config.restart_guard = Duration::from_millis(self.restart_guard_ms);
         config.idle_timeout = Duration::from_secs(self.idle_timeout_secs);
         config.max_connections = self.max_connections;
         Ok(config)

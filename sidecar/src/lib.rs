@@ -8,7 +8,7 @@
 //!
 //! | module | what it is |
 //! |---|---|
-//! | this file | [`SidecarConfig`], [`Sidecar`] (bind, serve, drain), [`run`] (the sidecar alone), [`RouteCheck`] |
+//! | this file | [`SidecarConfig`], [`Sidecar`] (bind, restart guard, serve, drain), [`run`] (the sidecar alone), [`RouteCheck`] |
 //! | [`cli`] | the `--sidecar-*` flags (`SIDECAR_*` variables) → [`SidecarConfig`] |
 //! | [`policy`] | which destinations may be dialed; vpn2's address mapping ([`Netmap`]) |
 //! | `proxy` | one connection: TLS, CONNECT head, policy, dial, relay, access log line |
@@ -83,6 +83,17 @@
 //! (`vpn_sidecar_pending_closed_total`, `vpn_sidecar_tls_handshake_failures_total`) and logged
 //! at most once a second each.
 //!
+//! **Restarts in place.** With [`SidecarConfig::restart_guard`] (the `--sidecar-*` flags'
+//! default: 2 s; the library's and Envoy mode's: none) the sidecar keeps the table
+//! [`RESTART_TABLE`] (`netio::firewall::RestartGuard`) from its start to its process's end: a
+//! SYN to a listener's port that no socket takes is dropped, not refused, and for up to the
+//! guard's time after the process's end. The kube-apiserver's kernel sends it again after 1 s, so a
+//! CONNECT started while the sidecar's process restarts (in Gardener's seed pod: the server's
+//! process with the sidecar in it, which the init container's start table no longer covers)
+//! reaches the next process instead of failing; without a restart the port refuses again
+//! once the guard has expired. Needs `CAP_NET_ADMIN` (the server's container has it; an
+//! unprivileged sidecar serves without the guard and says so).
+//!
 //! Access log: one `info` line per request that failed (status other than 200, or a relay
 //! error) or took at least [`SLOW_REQUEST`] (for a tunnel: its whole life), like Gardener's
 //! Envoy filter (status ≥ 500 or duration ≥ 1 s), plus 4xx. With Envoy's access loggers
@@ -113,6 +124,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use netio::admin::{AdminBindError, AdminServer, AdminState, Exposition};
+use netio::firewall::{FirewallError, RestartGuard};
 use netio::listen::PendingSet;
 use openssl::ssl::SslAcceptor;
 use pki::pem::{CaBundle, Identity};
@@ -151,6 +163,13 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_PENDING: usize = 1024;
 /// How long open connections may finish after SIGTERM (see [`Sidecar::run`]).
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// The `--sidecar-restart-guard-ms` default, in milliseconds: how long a SYN to the sidecar's
+/// port that no listener takes is dropped (sent again by the client's kernel) after this
+/// process's last sign of life ([`SidecarConfig::restart_guard`]).
+pub const DEFAULT_RESTART_GUARD_MS: u64 = 2_000;
+/// The restart guard's nf_tables table (`netio::firewall::RestartGuard`), beside the seed
+/// pod's start table `vpn-seed-server-start`.
+pub const RESTART_TABLE: &str = "vpn-seed-server-restart";
 /// A request that takes at least this long is access-logged even when it succeeded.
 pub const SLOW_REQUEST: Duration = Duration::from_secs(1);
 /// The sidecar's port (Gardener's `http-proxy` service port).
@@ -215,6 +234,12 @@ pub struct SidecarConfig {
     /// After shutdown: how long open connections may finish, the listeners still accepting
     /// until none is open ([`Sidecar::run`]). Zero: end them at once (Envoy on SIGTERM).
     pub drain_timeout: Duration,
+    /// From the sidecar's start until this process ends, and for this long after (its last
+    /// refresh), a SYN to a listener's port that no socket takes is dropped instead of refused
+    /// ([`RESTART_TABLE`], `netio::firewall::RestartGuard`): a process restarting in place
+    /// finds those connections waiting. Zero (the library's default): no guard. Needs
+    /// `CAP_NET_ADMIN` in the network namespace; without it the sidecar serves unguarded.
+    pub restart_guard: Duration,
 }
 
 impl fmt::Debug for SidecarConfig {
@@ -236,6 +261,7 @@ impl fmt::Debug for SidecarConfig {
             .field("stat_prefix", &self.stat_prefix)
             .field("access_logs", &self.access_logs.len())
             .field("drain_timeout", &self.drain_timeout)
+            .field("restart_guard", &self.restart_guard)
             .finish_non_exhaustive()
     }
 }
@@ -270,6 +296,7 @@ impl SidecarConfig {
             stat_prefix: metrics::DEFAULT_STAT_PREFIX.into(),
             access_logs: Vec::new(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            restart_guard: Duration::ZERO,
         }
     }
 
@@ -334,6 +361,8 @@ pub struct Sidecar {
     /// What the metrics listeners report: the sidecar, and what [`Sidecar::also_report`] adds.
     parts: Vec<Arc<dyn AdminState>>,
     serving: Arc<AtomicBool>,
+    /// Refreshed until the process ends ([`SidecarConfig::restart_guard`]).
+    restart_guard: Option<RestartGuard>,
 }
 
 impl Sidecar {
@@ -349,6 +378,7 @@ impl Sidecar {
         let listeners = netio::listen::bind_each(&config.listen)
             .map_err(|(addr, source)| SidecarError::Bind { addr, source })?;
         let admin = AdminServer::bind(&config.metrics_listen)?;
+        let restart_guard = restart_guard(&listeners, config.restart_guard);
         for l in &listeners {
             if let Ok(addr) = l.local_addr() {
                 info!(
@@ -385,6 +415,7 @@ impl Sidecar {
             admin,
             parts,
             serving,
+            restart_guard,
         })
     }
 
@@ -464,7 +495,38 @@ impl Sidecar {
         cut.cancel();
         tracker.close();
         tracker.wait().await;
+        // The listeners are closed; the guard stays in force while this process finishes
+        // (an in-process sidecar's server still ends its tunnel) and expires `restart_guard`
+        // after its end, so a restart within that finds the SYNs of the gap waiting.
+        if let Some(guard) = self.restart_guard {
+            guard.keep_for_life();
+        }
         info!("CONNECT sidecar stopped");
+    }
+}
+
+/// The restart guard of `listeners` for `lifetime` (none for zero); failures are logged and
+/// the sidecar serves without it (an unprivileged container cannot install one).
+fn restart_guard(listeners: &[TcpListener], lifetime: Duration) -> Option<RestartGuard> {
+    if lifetime.is_zero() {
+        return None;
+    }
+    let addrs: Vec<SocketAddr> = listeners
+        .iter()
+        .filter_map(|l| l.local_addr().ok())
+        .collect();
+    match RestartGuard::install(RESTART_TABLE, &addrs, lifetime) {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            let denied = matches!(&e, FirewallError::Refused { source, .. }
+                if source.kind() == io::ErrorKind::PermissionDenied);
+            if denied {
+                info!("no restart guard: this process may not change the firewall (CAP_NET_ADMIN)");
+            } else {
+                warn!(error = %netio::report::chain(&e), "no restart guard");
+            }
+            None
+        }
     }
 }
 

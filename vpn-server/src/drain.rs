@@ -7,8 +7,10 @@
 //! until no TCP socket of its namespace is open except its own (listening, connecting or
 //! connected: `/proc/net/tcp` and `tcp6`, sockets left in `TIME_WAIT` or closed by their
 //! process not counted), at most [`DRAIN_LIMIT`], and then shuts down as before. Alone in
-//! its namespace it ends at once. First it removes `setup`'s table
-//! ([`crate::vpn2::START_TABLE`]).
+//! its namespace it ends at once, but for a sidecar in its own process, whose drain the
+//! tunnel also waits for (`crate::launch::run_with`). First it removes `setup`'s table
+//! ([`crate::vpn2::START_TABLE`]); the sidecar's restart guard (`sidecar::RESTART_TABLE`)
+//! stays, so a restart of the process finds the SYNs of the gap waiting.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -72,6 +72,18 @@ pub enum LaunchError {
 
 /// Binds everything in `launch`, runs `up`, serves until `shutdown`, drains, runs `down`.
 pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), LaunchError> {
+    run_with(launch, shutdown.clone(), shutdown).await
+}
+
+/// [`run`] with the stop in two parts: `signal` starts the in-process sidecar's drain; the
+/// server (its tunnel, the cloud API endpoint, the admin endpoint) stops once `tunnel` is
+/// cancelled and the sidecar has stopped, since what the sidecar still serves while it drains
+/// goes through the tunnel (a CONNECT held for its route, a relay).
+pub async fn run_with(
+    launch: Launch,
+    signal: CancellationToken,
+    tunnel: CancellationToken,
+) -> Result<(), LaunchError> {
     let Launch {
         loaded,
         sidecar,
@@ -116,15 +128,32 @@ pub async fn run(launch: Launch, shutdown: CancellationToken) -> Result<(), Laun
     let dev = server.tun_name().unwrap_or_default().to_owned();
     let admin = AdminServer::bind(&admin_listen)?;
     let server_part = server.admin_state();
+    let sidecar_stopped = CancellationToken::new();
     let sidecar = match sidecar {
         Some(config) => {
             let bound = Sidecar::bind(config, Some(Arc::new(server.client_routes())))
                 .await?
                 .also_report(Arc::clone(&server_part));
-            Some(tokio::spawn(bound.run(shutdown.clone())))
+            let stopped = sidecar_stopped.clone();
+            Some(tokio::spawn(async move {
+                bound.run(signal).await;
+                stopped.cancel();
+            }))
         }
-        None => None,
+        None => {
+            sidecar_stopped.cancel();
+            None
+        }
     };
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            tunnel.cancelled().await;
+            sidecar_stopped.cancelled().await;
+            shutdown.cancel();
+        }
+    });
     let mut parts = vec![server_part];
     let cloud_api = match cloud_api {
         Some(config) => {

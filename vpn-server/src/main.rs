@@ -188,12 +188,13 @@ fn server(cli: &Cli) -> Result<(), Box<dyn Error>> {
     if cli.config.is_some() {
         return serve(|shutdown| launch::run(launch, shutdown));
     }
-    // vpn2's environment: Gardener's seed pod, whose sidecar drains on SIGTERM through the
-    // tunnel (`vpn_server::drain`).
+    // vpn2's environment: Gardener's seed pod, whose sidecar (another process's, or the one in
+    // this process) drains on SIGTERM through the tunnel (`vpn_server::drain`,
+    // `launch::run_with`).
     serve(|signal| {
         let tunnel = CancellationToken::new();
-        tokio::spawn(drain::after_others(signal, tunnel.clone()));
-        launch::run(launch, tunnel)
+        tokio::spawn(drain::after_others(signal.clone(), tunnel.clone()));
+        launch::run_with(launch, signal, tunnel)
     })
 }
 

@@ -22,7 +22,9 @@ const START: std::time::Duration = std::time::Duration::from_secs(45);
 /// the kubelet starts a pod's containers (without waiting for the first to serve); returns
 /// once both serve: the server, the sidecar and the server's config. The sidecar ends its
 /// connections at SIGTERM, as Envoy does (`SIDECAR_DRAIN_TIMEOUT_MS=0`: Envoy closes its
-/// listeners and connections on shutdown unless told to drain first, which Gardener does not).
+/// listeners and connections on shutdown unless told to drain first, which Gardener does not),
+/// and keeps no restart guard (`SIDECAR_RESTART_GUARD_MS=0`: Envoy has none; unprivileged,
+/// ours could not install one anyway).
 pub fn start_seed_pod<'ns>(
     ns: &'ns Netns,
     mounts: &Mounts,
@@ -40,6 +42,8 @@ pub fn start_seed_pod<'ns>(
     let mut spec = sidecar_spec(bins, mounts);
     spec.env
         .push(("SIDECAR_DRAIN_TIMEOUT_MS".into(), "0".into()));
+    spec.env
+        .push(("SIDECAR_RESTART_GUARD_MS".into(), "0".into()));
     let sidecar = spec.start(ns, logs)?;
     server.wait_for_log(INITIALIZED_MARKER, START)?;
     sidecar.wait_log(SIDECAR_READY, START)?;

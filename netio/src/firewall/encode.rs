@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::{Action, Chain, ChainType, FirewallError, Hook, Match, Rule, Table};
+use super::{Action, Chain, ChainType, FirewallError, Hook, Match, PortSet, Rule, Table};
 use crate::netlink::wire::Request;
 
 impl Hook {
@@ -30,6 +30,9 @@ const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
+const NFT_MSG_NEWSET: u16 = 9;
+const NFT_MSG_NEWSETELEM: u16 = 12;
+const NFT_MSG_DELSETELEM: u16 = 14;
 const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
@@ -47,6 +50,25 @@ const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
 const NFTA_LIST_ELEM: u16 = 1;
+// sets and their elements
+const NFTA_SET_TABLE: u16 = 1;
+const NFTA_SET_NAME: u16 = 2;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFTA_SET_KEY_TYPE: u16 = 4;
+const NFTA_SET_KEY_LEN: u16 = 5;
+const NFTA_SET_ID: u16 = 10;
+const NFTA_SET_TIMEOUT: u16 = 11;
+const NFT_SET_TIMEOUT: u32 = 0x10;
+/// nft's `inet_service` data type (a port, network order).
+const TYPE_INET_SERVICE: u32 = 13;
+const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+const NFTA_SET_ELEM_KEY: u16 = 1;
+const NFTA_SET_ELEM_TIMEOUT: u16 = 4;
+// lookup
+const NFTA_LOOKUP_SET: u16 = 1;
+const NFTA_LOOKUP_SREG: u16 = 2;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_DATA_VALUE: u16 = 1;
@@ -147,6 +169,15 @@ const APPEND: u16 = libc::NLM_F_APPEND as u16;
 pub(super) fn replace(table: &Table, flags: u32) -> Result<Batch, FirewallError> {
     let mut batch = removal(&table.name, flags);
     batch.push("the table", new_table(&table.name, flags));
+    for (index, set) in table.sets.iter().enumerate() {
+        // Set ids only need to differ within the batch.
+        let id = u32::try_from(index).unwrap_or(u32::MAX).wrapping_add(1);
+        batch.push(format!("set {}", set.name), new_set(&table.name, set, id));
+        batch.push(
+            format!("the elements of set {}", set.name),
+            new_elements(&table.name, set),
+        );
+    }
     for chain in &table.chains {
         batch.push(
             format!("chain {}", chain.name),
@@ -164,6 +195,23 @@ pub(super) fn replace(table: &Table, flags: u32) -> Result<Batch, FirewallError>
         }
     }
     Ok(batch)
+}
+
+/// The transaction that adds the elements of `set` in `table` again, each for the set's
+/// timeout from now: the set emptied (`DELSETELEM` without elements flushes it), then filled.
+pub(super) fn refresh(table: &str, set: &PortSet) -> Batch {
+    let mut batch = Batch::default();
+    batch.push(
+        format!("the flush of set {}", set.name),
+        message(NFT_MSG_DELSETELEM, 0)
+            .attr(NFTA_SET_ELEM_LIST_TABLE, &cstr(table))
+            .attr(NFTA_SET_ELEM_LIST_SET, &cstr(&set.name)),
+    );
+    batch.push(
+        format!("the elements of set {}", set.name),
+        new_elements(table, set),
+    );
+    batch
 }
 
 /// What the first message of a replacement or removal is called in a refusal.
@@ -268,6 +316,42 @@ fn new_chain(table: &str, chain: &Chain) -> Request {
         .attr(NFTA_CHAIN_TYPE, &cstr(kind))
 }
 
+/// A set's timeout in the kernel's unit: milliseconds, 64 bits, network order.
+fn timeout_ms(set: &PortSet) -> [u8; 8] {
+    u64::try_from(set.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .to_be_bytes()
+}
+
+fn new_set(table: &str, set: &PortSet, id: u32) -> Request {
+    message(NFT_MSG_NEWSET, CREATE)
+        .attr(NFTA_SET_TABLE, &cstr(table))
+        .attr(NFTA_SET_NAME, &cstr(&set.name))
+        .attr_be32(NFTA_SET_FLAGS, NFT_SET_TIMEOUT)
+        .attr_be32(NFTA_SET_KEY_TYPE, TYPE_INET_SERVICE)
+        .attr_be32(NFTA_SET_KEY_LEN, 2)
+        .attr_be32(NFTA_SET_ID, id)
+        .attr(NFTA_SET_TIMEOUT, &timeout_ms(set))
+}
+
+/// The set's ports as elements, each with the set's timeout.
+fn new_elements(table: &str, set: &PortSet) -> Request {
+    message(NFT_MSG_NEWSETELEM, CREATE)
+        .attr(NFTA_SET_ELEM_LIST_TABLE, &cstr(table))
+        .attr(NFTA_SET_ELEM_LIST_SET, &cstr(&set.name))
+        .nested(NFTA_SET_ELEM_LIST_ELEMENTS, |mut r| {
+            for port in &set.ports {
+                r = r.nested(NFTA_LIST_ELEM, |r| {
+                    r.nested(NFTA_SET_ELEM_KEY, |r| {
+                        r.attr(NFTA_DATA_VALUE, &port.to_be_bytes())
+                    })
+                    .attr(NFTA_SET_ELEM_TIMEOUT, &timeout_ms(set))
+                });
+            }
+            r
+        })
+}
+
 fn new_rule(table: &str, chain: &str, exprs: &[Expr]) -> Request {
     message(NFT_MSG_NEWRULE, CREATE | APPEND)
         .attr(NFTA_RULE_TABLE, &cstr(table))
@@ -329,6 +413,10 @@ enum Expr {
     Reject {
         kind: u32,
     },
+    /// Register 1 looked up in the table's set `set` (not found: the rule ends).
+    Lookup {
+        set: String,
+    },
     Rt {
         key: u32,
     },
@@ -356,6 +444,7 @@ impl Expr {
             Expr::Masq => "masq",
             Expr::Socket { .. } => "socket",
             Expr::Reject { .. } => "reject",
+            Expr::Lookup { .. } => "lookup",
             Expr::Rt { .. } => "rt",
             Expr::Hton { .. } => "byteorder",
             Expr::ExthdrWrite { .. } => "exthdr",
@@ -417,6 +506,9 @@ impl Expr {
                 .attr_be32(NFTA_NAT_FLAGS, NF_NAT_RANGE_NETMAP),
             Expr::Masq => r,
             Expr::Reject { kind } => r.attr_be32(NFTA_REJECT_TYPE, *kind),
+            Expr::Lookup { set } => r
+                .attr(NFTA_LOOKUP_SET, &cstr(set))
+                .attr_be32(NFTA_LOOKUP_SREG, NFT_REG_1),
             Expr::Rt { key } => r
                 .attr_be32(NFTA_RT_KEY, *key)
                 .attr_be32(NFTA_RT_DREG, NFT_REG_1),
@@ -471,17 +563,15 @@ fn encode_rule(rule: &Rule) -> Option<Vec<Expr>> {
             }
             Match::Tcp => l4proto_tcp(&mut out),
             Match::TcpDport(port) => {
-                l4proto_tcp(&mut out);
-                // The destination port: bytes 2 and 3 of the TCP header, network order.
-                out.push(Expr::Payload {
-                    base: NFT_PAYLOAD_TRANSPORT_HEADER,
-                    offset: 2,
-                    len: 2,
-                });
+                tcp_dport(&mut out);
                 out.push(Expr::Cmp {
                     op: NFT_CMP_EQ,
                     data: port.to_be_bytes().to_vec(),
                 });
+            }
+            Match::TcpDportIn(set) => {
+                tcp_dport(&mut out);
+                out.push(Expr::Lookup { set: set.clone() });
             }
             Match::SocketFound => {
                 // `socket wildcard != 2`: any socket (the key is 0 or 1); none ends the rule.
@@ -580,6 +670,17 @@ fn ct_state(out: &mut Vec<Expr>, bits: u32) {
     out.push(Expr::Cmp {
         op: NFT_CMP_NEQ,
         data: vec![0; 4],
+    });
+}
+
+/// `meta l4proto tcp`, then the destination port (bytes 2 and 3 of the TCP header, network
+/// order) loaded into register 1.
+fn tcp_dport(out: &mut Vec<Expr>) {
+    l4proto_tcp(out);
+    out.push(Expr::Payload {
+        base: NFT_PAYLOAD_TRANSPORT_HEADER,
+        offset: 2,
+        len: 2,
     });
 }
 
@@ -764,6 +865,63 @@ mod tests {
         assert!(
             encode_rule(&Rule::new().saddr(net("fd00::/64")).daddr(net("10.0.0.0/8"))).is_none()
         );
+    }
+
+    #[test]
+    fn a_port_set_match_loads_the_destination_port_and_looks_it_up() {
+        let e = encode_rule(&Rule::new().tcp_dport_in("serving").drop()).unwrap();
+        assert_eq!(
+            e[2..],
+            [
+                Expr::Payload {
+                    base: NFT_PAYLOAD_TRANSPORT_HEADER,
+                    offset: 2,
+                    len: 2
+                },
+                Expr::Lookup {
+                    set: "serving".into()
+                },
+                Expr::Verdict { code: NF_DROP }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_table_creates_its_sets_and_their_elements_before_its_chains() {
+        let set = PortSet::new("serving", std::time::Duration::from_secs(2), &[9443, 9443]);
+        assert_eq!(set.ports, [9443]);
+        let table = Table::new("t").set(set.clone()).chain(
+            Chain::filter("input", Hook::Input, 0).rule(Rule::new().tcp_dport_in("serving").drop()),
+        );
+        let what: Vec<String> = replace(&table, 0)
+            .unwrap()
+            .messages
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect();
+        assert_eq!(
+            what,
+            [
+                EXISTING,
+                "the existing table's removal",
+                "the table",
+                "set serving",
+                "the elements of set serving",
+                "chain input",
+                "rule 0 of chain input"
+            ]
+        );
+        // A refresh empties the set and fills it in one transaction.
+        let what: Vec<String> = refresh("t", &set)
+            .messages
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect();
+        assert_eq!(
+            what,
+            ["the flush of set serving", "the elements of set serving"]
+        );
+        assert_eq!(timeout_ms(&set), 2000u64.to_be_bytes());
     }
 
     #[test]

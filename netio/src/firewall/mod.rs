@@ -10,8 +10,10 @@
 //! -9`, so a restart never finds stale rules.
 //!
 //! Only the rule shapes vpn2 needs exist ([`Rule`]): interface, conntrack state, socket group,
-//! socket presence and address prefix matches; accept, drop, prefix NAT in both directions (`NETMAP`),
-//! masquerade and TCP MSS clamping to the path MTU. Each is encoded as `nft` would encode it, so
+//! socket presence, address prefix and port-set matches; accept, drop, prefix NAT in both directions (`NETMAP`),
+//! masquerade and TCP MSS clamping to the path MTU. A table may hold sets of ports whose
+//! elements expire ([`PortSet`]), refreshed by [`Firewall::refresh`] (what
+//! [`RestartGuard`] does while its process lives). Each is encoded as `nft` would encode it, so
 //! `nft list table` prints our rules in its own syntax (what the tests compare).
 //!
 //! No Rust crate covers these expressions with a permissive licence (`rt` and `exthdr`, needed
@@ -23,14 +25,17 @@
 //! | `mod.rs` | the rule model ([`Table`], [`Chain`], [`Rule`]) and [`Firewall`]: apply, remove; [`Installed`], a program's table held while it serves |
 //! | `encode.rs` | the nf_tables netlink messages: a table's replacement or removal as one batch, each rule's expressions |
 //! | `socket.rs` | the netfilter netlink socket: one batch sent, every acknowledgement awaited |
+//! | `restart.rs` | [`RestartGuard`]: SYNs to a listener's port dropped, not refused, while its process restarts |
 //! | `vpn2.rs` | vpn2's address-translation chains (the seed pods' `241/8` pair, the proxy group's NETMAP and guard), shared by the seed server and the kube-apiserver's HA clients |
 //!
 //! ```text
-//!  batch: BATCH_BEGIN | NEWTABLE t | DELTABLE t | NEWTABLE t [owner] | NEWCHAIN … | NEWRULE … | BATCH_END
+//!  batch: BATCH_BEGIN | NEWTABLE t | DELTABLE t | NEWTABLE t [owner] | NEWSET … NEWSETELEM … | NEWCHAIN … | NEWRULE … | BATCH_END
+//!  refresh: BATCH_BEGIN | DELSETELEM t s (all) | NEWSETELEM t s … | BATCH_END
 //!  rule:  NFTA_RULE_EXPRESSIONS = [ {name "meta", data {dreg, key}}, {name "cmp", …}, … ]
 //! ```
 
 use std::io;
+use std::time::Duration;
 
 use ipnet::IpNet;
 
@@ -38,10 +43,12 @@ use crate::netlink::Malformed;
 use crate::report::chain;
 
 mod encode;
+mod restart;
 mod socket;
 pub mod vpn2;
 
-use encode::{removal, replace, EXISTING, NFT_TABLE_F_OWNER};
+use encode::{refresh, removal, replace, EXISTING, NFT_TABLE_F_OWNER};
+pub use restart::RestartGuard;
 use socket::Socket;
 
 /// The group id vpn2's NAT rules single out (Gardener runs the Envoy sidecar with it).
@@ -87,7 +94,37 @@ pub enum ChainType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
     name: String,
+    sets: Vec<PortSet>,
     chains: Vec<Chain>,
+}
+
+/// A named set of ports (`type inet_service; flags timeout`) whose elements expire: each
+/// element added lives for the set's timeout unless [`Firewall::refresh`] adds it again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSet {
+    name: String,
+    timeout: Duration,
+    ports: Vec<u16>,
+}
+
+impl PortSet {
+    /// A set named `name` holding `ports`, each for `timeout` from its addition (at least
+    /// 1 ms; the kernel counts in milliseconds).
+    pub fn new(name: impl Into<String>, timeout: Duration, ports: &[u16]) -> PortSet {
+        let mut ports = ports.to_vec();
+        ports.sort_unstable();
+        ports.dedup();
+        PortSet {
+            name: name.into(),
+            timeout: timeout.max(Duration::from_millis(1)),
+            ports,
+        }
+    }
+
+    /// The set's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// A base chain: hook, priority, policy accept, rules in order.
@@ -121,6 +158,7 @@ enum Match {
     TcpDport(u16),
     CtMark(u32),
     SocketFound,
+    TcpDportIn(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,8 +179,15 @@ impl Table {
     pub fn new(name: impl Into<String>) -> Table {
         Table {
             name: name.into(),
+            sets: Vec::new(),
             chains: Vec::new(),
         }
+    }
+
+    /// Adds `set` (created before the chains, so their rules can name it).
+    pub fn set(mut self, set: PortSet) -> Table {
+        self.sets.push(set);
+        self
     }
 
     /// Adds `chain`.
@@ -290,6 +335,12 @@ impl Rule {
         self.with(Match::SocketFound)
     }
 
+    /// `tcp dport @SET`: the destination port is an element of the table's set `set` (a
+    /// [`PortSet`]; an expired element matches no more).
+    pub fn tcp_dport_in(self, set: &str) -> Rule {
+        self.with(Match::TcpDportIn(set.to_owned()))
+    }
+
     /// `ct mark MARK`: the connection's mark is `mark`.
     pub fn ct_mark(self, mark: u32) -> Rule {
         self.with(Match::CtMark(mark))
@@ -417,6 +468,14 @@ impl Firewall {
             }
             other => other,
         }
+    }
+
+    /// Adds the elements of `set` again in table `table`, in one transaction that first
+    /// empties the set (an element that expired meanwhile cannot be deleted, a set can always
+    /// be emptied): each one lives for the set's timeout from now. No packet sees the set
+    /// empty.
+    pub fn refresh(&mut self, table: &str, set: &PortSet) -> Result<(), FirewallError> {
+        self.socket.send(refresh(table, set))
     }
 
     /// Deletes our table `name` (and everything in it); nothing to delete is no error.

@@ -1,5 +1,6 @@
 //! The netfilter netlink socket: a batch sent as one datagram, then every message's
-//! acknowledgement awaited (the first refusal is the transaction's error).
+//! acknowledgement awaited (the first refusal is the transaction's error, a refusal of the
+//! whole batch included).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -43,11 +44,12 @@ impl Socket {
 
     /// Sends `batch` as one transaction and waits for every acknowledgement.
     pub(super) fn send(&mut self, batch: Batch) -> Result<(), FirewallError> {
+        let begin = self.seq.wrapping_add(1);
         let Framed {
             bytes,
             mut pending,
             last,
-        } = batch.frame(self.seq.wrapping_add(1));
+        } = batch.frame(begin);
         self.seq = last;
         rustix::net::sendto(
             &self.fd,
@@ -63,6 +65,19 @@ impl Socket {
             for msg in wire::messages(&buf[..n])? {
                 if i32::from(msg.kind) != libc::NLMSG_ERROR {
                     continue;
+                }
+                // A sender without CAP_NET_ADMIN gets one answer, EPERM for BATCH_BEGIN, and
+                // none for the batch's messages.
+                if msg.seq == begin {
+                    match wire::error_code(msg.payload)? {
+                        0 => continue,
+                        code => {
+                            return Err(FirewallError::Refused {
+                                what: "the batch".into(),
+                                source: io::Error::from_raw_os_error(-code),
+                            })
+                        }
+                    }
                 }
                 let Some(at) = pending.iter().position(|(s, _)| *s == msg.seq) else {
                     continue;

@@ -46,7 +46,7 @@
 //!
 //! The exception in phase 1: with the sidecar in the server's process, a server that is
 //! killed takes the CONNECTs its process had accepted with it: reset in their TLS handshake,
-//! closed without an answer, or cut in their exchange. Those, and only those, are allowed
+//! a broken pipe writing the CONNECT, closed without an answer, or cut in their exchange. Those, and only those, are allowed
 //! (printed as `accepted by the killed process`), for requests started between the kill and
 //! the restarted server's listener. A CONNECT refused while no process listens is not
 //! excused: the sidecar's restart guard (`sidecar::RESTART_TABLE`) drops its SYN, the
@@ -464,6 +464,7 @@ fn kube_apiserver_requests_wait_for_the_tunnel_through_every_non_ha_event() {
                             && r.kind == Kind::Exec
                             && !err.contains("Connection refused")
                             && (err.contains("sidecar 100.96.0.10:9443: TLS handshake")
+                                || err.contains("sidecar 100.96.0.10:9443: write CONNECT")
                                 || err.contains("closed without an answer")
                                 || err.starts_with("read: ")
                                 || err.starts_with("write: "));

@@ -32,10 +32,9 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use conformance::gardener::ha::{KAPI, SERVER};
-use conformance::gardener::ha_pods::{status_path, write_secrets, HaPods};
+use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::pods::Binaries;
 use conformance::netns::Netns;
-use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::{UpstreamOpenvpn, LISTENING_MARKER};
 use protocol::config::env::{Vpn2ClientEnv, Vpn2ServerEnv};
@@ -136,13 +135,8 @@ fn vpn2_tap_client_config(bins: &Binaries, root: &Path) -> String {
 fn vpn2_tap_clients_are_refused_by_our_ha_server_and_a_tun_client_is_still_admitted() {
     require_lab(&["openvpn"]);
     let bins = Binaries::locate().expect("our binaries, built and current");
-    let pki = TestPki::generate().expect("pki");
-    let root = tempfile::Builder::new()
-        .prefix(NS_PREFIX)
-        .tempdir()
-        .expect("tempdir");
+    let root = secrets_dir(NS_PREFIX).expect("secrets");
     let root = root.path();
-    write_secrets(&pki, root).expect("secrets");
     let server_ns = Netns::with_prefix(NS_PREFIX).expect("server pod");
     let kapi0 = Netns::with_prefix(NS_PREFIX).expect("kube-apiserver 0");
     let kapi1 = Netns::with_prefix(NS_PREFIX).expect("kube-apiserver 1");
@@ -257,13 +251,8 @@ fn vpn2_tap_clients_are_refused_by_our_ha_server_and_a_tun_client_is_still_admit
 fn our_ha_client_drops_a_vpn2_tap_server_and_keeps_retrying() {
     require_lab(&["openvpn", "ip"]);
     let bins = Binaries::locate().expect("our binaries, built and current");
-    let pki = TestPki::generate().expect("pki");
-    let root = tempfile::Builder::new()
-        .prefix(NS_PREFIX)
-        .tempdir()
-        .expect("tempdir");
+    let root = secrets_dir(NS_PREFIX).expect("secrets");
     let root = root.path();
-    write_secrets(&pki, root).expect("secrets");
     let server_ns = Netns::with_prefix(NS_PREFIX).expect("server pod");
     let kapi0 = Netns::with_prefix(NS_PREFIX).expect("kube-apiserver 0");
     link(&server_ns, "vk0", &kapi0, &KAPI[0].to_string());

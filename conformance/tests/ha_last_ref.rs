@@ -22,10 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use conformance::gardener::ha::{HaLandscape, NODE, UDP_ECHO};
-use conformance::gardener::ha_pods::{env, status_path, write_secrets, HaPods};
+use conformance::gardener::ha_pods::{env, secrets_dir, status_path, HaPods};
 use conformance::gardener::pods::{Binaries, Container, Spec};
 use conformance::netns::Netns;
-use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::wait::wait_until;
 
@@ -131,13 +130,8 @@ fn the_ha_panel_counts_every_connected_client_idle_and_busy() {
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
     let l = HaLandscape::build(Some("vpnt-lr")).expect("layout");
-    let pki = TestPki::generate().expect("pki");
-    let dir = tempfile::Builder::new()
-        .prefix("vpnt-lastref-")
-        .tempdir()
-        .expect("tempdir");
+    let dir = secrets_dir("vpnt-lastref-").expect("secrets");
     let root = dir.path();
-    write_secrets(&pki, root).expect("secrets");
     l.start_echo().expect("echo");
 
     PODS.run_inits(&bins, &l, root).expect("init containers");

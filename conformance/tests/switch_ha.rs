@@ -39,12 +39,11 @@ use std::time::{Duration, Instant};
 use conformance::gardener::ha::{
     clear_pod, max_gap, routes_via, HaLandscape, KAPI, NODE, TCP_ECHO,
 };
-use conformance::gardener::ha_pods::{status_path, write_secrets, HaPods};
+use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::load::{ms, tcp_request, INTERVAL};
 use conformance::gardener::pods::{Binaries, Container};
 use conformance::gardener::vpn2_ha_pods::{self as vpn2, start_kapi_pod, start_shoot_pod};
 use conformance::netns::Netns;
-use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::upstream::UpstreamOpenvpn;
 use conformance::wait::wait_until_every;
@@ -360,13 +359,8 @@ fn replay(old: Gen) {
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
     let l = HaLandscape::build(Some("vpnt-6b")).expect("layout");
-    let pki = TestPki::generate().expect("pki");
-    let dir = tempfile::Builder::new()
-        .prefix("vpnt-switchha-")
-        .tempdir()
-        .expect("tempdir");
+    let dir = secrets_dir("vpnt-switchha-").expect("secrets");
     let root = dir.path();
-    write_secrets(&pki, root).expect("secrets");
     l.start_echo().expect("echo");
     let _ingress = PODS
         .start_ingress(&bins, &l.ingress, root, UP)

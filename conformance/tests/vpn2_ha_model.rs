@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use conformance::gardener::ha::{max_gap, HaLandscape, KAPI, NODE, TCP_ECHO};
-use conformance::gardener::ha_pods::{write_secrets, HaPods};
+use conformance::gardener::ha_pods::{secrets_dir, HaPods};
 use conformance::gardener::load::{ms, tcp_request};
 use conformance::gardener::pods::Binaries;
 use conformance::gardener::vpn2_ha_pods::bond::ipv4_sent;
@@ -40,7 +40,6 @@ use conformance::gardener::vpn2_ha_pods::{
     kapi_bond_address, shoot_bond_address, start_kapi_pod, start_server, start_shoot_pod,
 };
 use conformance::netns::Netns;
-use conformance::pki_fixture::TestPki;
 use conformance::require_lab;
 use conformance::wait::{wait_until, wait_until_every};
 
@@ -118,13 +117,8 @@ fn vpn2_ha_model_carries_requests_through_a_server_failure_and_back() {
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
     let l = HaLandscape::build(Some("vpnt-6b")).expect("layout");
-    let pki = TestPki::generate().expect("pki");
-    let dir = tempfile::Builder::new()
-        .prefix("vpnt-vpn2ha-")
-        .tempdir()
-        .expect("tempdir");
+    let dir = secrets_dir("vpnt-vpn2ha-").expect("secrets");
     let root = dir.path();
-    write_secrets(&pki, root).expect("secrets");
     l.start_echo().expect("echo");
     let _ingress = PODS
         .start_ingress(&bins, &l.ingress, root, UP)

@@ -274,6 +274,17 @@ pub fn status_path(root: &Path, i: usize) -> String {
     root.join(format!("status-{i}")).display().to_string()
 }
 
+/// A directory for an HA replay's files (named `prefix…`, removed when dropped) holding
+/// [`write_secrets`] of a fresh throwaway PKI.
+pub fn secrets_dir(prefix: &str) -> Result<tempfile::TempDir, LabError> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| LabError::io(Path::new(prefix), e))?;
+    write_secrets(&TestPki::generate()?, dir.path())?;
+    Ok(dir)
+}
+
 /// vpn2's secrets layout for every pod: `server/` (the servers' `/srv/secrets`), `seed/`
 /// (the kube-apiservers': `vpn-client/` with CN `vpn-seed-client`), `shoot/` (the shoot pods':
 /// `vpn-client-0/`, `vpn-client-1/` with CN `vpn-shoot-client-<j>`), each with `tlsauth/`.

@@ -240,7 +240,6 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
             Err(e) => return Switched::Dropped(Dropped::Malformed(e)),
         };
         self.expire(now);
-        let opens = opens_connection(packet);
         // A handful of shoot connections; any other connection is a seed connection, which
         // may send only from addresses it owns (one that owns none sends nothing).
         let from_shoot = self
@@ -251,12 +250,12 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         if let Some(index) = from_shoot {
             // The shoot answers; it never opens anything into the seed (a TCP SYN or an echo
             // request is dropped here, before the kube-apiserver pod's own rules would).
-            if opens {
+            if opens_connection(packet) {
                 return Switched::Dropped(Dropped::NotSeed);
             }
             self.switch_from_shoot(index, key, now)
         } else {
-            self.switch_from_seed(from, key, opens, now)
+            self.switch_from_seed(from, key, packet, now)
         }
     }
 
@@ -264,7 +263,7 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         &mut self,
         from: C,
         key: FlowKey,
-        opens: bool,
+        packet: &[u8],
         now: Instant,
     ) -> Switched<C> {
         if self.seed.get(&key.src) != Some(&from) {
@@ -281,10 +280,16 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         let Some(index) = remembered.or_else(|| self.preferred_shoot()) else {
             return Switched::Dropped(Dropped::NoShoot);
         };
-        let began_before = remembered.is_none() && key.proto == PROTO_TCP && !opens;
-        if began_before && index != 0 && self.settles_until().is_some_and(|t| now < t) {
+        // A segment of a connection begun before (read only in the settle time).
+        let waits = remembered.is_none()
+            && index != 0
+            && key.proto == PROTO_TCP
+            && self.settles_until().is_some_and(|t| now < t)
+            && !opens_connection(packet);
+        if waits {
             return Switched::Dropped(Dropped::Settling);
         }
+        self.flows.remove(&key);
         self.remember(key, index, now);
         Switched::To(self.shoot[&index])
     }
@@ -298,14 +303,14 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
         };
         // A known flow keeps its pod (the reply refreshes it); an unknown one learns it.
         let forward = key.reversed();
-        let shoot = self.flows.get(&forward).map_or(index, |f| f.shoot);
+        let shoot = self.flows.remove(&forward).map_or(index, |f| f.shoot);
         self.remember(forward, shoot, now);
         Switched::To(owner)
     }
 
-    /// Flow `key` goes to shoot connection `index`, seen `now` (the most recent).
+    /// Flow `key` (taken out of the table by the caller) goes to shoot connection `index`,
+    /// seen `now`: the most recent.
     fn remember(&mut self, key: FlowKey, index: u8, now: Instant) {
-        self.flows.remove(&key);
         self.flows.insert(
             key,
             Flow {

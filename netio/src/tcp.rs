@@ -8,14 +8,46 @@ use std::net::SocketAddr;
 use bytes::BytesMut;
 use tokio::net::{TcpSocket, TcpStream};
 
-/// Connects to `addr` with `TCP_NODELAY` already set on the socket.
+/// Connects to `addr` with `TCP_NODELAY` already set on the socket; the stream returned is
+/// connected (see [`until_connected`]).
 pub async fn connect_nodelay(addr: SocketAddr) -> io::Result<TcpStream> {
     let socket = match addr {
         SocketAddr::V4(_) => TcpSocket::new_v4()?,
         SocketAddr::V6(_) => TcpSocket::new_v6()?,
     };
     socket.set_nodelay(true)?;
-    socket.connect(addr).await
+    until_connected(socket.connect(addr).await?).await
+}
+
+/// `stream` once its connect is done: its peer known, or the connect's error.
+///
+/// Tokio ends a connect at the socket's first writable event when `SO_ERROR` is clear, which
+/// mio's documentation says does not prove the connect done: the peer address tells. Seen
+/// once under load: a CONNECT answered `200` over a socket that was not connected (no peer
+/// address), its SYN held by a server that answered "unreachable" a second later. Such a
+/// stream is waited on until its next event, as mio asks, with one warning. The caller bounds
+/// the wait (every caller here connects under a timeout).
+async fn until_connected(stream: TcpStream) -> io::Result<TcpStream> {
+    let mut warned = false;
+    loop {
+        match stream.peer_addr() {
+            Ok(_) => return Ok(stream),
+            Err(e) if e.kind() != io::ErrorKind::NotConnected => return Err(e),
+            Err(_) => {}
+        }
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        if !warned {
+            warned = true;
+            tracing::warn!("a connect reported done before its peer was known; waiting for it");
+        }
+        // Forget the writable readiness tokio kept, then wait for the socket's next event.
+        let _ = stream.try_io(tokio::io::Interest::WRITABLE, || {
+            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+        });
+        stream.writable().await?;
+    }
 }
 
 /// Reads what `stream` has received by now into `buf` (after its current contents, at most
@@ -78,6 +110,43 @@ mod tests {
             connect_first([]).await.unwrap_err().kind(),
             io::ErrorKind::AddrNotAvailable
         );
+    }
+
+    /// A stream handed over while its SYN is unanswered (a listener whose accept queue is
+    /// full drops it; the kernel sends it again after 1 s) comes back only once connected,
+    /// never before: what tokio's connect can hand over after an early writable event.
+    #[tokio::test]
+    async fn a_stream_still_connecting_is_returned_only_once_connected() {
+        use socket2::{Domain, Socket, Type};
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        listener
+            .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        // Backlog 0: one connection fills the accept queue, the next SYN is dropped.
+        listener.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap().as_socket().unwrap();
+        let _first = connect_nodelay(addr).await.unwrap();
+        let pending = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        pending.set_nonblocking(true).unwrap();
+        let e = pending.connect(&addr.into()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINPROGRESS), "{e}");
+        let pending = TcpStream::from_std(std::net::TcpStream::from(pending)).unwrap();
+        assert_eq!(
+            pending.peer_addr().unwrap_err().kind(),
+            io::ErrorKind::NotConnected,
+            "the SYN must still be unanswered"
+        );
+        let waiting = tokio::spawn(until_connected(pending));
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "returned before the peer answered");
+        // Free the queue: the SYN's retransmission is taken.
+        let (_taken, _) = listener.accept().unwrap();
+        let stream = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("connected after the retransmission")
+            .unwrap()
+            .unwrap();
+        assert_eq!(stream.peer_addr().unwrap(), addr);
     }
 
     #[tokio::test]

@@ -383,6 +383,29 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
     })
     .collect();
 
+    // With RH_TCPDUMP set, the webhook's and the kubelet's TCP captured on every interface of
+    // the seed pod (the tunnel's too), the vpn-shoot pod and the webhook pod, kept with the logs
+    // on a failure (hunting a fault seen once in eleven runs).
+    let mut dumps = Vec::new();
+    if std::env::var_os("RH_TCPDUMP").is_some() {
+        for (name, ns) in [
+            ("seed-pod", &l.seed_pod),
+            ("vpn-shoot", &l.vpn_shoot),
+            ("webhook", &l.webhook),
+        ] {
+            let mut cmd = ns.command("tcpdump");
+            cmd.args(["-ni", "any", "-U", "-c", "400000", "-w"])
+                .arg(logs.join(format!("{name}.pcap")))
+                .arg(format!(
+                    "tcp port {WEBHOOK_PORT} or tcp port {KUBELET_PORT}"
+                ))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            dumps.push(ns.spawn(&mut cmd).expect("tcpdump"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
     let inflight = InFlight::default();
     let mut ctx = Ctx {
         l: &l,
@@ -426,6 +449,7 @@ fn run_path(path: &'static str, mode: SidecarMode, bins: &Binaries) -> Run {
     }
     let leaked = load::leaked(captures);
     drop(ctx);
+    drop(dumps);
     Run {
         path,
         phases,

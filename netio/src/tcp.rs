@@ -23,10 +23,11 @@ pub async fn connect_nodelay(addr: SocketAddr) -> io::Result<TcpStream> {
 ///
 /// Tokio ends a connect at the socket's first writable event when `SO_ERROR` is clear, which
 /// mio's documentation says does not prove the connect done: the peer address tells. Seen
-/// once under load: a CONNECT answered `200` over a socket that was not connected (no peer
-/// address), its SYN held by a server that answered "unreachable" a second later. Such a
-/// stream is waited on until its next event, as mio asks, with one warning. The caller bounds
-/// the wait (every caller here connects under a timeout).
+/// under load: a CONNECT answered `200` over a socket that was not connected (no peer
+/// address), its SYN held by a server that answered "unreachable" a second later. A stream
+/// still connecting is waited on until its next event, as mio asks, with one warning; one
+/// closed without an error is a failed connect (`NotConnected`). The caller bounds the wait
+/// (every caller here connects under a timeout).
 async fn until_connected(stream: TcpStream) -> io::Result<TcpStream> {
     let mut warned = false;
     loop {
@@ -38,15 +39,30 @@ async fn until_connected(stream: TcpStream) -> io::Result<TcpStream> {
         if let Some(e) = stream.take_error()? {
             return Err(e);
         }
-        if !warned {
-            warned = true;
-            tracing::warn!("a connect reported done before its peer was known; waiting for it");
+        // The readiness tokio keeps, or the socket's next event.
+        let ready = stream.ready(tokio::io::Interest::WRITABLE).await?;
+        if ready.is_write_closed() {
+            // Closed: connected and reset at once, failed, or (seen on a loaded host, as the
+            // kernel's end of a connect our server answered "unreachable") neither a peer
+            // nor an error. Nothing more will come.
+            if let Some(e) = stream.take_error()? {
+                return Err(e);
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the connect ended without a connection and without an error",
+            ));
         }
-        // Forget the writable readiness tokio kept, then wait for the socket's next event.
-        let _ = stream.try_io(tokio::io::Interest::WRITABLE, || {
-            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
-        });
-        stream.writable().await?;
+        if stream.peer_addr().is_err() {
+            if !warned {
+                warned = true;
+                tracing::warn!("a connect reported done before its peer was known; waiting for it");
+            }
+            // Forget that readiness: the next `ready` waits for the socket's next event.
+            let _ = stream.try_io(tokio::io::Interest::WRITABLE, || {
+                Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+            });
+        }
     }
 }
 
@@ -147,6 +163,33 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(stream.peer_addr().unwrap(), addr);
+    }
+
+    /// A connect whose socket was closed and whose error was already taken (the state a
+    /// loaded host showed after an "unreachable" answer) fails at once instead of waiting for
+    /// an event that never comes.
+    #[tokio::test]
+    async fn a_stream_closed_without_an_error_is_a_failed_connect() {
+        use socket2::{Domain, Socket, Type};
+        // A port nothing listens on: the kernel answers the SYN with a reset.
+        let dead = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let _ = socket.connect(&dead.into());
+        let stream = TcpStream::from_std(std::net::TcpStream::from(socket)).unwrap();
+        stream.writable().await.unwrap();
+        // Its error taken: closed, no peer, no error left.
+        let taken = stream.take_error().unwrap().expect("the reset's error");
+        assert_eq!(taken.kind(), io::ErrorKind::ConnectionRefused);
+        let e = tokio::time::timeout(std::time::Duration::from_secs(5), until_connected(stream))
+            .await
+            .expect("failed at once, not waiting")
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotConnected, "{e}");
     }
 
     #[tokio::test]

@@ -491,10 +491,14 @@ async fn open(
             }
         };
         // Alone, no route is the kernel's answer (the tun device gone, or our server's ICMP
-        // unreachable): wait as in process, dialing again since nothing tells us when.
+        // unreachable; on a loaded host that answer can also end the connect without an
+        // error, `NotConnected` from `netio::tcp`): wait as in process, dialing again since
+        // nothing tells us when.
         let no_route = matches!(
             e.kind(),
-            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable
+            io::ErrorKind::HostUnreachable
+                | io::ErrorKind::NetworkUnreachable
+                | io::ErrorKind::NotConnected
         );
         // The last attempt is at the bound itself: never refused before it.
         let now = tokio::time::Instant::now();

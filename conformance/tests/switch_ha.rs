@@ -1,8 +1,9 @@
 //! The in-place switch of an HA shoot between vpn2 and ours, both ways, replayed in the order
 //! an operator can drive with image overrides alone (issue 30; research option (c)): vpn2's
 //! HA pods as `conformance::gardener::vpn2_ha_pods` models them (upstream OpenVPN, bridges
-//! standing in for the bonds, IPv6 next hops for the `ip6tnl` tunnels), ours as
-//! `gardener_ha` starts them, and in Gardener's order:
+//! standing in for the bonds, tun devices on raw IPv6 sockets for the `ip6tnl` tunnels, the
+//! path and tunnel controllers as test code), ours as `gardener_ha` starts them, and in
+//! Gardener's order:
 //!
 //! 1. `vpn-server` overridden: the StatefulSet replaces `vpn-seed-server-1`, then, once that
 //!    pod is Ready (`vpn-server readiness`, vpn2's rule, on either generation's status
@@ -13,7 +14,8 @@
 //!    so it serves at once) and deletes the old one after `minReadySeconds` ([`MIN_READY`],
 //!    30 s scaled down); then the `vpn-shoot` StatefulSet replaces `vpn-shoot-1`, then, once
 //!    it is Ready (ours: a tunnel up, what its tunnel controller's `/readyz` reads; vpn2's:
-//!    its bond has an active tap), `vpn-shoot-0`; a stalled `vpn-seed-server-0` rolls once
+//!    its tunnel controller's `/readyz`, a tunnel and route back to every kube-apiserver that
+//!    said hello), `vpn-shoot-0`; a stalled `vpn-seed-server-0` rolls once
 //!    `-1` turns Ready.
 //!
 //! The kube-apiserver sends a request to the kubelet (a new TCP connection, a line echoed)
@@ -23,9 +25,8 @@
 //! the layout works before the switch and after it. A new pod reuses its predecessor's
 //! namespace and address, cleared as a new namespace would be (`ha::clear_pod`); the old
 //! kube-apiserver pod is replica 0 (`10.1.1.20`), the new one replica 1 (`10.1.2.20`). Our
-//! shoot pods run their two clients without the tunnel controller; vpn2's shoot pods get
-//! the static return route to the kube-apiserver pod of their generation (the model's
-//! stand-in for the tunnel controller).
+//! shoot pods run their two clients without the tunnel controller; vpn2's shoot pods learn
+//! their way back from the hellos of vpn2's kube-apiserver pods (their tunnel controller).
 
 // One scenario read top to bottom.
 #![allow(clippy::too_many_lines)]
@@ -36,9 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use conformance::gardener::ha::{
-    clear_pod, max_gap, routes_via, HaLandscape, KAPI, NODE, TCP_ECHO,
-};
+use conformance::gardener::ha::{clear_pod, max_gap, routes_via, HaLandscape, NODE, TCP_ECHO};
 use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::load::{ms, tcp_request, INTERVAL};
 use conformance::gardener::pods::{Binaries, Container};
@@ -180,21 +179,13 @@ impl<'a> Lab<'a> {
         }
     }
 
-    /// Shoot pod `j` of `generation`; vpn2's routes back to kube-apiserver replica `replica`.
-    fn shoot(&self, generation: Gen, j: usize, replica: usize) -> Shoot<'a> {
+    /// Shoot pod `j` of `generation` (vpn2's learns its routes back from the hellos).
+    fn shoot(&self, generation: Gen, j: usize) -> Shoot<'a> {
         let ns = &self.l.shoot[j];
         clear_pod(ns).expect("a new pod's namespace");
         match generation {
             Gen::Vpn2 => Shoot::Vpn2(
-                start_shoot_pod(
-                    ns,
-                    &PODS,
-                    self.bins,
-                    self.root,
-                    j,
-                    &[(KAPI[replica], replica)],
-                )
-                .expect("vpn2 shoot pod"),
+                start_shoot_pod(ns, &PODS, self.bins, self.root, j).expect("vpn2 shoot pod"),
             ),
             Gen::Ours => {
                 PODS.shoot_init_spec(self.bins, j)
@@ -234,7 +225,7 @@ impl<'a> Lab<'a> {
     /// Whether shoot pod `j` is Ready (see the module docs).
     fn shoot_ready(&self, j: usize, pod: &Shoot<'_>) -> bool {
         match pod {
-            Shoot::Vpn2(p) => p.bond.active().is_some(),
+            Shoot::Vpn2(p) => p.tunnel.ready(),
             Shoot::Ours(_) => ["tun0", "tun1"]
                 .iter()
                 .any(|d| !routes_via(&self.l.shoot[j], d).is_empty()),
@@ -358,7 +349,7 @@ fn replay(old: Gen) {
     require_lab(&["ip", "nft", "sysctl", "bridge", "ping"]);
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
-    let l = HaLandscape::build(Some("vpnt-6b")).expect("layout");
+    let l = HaLandscape::build(Some("vpnt-7m")).expect("layout");
     let dir = secrets_dir("vpnt-switchha-").expect("secrets");
     let root = dir.path();
     l.start_echo().expect("echo");
@@ -383,7 +374,7 @@ fn replay(old: Gen) {
     };
     let mut servers: Vec<Option<Server<'_>>> = (0..2).map(|i| Some(lab.server(old, i))).collect();
     let mut kapis: Vec<Option<Kapi<'_>>> = vec![Some(lab.kapi(old, 0)), None];
-    let mut shoots: Vec<Option<Shoot<'_>>> = (0..2).map(|j| Some(lab.shoot(old, j, 0))).collect();
+    let mut shoots: Vec<Option<Shoot<'_>>> = (0..2).map(|j| Some(lab.shoot(old, j))).collect();
     wait_until_every(
         &format!("{}'s layout carries", old.name()),
         UP,
@@ -454,7 +445,7 @@ fn replay(old: Gen) {
                 }
                 step(format!("vpn-shoot-{j} -> {}", new.name()));
                 shoots[j] = None;
-                let pod = lab.shoot(new, j, 1);
+                let pod = lab.shoot(new, j);
                 let ready = gate(READY_BOUND, || lab.shoot_ready(j, &pod));
                 shoots[j] = Some(pod);
                 match ready {

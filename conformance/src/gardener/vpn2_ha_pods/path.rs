@@ -9,7 +9,8 @@
 //!   the shoot pod's tunnel controller turns into its tunnel back, [`super::tunnel`]).
 //!
 //! The tick waits for all of them (so while a shoot pod does not answer, a tick lasts the
-//! ten tries, about 10 s, as vpn2's). A shoot pod that answered is good, one whose tries all
+//! ten tries, about 10 s, as vpn2's; the next starts at once, as a Go ticker delivers one
+//! missed tick, and the ones after on the 2 s beat). A shoot pod that answered is good, one whose tries all
 //! failed is not. When the current shoot pod is not good, the routes of every shoot network
 //! move to a good one: `ip route replace <net> dev bond0-ip6tnl<j>`, no source address
 //! (vpn2's `updateRouting`). vpn2 takes any good one (Go's map order, random); here the
@@ -165,9 +166,11 @@ impl Controller {
                     }
                 }
             }
-            // A Go ticker drops the ticks a slow round missed.
+            // A Go ticker keeps one tick a slow round missed (the next round starts at once)
+            // and drops the others.
             let now = Instant::now();
-            while next <= now {
+            next += TICK;
+            while next + TICK <= now {
                 next += TICK;
             }
         }

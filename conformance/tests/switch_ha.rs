@@ -62,6 +62,41 @@ const MIN_READY: Duration = Duration::from_secs(3);
 const READY_BOUND: Duration = Duration::from_secs(40);
 /// At most this many requests in all.
 const MAX_REQUESTS: usize = 6000;
+/// GEP-20's "at least one working path at all times", as the replay asserts it in
+/// [`Order::ServerCompat`]: every serving kube-apiserver pod has an answer in every window
+/// this long, at every step.
+const GEP20_WINDOW: Duration = Duration::from_secs(3);
+/// Set to `1` in the environment, the replay drives [`Order::ServerCompat`] and asserts
+/// GEP-20; unset (the default), [`Order::ImageOverridesAlone`]. For when our HA server
+/// carries vpn2's HA clients (issue 30, research option (a)); until then the assertion fails.
+const GEP20_SWITCH: &str = "SWITCH_HA_GEP20";
+
+/// The operator's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// Research option (c): `vpn-server` first, then `vpn-client` (the kube-apiserver, then
+    /// `vpn-shoot`), each server gated by its readiness; only the layouts at rest are
+    /// asserted (the outage is measured).
+    ImageOverridesAlone,
+    /// Research option (a), for a server of ours that also serves vpn2's tap clients and
+    /// bridges the generations (issue 30): vpn2 → ours as above (servers first, Ready on
+    /// vpn2's clients, so `-0` rolls at once); ours → vpn2 `vpn-client` first (the
+    /// kube-apiserver, then `vpn-shoot-1`, `-0`) and `vpn-server` last. Asserts GEP-20
+    /// ([`GEP20_WINDOW`]) at every step.
+    ServerCompat,
+}
+
+impl Order {
+    /// The order [`GEP20_SWITCH`] asks for.
+    fn from_env() -> Order {
+        if std::env::var(GEP20_SWITCH).is_ok_and(|v| v == "1") {
+            Order::ServerCompat
+        } else {
+            Order::ImageOverridesAlone
+        }
+    }
+}
+
 /// One replay at a time: each loads the 2-core machine it measures.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -281,11 +316,45 @@ fn load(kapis: &[&Netns; 2], serving: &[AtomicBool; 2], stop: &AtomicBool, out: 
     });
 }
 
-/// Prints the figures per step; returns the failures of the first and the last step (the
-/// layouts at rest).
-fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) -> usize {
-    let answers: Vec<Instant> = reqs.iter().filter(|r| r.ok).map(|r| r.ended).collect();
-    let mut at_rest = 0;
+/// What the report found: the failures of the first and the last step (the layouts at
+/// rest), and every (step, kube-apiserver pod, its longest window without an answer).
+struct Findings {
+    at_rest: usize,
+    gaps: Vec<(String, usize, Duration)>,
+}
+
+/// Kube-apiserver pod `pod`'s longest time without an answer that overlaps `[from, to)`,
+/// within the time it served (from its first request's start to its last's plus
+/// [`INTERVAL`]); a stretch without answers counts from the pod's last answer before the
+/// step, or from its first request if it had none, so one that spans steps is seen whole in
+/// each. `None` if the pod did not serve in the step.
+fn pod_gap(reqs: &[Req], pod: usize, from: Instant, to: Instant) -> Option<Duration> {
+    let starts = reqs.iter().filter(|r| r.pod == pod).map(|r| r.started);
+    let first = starts.clone().min()?;
+    let last = starts.max()? + INTERVAL;
+    let (from, to) = (from.max(first), to.min(last));
+    if from >= to {
+        return None;
+    }
+    let mut answers: Vec<Instant> = reqs
+        .iter()
+        .filter(|r| r.pod == pod && r.ok && r.ended >= first)
+        .map(|r| r.ended)
+        .collect();
+    answers.push(first);
+    answers.sort();
+    Some(max_gap(&answers, from, to))
+}
+
+/// Prints the figures per step (`switch HA figure:` lines, with each kube-apiserver pod's
+/// longest window without an answer).
+fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) -> Findings {
+    let mut answers: Vec<Instant> = reqs.iter().filter(|r| r.ok).map(|r| r.ended).collect();
+    answers.sort();
+    let mut found = Findings {
+        at_rest: 0,
+        gaps: Vec::new(),
+    };
     for (k, w) in steps.windows(2).enumerate() {
         let ((name, from), (_, to)) = (&w[0], &w[1]);
         let mine: Vec<&Req> = reqs
@@ -293,27 +362,29 @@ fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) 
             .filter(|r| r.started >= *from && r.started < *to)
             .collect();
         let failed = mine.iter().filter(|r| !r.ok).count();
-        let per_pod: Vec<String> = [0, 1]
-            .into_iter()
-            .filter_map(|p| {
-                let of: Vec<&&Req> = mine.iter().filter(|r| r.pod == p).collect();
-                let whose = if p == 0 { new.other() } else { new };
-                (!of.is_empty()).then(|| {
-                    let f = of.iter().filter(|r| !r.ok).count();
-                    let longest = of
-                        .iter()
-                        .map(|r| r.ended - r.started)
-                        .max()
-                        .unwrap_or_default();
-                    format!(
-                        "{} kube-apiserver: {} started, {f} failed, longest {}",
-                        whose.whose(),
-                        of.len(),
-                        ms(longest)
-                    )
-                })
-            })
-            .collect();
+        let mut per_pod = Vec::new();
+        for p in [0, 1] {
+            let of: Vec<&&Req> = mine.iter().filter(|r| r.pod == p).collect();
+            let whose = if p == 0 { new.other() } else { new };
+            let Some(gap) = pod_gap(reqs, p, *from, *to) else {
+                continue;
+            };
+            found.gaps.push((name.clone(), p, gap));
+            let f = of.iter().filter(|r| !r.ok).count();
+            let longest = of
+                .iter()
+                .map(|r| r.ended - r.started)
+                .max()
+                .unwrap_or_default();
+            per_pod.push(format!(
+                "{} kube-apiserver: {} started, {f} failed, longest {}, longest without an \
+                 answer {}",
+                whose.whose(),
+                of.len(),
+                ms(longest),
+                ms(gap)
+            ));
+        }
         eprintln!(
             "switch HA figure: {direction} | {name} | {} | {} started, {failed} failed, longest \
              without an answer {} | {}",
@@ -323,11 +394,11 @@ fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) 
             per_pod.join(" | "),
         );
         if k == 0 || k + 2 == steps.len() {
-            at_rest += failed;
+            found.at_rest += failed;
             assert!(!mine.is_empty(), "{name}: no request");
         }
     }
-    at_rest
+    found
 }
 
 impl Gen {
@@ -345,7 +416,8 @@ fn replay(old: Gen) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let new = old.other();
-    let direction = format!("{} -> {}", old.name(), new.name());
+    let order = Order::from_env();
+    let direction = format!("{} -> {} ({order:?})", old.name(), new.name());
     require_lab(&["ip", "nft", "sysctl", "bridge", "ping"]);
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
@@ -418,7 +490,9 @@ fn replay(old: Gen) {
                 ready.is_some()
             };
             let mut server0_done = false;
-            if replace_server(1, &mut step) {
+            // Research §4 (a) going back: vpn-client and vpn-shoot first, the servers last.
+            let servers_last = order == Order::ServerCompat && new == Gen::Vpn2;
+            if !servers_last && replace_server(1, &mut step) {
                 replace_server(0, &mut step);
                 server0_done = true;
             }
@@ -435,7 +509,7 @@ fn replay(old: Gen) {
             serving[0].store(false, Ordering::Relaxed);
             kapis[0] = None;
             for j in [1, 0] {
-                if j == 0 && !server0_done {
+                if j == 0 && !server0_done && !servers_last {
                     match gate(READY_BOUND, || lab.server_ready(1)) {
                         Some(d) => eprintln!("switch HA: vpn-seed-server-1 Ready after {}", ms(d)),
                         None => eprintln!("switch HA: vpn-seed-server-1 still not Ready"),
@@ -453,6 +527,9 @@ fn replay(old: Gen) {
                     None => eprintln!("switch HA: vpn-shoot-{j} not Ready: the StatefulSet stalls"),
                 }
             }
+            if servers_last && replace_server(1, &mut step) {
+                replace_server(0, &mut step);
+            }
             step(format!("{} at rest", new.name()));
             std::thread::sleep(Duration::from_secs(5));
             steps.push(("end".to_owned(), Instant::now()));
@@ -465,8 +542,21 @@ fn replay(old: Gen) {
     drop(kapis);
 
     let reqs = reqs.into_inner().expect("requests");
-    let at_rest = report(&direction, &steps, &reqs, new);
-    assert_eq!(at_rest, 0, "requests failed with a layout at rest");
+    let found = report(&direction, &steps, &reqs, new);
+    assert_eq!(found.at_rest, 0, "requests failed with a layout at rest");
+    if order == Order::ServerCompat {
+        let missed: Vec<String> = found
+            .gaps
+            .iter()
+            .filter(|(_, _, gap)| *gap >= GEP20_WINDOW)
+            .map(|(step, pod, gap)| format!("{step}: kube-apiserver pod {pod}: {}", ms(*gap)))
+            .collect();
+        assert!(
+            missed.is_empty(),
+            "GEP-20: a replica without an answer for {} or longer: {missed:?}",
+            ms(GEP20_WINDOW)
+        );
+    }
 }
 
 #[test]

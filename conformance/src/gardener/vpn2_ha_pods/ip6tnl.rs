@@ -21,6 +21,9 @@
 //! * **MTU:** the bond's less the 40 bytes of the outer header, as the kernel sizes an
 //!   ip6tnl device whose route to the peer leaves by the bond (with `encaplimit none`).
 //!
+//! `tests/ip6tnl_standin.rs` runs a pair of them over a veth pair: IPv4 (TCP) and IPv6
+//! (ICMPv6 echo) through them, next header 4 and 41 on the link between the bond addresses.
+//!
 //! What differs from ip6tnl: a packet from an address with no stand-in reaches no device
 //! (ip6tnl has no tunnel for it either; what the kernel answers may differ); the outer path
 //! MTU is not learned from ICMPv6 "packet too big" (the bond is the only hop here); the

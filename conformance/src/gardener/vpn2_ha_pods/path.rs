@@ -17,7 +17,11 @@
 //! lowest index. With none good the routes stay as they are.
 //!
 //! Not modelled: the overlap case's 241/8 image of the pod IP and mapped routes (the model's
-//! networks are disjoint).
+//! networks are disjoint). A vpn2 version seen in the code index beside the pinned one
+//! (commit 0c5168f, not in the 0e5681c snapshot) runs one loop per shoot pod (the hello
+//! every tick whatever the echoes do) and routes the shoot networks through a resilient ECMP
+//! next-hop group over every `bond0-ip6tnl<j>`, weighted by the echoes; if a release ships
+//! it, this controller should follow.
 
 use std::collections::BTreeSet;
 use std::fs::File;

@@ -1,8 +1,9 @@
 //! The in-place switch of an HA shoot between vpn2 and ours, both ways, replayed in the order
 //! an operator can drive with image overrides alone (issue 30; research option (c)): vpn2's
 //! HA pods as `conformance::gardener::vpn2_ha_pods` models them (upstream OpenVPN, bridges
-//! standing in for the bonds, IPv6 next hops for the `ip6tnl` tunnels), ours as
-//! `gardener_ha` starts them, and in Gardener's order:
+//! standing in for the bonds, tun devices on raw IPv6 sockets for the `ip6tnl` tunnels, the
+//! path and tunnel controllers as test code), ours as `gardener_ha` starts them, and in
+//! Gardener's order:
 //!
 //! 1. `vpn-server` overridden: the StatefulSet replaces `vpn-seed-server-1`, then, once that
 //!    pod is Ready (`vpn-server readiness`, vpn2's rule, on either generation's status
@@ -13,7 +14,8 @@
 //!    so it serves at once) and deletes the old one after `minReadySeconds` ([`MIN_READY`],
 //!    30 s scaled down); then the `vpn-shoot` StatefulSet replaces `vpn-shoot-1`, then, once
 //!    it is Ready (ours: a tunnel up, what its tunnel controller's `/readyz` reads; vpn2's:
-//!    its bond has an active tap), `vpn-shoot-0`; a stalled `vpn-seed-server-0` rolls once
+//!    its tunnel controller's `/readyz`, a tunnel and route back to every kube-apiserver that
+//!    said hello), `vpn-shoot-0`; a stalled `vpn-seed-server-0` rolls once
 //!    `-1` turns Ready.
 //!
 //! The kube-apiserver sends a request to the kubelet (a new TCP connection, a line echoed)
@@ -23,9 +25,8 @@
 //! the layout works before the switch and after it. A new pod reuses its predecessor's
 //! namespace and address, cleared as a new namespace would be (`ha::clear_pod`); the old
 //! kube-apiserver pod is replica 0 (`10.1.1.20`), the new one replica 1 (`10.1.2.20`). Our
-//! shoot pods run their two clients without the tunnel controller; vpn2's shoot pods get
-//! the static return route to the kube-apiserver pod of their generation (the model's
-//! stand-in for the tunnel controller).
+//! shoot pods run their two clients without the tunnel controller; vpn2's shoot pods learn
+//! their way back from the hellos of vpn2's kube-apiserver pods (their tunnel controller).
 
 // One scenario read top to bottom.
 #![allow(clippy::too_many_lines)]
@@ -36,9 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use conformance::gardener::ha::{
-    clear_pod, max_gap, routes_via, HaLandscape, KAPI, NODE, TCP_ECHO,
-};
+use conformance::gardener::ha::{clear_pod, max_gap, routes_via, HaLandscape, NODE, TCP_ECHO};
 use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::load::{ms, tcp_request, INTERVAL};
 use conformance::gardener::pods::{Binaries, Container};
@@ -63,6 +62,41 @@ const MIN_READY: Duration = Duration::from_secs(3);
 const READY_BOUND: Duration = Duration::from_secs(40);
 /// At most this many requests in all.
 const MAX_REQUESTS: usize = 6000;
+/// GEP-20's "at least one working path at all times", as the replay asserts it in
+/// [`Order::ServerCompat`]: every serving kube-apiserver pod has an answer in every window
+/// this long, at every step.
+const GEP20_WINDOW: Duration = Duration::from_secs(3);
+/// Set to `1` in the environment, the replay drives [`Order::ServerCompat`] and asserts
+/// GEP-20; unset (the default), [`Order::ImageOverridesAlone`]. For when our HA server
+/// carries vpn2's HA clients (issue 30, research option (a)); until then the assertion fails.
+const GEP20_SWITCH: &str = "SWITCH_HA_GEP20";
+
+/// The operator's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    /// Research option (c): `vpn-server` first, then `vpn-client` (the kube-apiserver, then
+    /// `vpn-shoot`), each server gated by its readiness; only the layouts at rest are
+    /// asserted (the outage is measured).
+    ImageOverridesAlone,
+    /// Research option (a), for a server of ours that also serves vpn2's tap clients and
+    /// bridges the generations (issue 30): vpn2 → ours as above (servers first, Ready on
+    /// vpn2's clients, so `-0` rolls at once); ours → vpn2 `vpn-client` first (the
+    /// kube-apiserver, then `vpn-shoot-1`, `-0`) and `vpn-server` last. Asserts GEP-20
+    /// ([`GEP20_WINDOW`]) at every step.
+    ServerCompat,
+}
+
+impl Order {
+    /// The order [`GEP20_SWITCH`] asks for.
+    fn from_env() -> Order {
+        if std::env::var(GEP20_SWITCH).is_ok_and(|v| v == "1") {
+            Order::ServerCompat
+        } else {
+            Order::ImageOverridesAlone
+        }
+    }
+}
+
 /// One replay at a time: each loads the 2-core machine it measures.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -180,21 +214,13 @@ impl<'a> Lab<'a> {
         }
     }
 
-    /// Shoot pod `j` of `generation`; vpn2's routes back to kube-apiserver replica `replica`.
-    fn shoot(&self, generation: Gen, j: usize, replica: usize) -> Shoot<'a> {
+    /// Shoot pod `j` of `generation` (vpn2's learns its routes back from the hellos).
+    fn shoot(&self, generation: Gen, j: usize) -> Shoot<'a> {
         let ns = &self.l.shoot[j];
         clear_pod(ns).expect("a new pod's namespace");
         match generation {
             Gen::Vpn2 => Shoot::Vpn2(
-                start_shoot_pod(
-                    ns,
-                    &PODS,
-                    self.bins,
-                    self.root,
-                    j,
-                    &[(KAPI[replica], replica)],
-                )
-                .expect("vpn2 shoot pod"),
+                start_shoot_pod(ns, &PODS, self.bins, self.root, j).expect("vpn2 shoot pod"),
             ),
             Gen::Ours => {
                 PODS.shoot_init_spec(self.bins, j)
@@ -234,7 +260,7 @@ impl<'a> Lab<'a> {
     /// Whether shoot pod `j` is Ready (see the module docs).
     fn shoot_ready(&self, j: usize, pod: &Shoot<'_>) -> bool {
         match pod {
-            Shoot::Vpn2(p) => p.bond.active().is_some(),
+            Shoot::Vpn2(p) => p.tunnel.ready(),
             Shoot::Ours(_) => ["tun0", "tun1"]
                 .iter()
                 .any(|d| !routes_via(&self.l.shoot[j], d).is_empty()),
@@ -290,11 +316,45 @@ fn load(kapis: &[&Netns; 2], serving: &[AtomicBool; 2], stop: &AtomicBool, out: 
     });
 }
 
-/// Prints the figures per step; returns the failures of the first and the last step (the
-/// layouts at rest).
-fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) -> usize {
-    let answers: Vec<Instant> = reqs.iter().filter(|r| r.ok).map(|r| r.ended).collect();
-    let mut at_rest = 0;
+/// What the report found: the failures of the first and the last step (the layouts at
+/// rest), and every (step, kube-apiserver pod, its longest window without an answer).
+struct Findings {
+    at_rest: usize,
+    gaps: Vec<(String, usize, Duration)>,
+}
+
+/// Kube-apiserver pod `pod`'s longest time without an answer that overlaps `[from, to)`,
+/// within the time it served (from its first request's start to its last's plus
+/// [`INTERVAL`]); a stretch without answers counts from the pod's last answer before the
+/// step, or from its first request if it had none, so one that spans steps is seen whole in
+/// each. `None` if the pod did not serve in the step.
+fn pod_gap(reqs: &[Req], pod: usize, from: Instant, to: Instant) -> Option<Duration> {
+    let starts = reqs.iter().filter(|r| r.pod == pod).map(|r| r.started);
+    let first = starts.clone().min()?;
+    let last = starts.max()? + INTERVAL;
+    let (from, to) = (from.max(first), to.min(last));
+    if from >= to {
+        return None;
+    }
+    let mut answers: Vec<Instant> = reqs
+        .iter()
+        .filter(|r| r.pod == pod && r.ok && r.ended >= first)
+        .map(|r| r.ended)
+        .collect();
+    answers.push(first);
+    answers.sort();
+    Some(max_gap(&answers, from, to))
+}
+
+/// Prints the figures per step (`switch HA figure:` lines, with each kube-apiserver pod's
+/// longest window without an answer).
+fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) -> Findings {
+    let mut answers: Vec<Instant> = reqs.iter().filter(|r| r.ok).map(|r| r.ended).collect();
+    answers.sort();
+    let mut found = Findings {
+        at_rest: 0,
+        gaps: Vec::new(),
+    };
     for (k, w) in steps.windows(2).enumerate() {
         let ((name, from), (_, to)) = (&w[0], &w[1]);
         let mine: Vec<&Req> = reqs
@@ -302,27 +362,29 @@ fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) 
             .filter(|r| r.started >= *from && r.started < *to)
             .collect();
         let failed = mine.iter().filter(|r| !r.ok).count();
-        let per_pod: Vec<String> = [0, 1]
-            .into_iter()
-            .filter_map(|p| {
-                let of: Vec<&&Req> = mine.iter().filter(|r| r.pod == p).collect();
-                let whose = if p == 0 { new.other() } else { new };
-                (!of.is_empty()).then(|| {
-                    let f = of.iter().filter(|r| !r.ok).count();
-                    let longest = of
-                        .iter()
-                        .map(|r| r.ended - r.started)
-                        .max()
-                        .unwrap_or_default();
-                    format!(
-                        "{} kube-apiserver: {} started, {f} failed, longest {}",
-                        whose.whose(),
-                        of.len(),
-                        ms(longest)
-                    )
-                })
-            })
-            .collect();
+        let mut per_pod = Vec::new();
+        for p in [0, 1] {
+            let of: Vec<&&Req> = mine.iter().filter(|r| r.pod == p).collect();
+            let whose = if p == 0 { new.other() } else { new };
+            let Some(gap) = pod_gap(reqs, p, *from, *to) else {
+                continue;
+            };
+            found.gaps.push((name.clone(), p, gap));
+            let f = of.iter().filter(|r| !r.ok).count();
+            let longest = of
+                .iter()
+                .map(|r| r.ended - r.started)
+                .max()
+                .unwrap_or_default();
+            per_pod.push(format!(
+                "{} kube-apiserver: {} started, {f} failed, longest {}, longest without an \
+                 answer {}",
+                whose.whose(),
+                of.len(),
+                ms(longest),
+                ms(gap)
+            ));
+        }
         eprintln!(
             "switch HA figure: {direction} | {name} | {} | {} started, {failed} failed, longest \
              without an answer {} | {}",
@@ -332,11 +394,11 @@ fn report(direction: &str, steps: &[(String, Instant)], reqs: &[Req], new: Gen) 
             per_pod.join(" | "),
         );
         if k == 0 || k + 2 == steps.len() {
-            at_rest += failed;
+            found.at_rest += failed;
             assert!(!mine.is_empty(), "{name}: no request");
         }
     }
-    at_rest
+    found
 }
 
 impl Gen {
@@ -354,11 +416,12 @@ fn replay(old: Gen) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let new = old.other();
-    let direction = format!("{} -> {}", old.name(), new.name());
+    let order = Order::from_env();
+    let direction = format!("{} -> {} ({order:?})", old.name(), new.name());
     require_lab(&["ip", "nft", "sysctl", "bridge", "ping"]);
     let bins = Binaries::locate()
         .expect("binaries (cargo build -p vpn-server -p vpn-client -p vpn-router)");
-    let l = HaLandscape::build(Some("vpnt-6b")).expect("layout");
+    let l = HaLandscape::build(Some("vpnt-7m")).expect("layout");
     let dir = secrets_dir("vpnt-switchha-").expect("secrets");
     let root = dir.path();
     l.start_echo().expect("echo");
@@ -383,7 +446,7 @@ fn replay(old: Gen) {
     };
     let mut servers: Vec<Option<Server<'_>>> = (0..2).map(|i| Some(lab.server(old, i))).collect();
     let mut kapis: Vec<Option<Kapi<'_>>> = vec![Some(lab.kapi(old, 0)), None];
-    let mut shoots: Vec<Option<Shoot<'_>>> = (0..2).map(|j| Some(lab.shoot(old, j, 0))).collect();
+    let mut shoots: Vec<Option<Shoot<'_>>> = (0..2).map(|j| Some(lab.shoot(old, j))).collect();
     wait_until_every(
         &format!("{}'s layout carries", old.name()),
         UP,
@@ -427,7 +490,9 @@ fn replay(old: Gen) {
                 ready.is_some()
             };
             let mut server0_done = false;
-            if replace_server(1, &mut step) {
+            // Research §4 (a) going back: vpn-client and vpn-shoot first, the servers last.
+            let servers_last = order == Order::ServerCompat && new == Gen::Vpn2;
+            if !servers_last && replace_server(1, &mut step) {
                 replace_server(0, &mut step);
                 server0_done = true;
             }
@@ -444,7 +509,7 @@ fn replay(old: Gen) {
             serving[0].store(false, Ordering::Relaxed);
             kapis[0] = None;
             for j in [1, 0] {
-                if j == 0 && !server0_done {
+                if j == 0 && !server0_done && !servers_last {
                     match gate(READY_BOUND, || lab.server_ready(1)) {
                         Some(d) => eprintln!("switch HA: vpn-seed-server-1 Ready after {}", ms(d)),
                         None => eprintln!("switch HA: vpn-seed-server-1 still not Ready"),
@@ -454,13 +519,16 @@ fn replay(old: Gen) {
                 }
                 step(format!("vpn-shoot-{j} -> {}", new.name()));
                 shoots[j] = None;
-                let pod = lab.shoot(new, j, 1);
+                let pod = lab.shoot(new, j);
                 let ready = gate(READY_BOUND, || lab.shoot_ready(j, &pod));
                 shoots[j] = Some(pod);
                 match ready {
                     Some(d) => eprintln!("switch HA: vpn-shoot-{j} Ready after {}", ms(d)),
                     None => eprintln!("switch HA: vpn-shoot-{j} not Ready: the StatefulSet stalls"),
                 }
+            }
+            if servers_last && replace_server(1, &mut step) {
+                replace_server(0, &mut step);
             }
             step(format!("{} at rest", new.name()));
             std::thread::sleep(Duration::from_secs(5));
@@ -474,8 +542,21 @@ fn replay(old: Gen) {
     drop(kapis);
 
     let reqs = reqs.into_inner().expect("requests");
-    let at_rest = report(&direction, &steps, &reqs, new);
-    assert_eq!(at_rest, 0, "requests failed with a layout at rest");
+    let found = report(&direction, &steps, &reqs, new);
+    assert_eq!(found.at_rest, 0, "requests failed with a layout at rest");
+    if order == Order::ServerCompat {
+        let missed: Vec<String> = found
+            .gaps
+            .iter()
+            .filter(|(_, _, gap)| *gap >= GEP20_WINDOW)
+            .map(|(step, pod, gap)| format!("{step}: kube-apiserver pod {pod}: {}", ms(*gap)))
+            .collect();
+        assert!(
+            missed.is_empty(),
+            "GEP-20: a replica without an answer for {} or longer: {missed:?}",
+            ms(GEP20_WINDOW)
+        );
+    }
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //! file while a check runs, [`Capture::finish`] stops it and reads the IP, TCP, UDP and ICMP
 //! headers back ([`Packet`]), with the TCP MSS option.
 //!
-//! Only what the checks look at is decoded: Ethernet (veth) and raw IP (tun) link types, IPv4
-//! and IPv6 without extension headers, the TCP flags and MSS option, ports. Anything else is
-//! kept as "other" with its addresses.
+//! Only what the checks look at is decoded: Ethernet (veth, tap) and raw IP (tun) link types,
+//! IPv4 and IPv6 without extension headers, the TCP flags and MSS option, ports, and the IP
+//! packet an IPv6 packet with next header 4 or 41 carries (`ip6tnl`'s encapsulation,
+//! [`Packet::inner`]). Anything else is kept as "other" with its addresses.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
@@ -83,6 +84,20 @@ pub struct Packet {
     pub src: IpAddr,
     /// Destination address.
     pub dst: IpAddr,
+    /// What it carries ([`Transport::Other`] 4 or 41 for an encapsulated packet).
+    pub transport: Transport,
+    /// The IP packet an IPv6 packet with next header 4 (IPv4) or 41 (IPv6) carries: its
+    /// addresses and transport.
+    pub inner: Option<Inner>,
+}
+
+/// The packet inside an encapsulating one ([`Packet::inner`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inner {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
     /// What it carries.
     pub transport: Transport,
 }
@@ -113,6 +128,15 @@ impl Packet {
 
 impl std::fmt::Display for Packet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(i) = self.inner {
+            let inner = Packet {
+                src: i.src,
+                dst: i.dst,
+                transport: i.transport,
+                inner: None,
+            };
+            return write!(f, "{} > {} carrying {inner}", self.src, self.dst);
+        }
         match self.transport {
             Transport::Tcp {
                 src,
@@ -291,8 +315,22 @@ pub fn parse_pcap(bytes: &[u8]) -> Option<Vec<Packet>> {
     Some(out)
 }
 
-/// An IPv4 or IPv6 header and what follows it.
+/// An IPv4 or IPv6 header and what follows it; an IPv6 packet's payload with next header 4
+/// or 41 is decoded as well ([`Packet::inner`]).
 fn parse_ip(ip: &[u8]) -> Option<Packet> {
+    let mut p = parse_one(ip)?;
+    if ip.first()? >> 4 == 6 && matches!(p.transport, Transport::Other(4 | 41)) {
+        p.inner = parse_one(ip.get(40..)?).map(|i| Inner {
+            src: i.src,
+            dst: i.dst,
+            transport: i.transport,
+        });
+    }
+    Some(p)
+}
+
+/// One IPv4 or IPv6 header and the transport header after it.
+fn parse_one(ip: &[u8]) -> Option<Packet> {
     let (src, dst, proto, payload) = match ip.first()? >> 4 {
         4 => {
             let ihl = usize::from(ip[0] & 0x0f) * 4;
@@ -343,6 +381,7 @@ fn parse_ip(ip: &[u8]) -> Option<Packet> {
         src,
         dst,
         transport,
+        inner: None,
     })
 }
 
@@ -418,6 +457,35 @@ mod tests {
             packets[0].to_string(),
             "tcp 241.96.0.10:40000 > 10.250.0.5:10250 [S] mss 1360"
         );
+    }
+
+    #[test]
+    fn an_ipv4_packet_in_ipv6_is_read_as_ip6tnl_carries_it() {
+        let mut outer = vec![0x60, 0, 0, 0, 0, 48, 4, 64];
+        outer.extend_from_slice(
+            &"fd8f:6d53:b97a:1::a:1"
+                .parse::<Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        outer.extend_from_slice(
+            &"fd8f:6d53:b97a:1::b:0"
+                .parse::<Ipv6Addr>()
+                .unwrap()
+                .octets(),
+        );
+        outer.extend_from_slice(&syn_v4());
+        let packets = parse_pcap(&pcap(&[outer])).unwrap();
+        assert_eq!(packets[0].transport, Transport::Other(4));
+        let inner = packets[0].inner.expect("the inner packet");
+        assert_eq!(inner.dst, "10.250.0.5".parse::<IpAddr>().unwrap());
+        assert!(matches!(inner.transport, Transport::Tcp { dst: 10250, .. }));
+        assert_eq!(
+            packets[0].to_string(),
+            "fd8f:6d53:b97a:1::a:1 > fd8f:6d53:b97a:1::b:0 carrying tcp 241.96.0.10:40000 > \
+             10.250.0.5:10250 [S] mss 1360"
+        );
+        assert_eq!(parse_pcap(&pcap(&[syn_v4()])).unwrap()[0].inner, None);
     }
 
     #[test]

@@ -17,29 +17,27 @@
 //!   `vpn-seed-client`, no `persist-tun`); the **bond stand-in** ([`bond`]): a Linux bridge
 //!   named `bond0` with the taps as ports, one port forwarding (tap0 while its carrier is up,
 //!   else tap1), the other disabled, the bond address `…:1::a:<replica+1>/104` (vpn2 leases
-//!   `…::a:XXXX` through pod annotations; here it is fixed) without DAD; vpn2's INPUT rules on
-//!   `bond*` (ICMPv6 and related/established accepted, the rest dropped); the **path
-//!   controller** ([`path`]) choosing the shoot pod.
+//!   `…::a:XXXX` through pod annotations; here it is fixed) without DAD; one **`ip6tnl`
+//!   stand-in** per shoot pod j ([`ip6tnl`]: a tun device named `bond0-ip6tnl<j>` and a raw
+//!   IPv6 socket pair from the bond address to `…::b:j`, as vpn2's init container creates
+//!   the ip6tnl devices); vpn2's seed rules for `IP_FAMILIES=IPv4` (IPv4 INPUT on `bond+`:
+//!   related and established accepted, the rest dropped; with IPv4 alone vpn2 sets no IPv6
+//!   rules); the **path controller** ([`path`]: every 2 s an echo with vpn2's retries and a
+//!   hello to every shoot pod, the shoot networks routed `dev bond0-ip6tnl<j>`).
 //! * **The shoot pods** ([`start_shoot_pod`], `vpn-shoot-<j>`): two upstream clients each
 //!   (`dev tap0` / `tap1`, through the ingress with `http-proxy` and the header
 //!   `outbound|1194||vpn-seed-server-<i>.<ns>.svc.cluster.local`: our router is the ingress,
 //!   as in `tests/gardener_ha.rs`; CN `vpn-shoot-client-<j>`), the bond stand-in with
-//!   `…:1::b:<j>/104`, and vpn2's shoot rules on `bond*` (`vpn_client::vpn2::shoot_table`
-//!   without the overlap mapping: forward what comes from `bond*`, clamp the MSS, masquerade
-//!   out of `eth0`).
-//! * **The data path without `ip6tnl`.** vpn2 encapsulates the kube-apiserver's IPv4 packets
-//!   in IPv6 from its bond address to the shoot pod's (`bond0-ip6tnl<j>`, next header 4) and
-//!   the shoot pod answers the same way (`bond0ip6tnlXXYY`). Here the IPv4 packet goes out on
-//!   `bond0` itself with the shoot pod's bond address as an IPv6 next hop (`ip route replace
-//!   <shoot net> via inet6 …::b:<j> dev bond0`, kernel 5.2 and later), and the shoot pod has
-//!   the mirror route for the kube-apiserver's pod IP (`via inet6 …::a:<r>`). The frames
-//!   cross the servers' switch between the same MAC addresses, found by the same neighbour
-//!   discovery, with the same source address (the pod IP: the route has no source, as
-//!   vpn2's), but their payload is the IPv4 packet (ethertype IPv4) instead of an IPv6
-//!   packet carrying it: 40 bytes shorter.
-//! * **The tunnel controller** of each shoot pod (UDP 5400 hellos from the path controller, a
-//!   tunnel and host route per sender, its watchdog) is reduced to that static return route,
-//!   set when the pod starts; the path controller sends no hellos.
+//!   `…:1::b:<j>/104`, the **tunnel controller** ([`tunnel`]: UDP 5400 on the bond address,
+//!   a `bond0ip6tnl<XX><YY>` stand-in and a host route to the pod IP per kube-apiserver that
+//!   says hello), and vpn2's shoot rules on `bond*` (`vpn_client::vpn2::shoot_table` without
+//!   the overlap mapping: forward what comes from `bond*`, which names the tunnel devices
+//!   too, clamp the MSS, masquerade out of `eth0`).
+//! * **On the wire** the frames between the pods are vpn2's (research note of issue 30,
+//!   §1.6): Ethernet between the bonds' MAC addresses, found by neighbour discovery, carrying
+//!   `IPv6(…::a:X → …::b:j, next header 4)` around the kube-apiserver's IPv4 packet (source
+//!   the pod IP: the routes have no source, as vpn2's) and the mirror image back; the echoes
+//!   and hellos as plain IPv6 between the bond addresses.
 //! * **The bond's MAC address** is fixed (`02:00:00:` and the bond address's last three bytes):
 //!   vpn2's bond takes the active tap's (`fail_over_mac=active`), so its MAC changes on a
 //!   failover and the peers learn the new one from the unsolicited advertisements. Here the
@@ -47,13 +45,16 @@
 //!   server behind the newly active tap where the pod is, which is what vpn2 needs them for
 //!   as well.
 //!
-//! Not modelled: the init containers' address broker, vpn2's kernel settings beyond
-//! forwarding and reverse-path filtering, the exporter, the Envoy container.
+//! Not modelled: the init containers' address broker, the tunnel controller's watchdog,
+//! vpn2's kernel settings beyond forwarding and reverse-path filtering, the exporter, the
+//! Envoy container, the overlap case's mappings.
 
 pub mod bond;
+pub mod ip6tnl;
 pub mod path;
+pub mod tunnel;
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv6Addr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -65,7 +66,10 @@ use vpn_client::vpn2::{client_lines, Vpn2Reader as ClientReader};
 use vpn_server::config::{vpn2_lines, Vpn2Reader};
 
 use self::bond::Bond;
+use self::ip6tnl::Ip6tnl;
 use self::path::PathController;
+use self::tunnel::TunnelController;
+use super::ha::KAPI;
 use super::ha_pods::HaPods;
 use super::pods::Binaries;
 use crate::netns::Netns;
@@ -197,7 +201,8 @@ pub fn shoot_networks(pods: &HaPods) -> Vec<String> {
         .collect()
 }
 
-/// A vpn2 kube-apiserver pod: its bond, its path controller, its clients (by server).
+/// A vpn2 kube-apiserver pod: its clients (by server), path controller, bond and tunnels
+/// (dropped in that order).
 #[derive(Debug)]
 pub struct KapiPod<'ns> {
     /// The clients, `tap0` then `tap1`.
@@ -206,10 +211,13 @@ pub struct KapiPod<'ns> {
     pub path: PathController,
     /// The bond stand-in.
     pub bond: Bond,
+    /// The `ip6tnl` stand-ins `bond0-ip6tnl<j>`, by shoot pod.
+    pub tunnels: Vec<Ip6tnl>,
 }
 
-/// vpn2's kube-apiserver pod `replica` in `ns` (see the module docs), its clients started
-/// (not yet connected), the path controller choosing among `shoot_pods` shoot pods.
+/// vpn2's kube-apiserver pod `replica` (pod IP `KAPI[replica]`) in `ns` (see the module
+/// docs), its clients started (not yet connected), the path controller choosing among
+/// `shoot_pods` shoot pods.
 pub fn start_kapi_pod<'ns>(
     ns: &'ns Netns,
     pods: &HaPods,
@@ -219,14 +227,16 @@ pub fn start_kapi_pod<'ns>(
     shoot_pods: usize,
 ) -> Result<KapiPod<'ns>, LabError> {
     ns.run(["sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0"])?;
-    let script = "add table inet vpn2-bond\n\
-         add chain inet vpn2-bond input { type filter hook input priority 0; }\n\
-         add rule inet vpn2-bond input iifname \"bond*\" meta l4proto ipv6-icmp accept\n\
-         add rule inet vpn2-bond input iifname \"bond*\" ct state established,related accept\n\
-         add rule inet vpn2-bond input iifname \"bond*\" drop\n";
+    let script = "add table ip vpn2-bond\n\
+         add chain ip vpn2-bond input { type filter hook input priority 0; }\n\
+         add rule ip vpn2-bond input iifname \"bond*\" ct state established,related accept\n\
+         add rule ip vpn2-bond input iifname \"bond*\" drop\n";
     ns.run(["nft", script])?;
     let addr = kapi_bond_address(replica);
     let bond = Bond::build(ns, 2, bond_mac(addr), addr)?;
+    let tunnels = (0..shoot_pods)
+        .map(|j| Ip6tnl::create(ns, &ip6tnl::kapi_name(j), addr, shoot_bond_address(j)))
+        .collect::<Result<Vec<_>, _>>()?;
     let clients = (0..2)
         .map(|i| {
             let config = seed_client_config(pods, bins, root, replica, i);
@@ -237,32 +247,36 @@ pub fn start_kapi_pod<'ns>(
         ns,
         (0..shoot_pods).map(shoot_bond_address).collect(),
         shoot_networks(pods),
+        KAPI[replica],
     )?;
     Ok(KapiPod {
         clients,
         path,
         bond,
+        tunnels,
     })
 }
 
-/// A vpn2 shoot pod: its bond, its clients (by server).
+/// A vpn2 shoot pod: its clients (by server), tunnel controller and bond (dropped in that
+/// order).
 #[derive(Debug)]
 pub struct ShootPod<'ns> {
     /// The clients, `tap0` then `tap1`.
     pub clients: Vec<UpstreamOpenvpn<'ns>>,
+    /// The tunnel controller.
+    pub tunnel: TunnelController,
     /// The bond stand-in.
     pub bond: Bond,
 }
 
-/// vpn2's shoot pod `pod` in `ns` (see the module docs), with the return route to each
-/// kube-apiserver replica of `kapis` (pod IP, replica index), its clients started.
+/// vpn2's shoot pod `pod` in `ns` (see the module docs), its tunnel controller listening,
+/// its clients started.
 pub fn start_shoot_pod<'ns>(
     ns: &'ns Netns,
     pods: &HaPods,
     bins: &Binaries,
     root: &Path,
     pod: usize,
-    kapis: &[(Ipv4Addr, usize)],
 ) -> Result<ShootPod<'ns>, LabError> {
     for s in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"] {
         ns.run(["sysctl", "-qw", s])?;
@@ -275,26 +289,18 @@ pub fn start_shoot_pod<'ns>(
         })?;
     let addr = shoot_bond_address(pod);
     let bond = Bond::build(ns, 2, bond_mac(addr), addr)?;
-    for &(ip, replica) in kapis {
-        ns.run([
-            "ip",
-            "route",
-            "replace",
-            &format!("{ip}/32"),
-            "via",
-            "inet6",
-            &kapi_bond_address(replica).to_string(),
-            "dev",
-            bond::BOND,
-        ])?;
-    }
+    let tunnel = TunnelController::start(ns, addr)?;
     let clients = (0..2)
         .map(|i| {
             let config = shoot_client_config(pods, bins, root, pod, i);
             UpstreamOpenvpn::start(ns, &config, VERB)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ShootPod { clients, bond })
+    Ok(ShootPod {
+        clients,
+        tunnel,
+        bond,
+    })
 }
 
 #[cfg(test)]

@@ -11,11 +11,10 @@
 //! disable it, where a bond keeps a returning slave a backup: so the bridge-family table
 //! `bond0-active` (its `input`, `output` and `forward` chains, rewritten in one transaction
 //! with each change) also drops every frame to or from a port other than the active one,
-//! and every frame between ports. Its `count` chain, after the guard, counts the IPv4 frames
-//! that left by each tap ([`ipv4_sent`]: the data path; the taps' own IPv6 addresses, which
-//! OpenVPN sets, send neighbour discovery and MLD by themselves). When the active port
-//! changes the
-//! watcher sends 5 unsolicited neighbour advertisements for the bond address, one per tick
+//! and every frame between ports. Its `count` chain, after the guard, counts the frames
+//! carrying an IPv4 packet in IPv6 (next header 4, the `ip6tnl` stand-ins' data path) that
+//! left by each tap ([`tunnelled_sent`]; neighbour discovery, MLD, the path controller's
+//! echoes and hellos are not counted). When the active port changes the watcher sends 5 unsolicited neighbour advertisements for the bond address, one per tick
 //! (the bond's `num_peer_notif 5`), from the bond address to all nodes with its MAC address
 //! as the target link-layer option and the override flag, so the server behind the newly
 //! active tap learns the pod's MAC address at once.
@@ -296,8 +295,9 @@ fn bond_index() -> u32 {
         .unwrap_or(0)
 }
 
-/// The IPv4 frames the bond stand-in in `ns` has sent by `tap<i>` (`i` < 2).
-pub fn ipv4_sent(ns: &Netns, i: usize) -> Result<u64, LabError> {
+/// The frames with an IPv4 packet in IPv6 the bond stand-in in `ns` has sent by `tap<i>`
+/// (`i` < 2).
+pub fn tunnelled_sent(ns: &Netns, i: usize) -> Result<u64, LabError> {
     let out = ns.run([
         "nft",
         "-j",
@@ -305,7 +305,7 @@ pub fn ipv4_sent(ns: &Netns, i: usize) -> Result<u64, LabError> {
         "counter",
         "bridge",
         GUARD,
-        &format!("ipv4-tap{i}"),
+        &format!("ip6tnl-tap{i}"),
     ])?;
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| LabError::Material {
@@ -316,7 +316,7 @@ pub fn ipv4_sent(ns: &Netns, i: usize) -> Result<u64, LabError> {
         .as_array()
         .and_then(|items| items.iter().find_map(|i| i["counter"]["packets"].as_u64()))
         .ok_or_else(|| LabError::Material {
-            what: format!("the counter ipv4-tap{i}: {v}"),
+            what: format!("the counter ip6tnl-tap{i}: {v}"),
             source: "no packets field".into(),
         })
 }
@@ -335,9 +335,9 @@ fn guard(active: Option<usize>, create: bool) -> String {
         ));
         for i in 0..2 {
             s.push_str(&format!(
-                "add counter bridge {GUARD} ipv4-tap{i}\n\
-                 add rule bridge {GUARD} count oifname \"tap{i}\" ether type ip \
-                 counter name \"ipv4-tap{i}\"\n"
+                "add counter bridge {GUARD} ip6tnl-tap{i}\n\
+                 add rule bridge {GUARD} count oifname \"tap{i}\" ip6 nexthdr 4 \
+                 counter name \"ip6tnl-tap{i}\"\n"
             ));
         }
         for (chain, policy) in [
@@ -414,7 +414,7 @@ mod tests {
             "{none}"
         );
         assert!(
-            none.contains("add rule bridge bond0-active count oifname \"tap0\" ether type ip counter name \"ipv4-tap0\"\n"),
+            none.contains("add rule bridge bond0-active count oifname \"tap0\" ip6 nexthdr 4 counter name \"ip6tnl-tap0\"\n"),
             "{none}"
         );
     }

@@ -711,6 +711,7 @@ fn from_vpn2_env_ha(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadE
     s.ha = Some(crate::settings::HaSettings {
         shoot_networks,
         transfer_v6: Some(env.vpn_network),
+        layer2_v6: s.pool_v6,
     });
     s.dev_type = OccDevType::Tun;
     s.pool_v4 = None;
@@ -1380,6 +1381,11 @@ mod tests {
         }
         assert_eq!(nets.len(), 6, "{nets:?}");
         assert_eq!((s.pool_v4, s.pool_v6), (None, None));
+        // vpn2's `server-ipv6` of server 1: the pool of vpn2's layer-2 clients only.
+        assert_eq!(
+            s.ha.as_ref().and_then(|h| h.layer2_v6),
+            Some("fd8f:6d53:b97a:1::101:0/112".parse().unwrap())
+        );
         assert!(s.routes.is_empty(), "{:?}", s.routes);
         assert!(s.duplicate_cn && !s.client_to_client);
         assert!(!s.is_tap());

@@ -276,3 +276,55 @@ fn a_status_file_over_the_bound_is_refused_unread_with_its_size() {
     std::fs::write(&path, &bytes).unwrap();
     assert!(readiness(env(&path, HA)).is_ok());
 }
+
+#[test]
+fn ha_readiness_counts_only_pairs_of_one_layer() {
+    let server1: Ipv6Net = "fd8f:6d53:b97a:1::101:0/112".parse().unwrap();
+    let server0: Ipv6Net = "fd8f:6d53:b97a:1::100:0/112".parse().unwrap();
+    // vpn2's own file: every client has an address of the server's /112 (layer 2).
+    assert_eq!(check_carried(&fixture!("ha-2.6.status"), server1), Ok(()));
+    // Read against another /112, every client is layer 3: a layer-3 pair.
+    assert_eq!(check_carried(&fixture!("ha-2.6.status"), server0), Ok(()));
+    let at = |cn: &str, v6: Option<&str>| read::Client {
+        virtual_ipv6: v6.map(|a| a.parse().unwrap()),
+        ..client(cn)
+    };
+    let status = |clients: Vec<read::Client>| Status {
+        clients,
+        ..Status::default()
+    };
+    let l2 = Some("fd8f:6d53:b97a:1::100:2");
+    // A vpn2 seed client (layer 2) and our shoot client (layer 3): no pair.
+    let mixed = status(vec![
+        at("vpn-seed-client", l2),
+        at("vpn-shoot-client-0", None),
+    ]);
+    assert_eq!(check_ready(&mixed, true), Ok(()), "vpn2's rule alone");
+    assert_eq!(
+        check_carried(&mixed, server0),
+        Err(NotReady::NoCarriedPair {
+            l2_seed: 1,
+            l2_shoot: 0,
+            l3_seed: 0,
+            l3_shoot: 1
+        })
+    );
+    // Our seed client (its pod IP, no IPv6) and a vpn2 shoot client: no pair either.
+    let mixed = status(vec![
+        at("vpn-seed-client", None),
+        at("vpn-shoot-client-1", Some("fd8f:6d53:b97a:1::100:3")),
+    ]);
+    assert!(check_carried(&mixed, server0).is_err());
+    // An IPv6 pod IP outside the /112 is layer 3.
+    let ours = status(vec![
+        at("vpn-seed-client", Some("fd00:10::5")),
+        at("vpn-shoot-client-1", None),
+    ]);
+    assert_eq!(check_carried(&ours, server0), Ok(()));
+    let vpn2 = status(vec![
+        at("vpn-seed-client", l2),
+        at("vpn-shoot-client-1", Some("fd8f:6d53:b97a:1::100:3")),
+        at("vpn-shoot-client-0", None),
+    ]);
+    assert_eq!(check_carried(&vpn2, server0), Ok(()));
+}

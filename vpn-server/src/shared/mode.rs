@@ -7,7 +7,7 @@
 //! |---|---|---|---|---|
 //! | [`Routed`](PacketMode::Routed) | `dev tun` | tun | IP packet: source check ([`crate::spoof`]), then the tun device or, with `client-to-client`, the client routing its destination | to the client whose address or iroute is the longest prefix of the destination ([`crate::routing`]); held while that client's tunnel is not up yet or its client left less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable |
 //! | [`Switched`](PacketMode::Switched) | `dev tap` | tap | Ethernet frame: its source learned ([`crate::switch`]), then the tap device, another client, or (a group destination, `client-to-client`) every other client and the tap device | to the owner of the destination MAC address, every client (a group destination), or nowhere |
-//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device; to the shoot while no shoot connection is up: held for the first one to come up if one left (or the server started) less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable back to the kube-apiserver connection ([`expire_ha_held`]) | (there is no device) |
+//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device; from vpn2's layer-2 (tap) connections an Ethernet frame, switched among them only ([`switch_layer2`]); to the shoot while no shoot connection is up: held for the first one to come up if one left (or the server started) less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable back to the kube-apiserver connection ([`expire_ha_held`]) | (there is no device) |
 //!
 //! The tables these decisions read (the routing table, the MAC table, the HA switch) are the
 //! registry's, under its lock: the one the mode chose ([`PacketMode::registry`]). A packet
@@ -69,12 +69,16 @@ impl PacketMode {
         }
     }
 
-    /// The client address pool (`server`, `server-ipv6`); none in HA mode, where nothing is
-    /// assigned.
+    /// The client address pool (`server`, `server-ipv6`); in HA mode the pool of vpn2's
+    /// `server-ipv6` for its layer-2 clients only (our layer-3 clients are assigned nothing).
     pub(crate) fn pool(self, settings: &Settings) -> Result<Option<Pool>, PoolError> {
-        match (self, settings.pool_v4, settings.pool_v6) {
-            (PacketMode::Ha, _, _) | (_, None, None) => Ok(None),
-            (_, v4, v6) => Pool::with_range(v4, settings.pool_v4_range, v6).map(Some),
+        if self == PacketMode::Ha {
+            let layer2 = settings.ha.as_ref().and_then(|ha| ha.layer2_v6);
+            return layer2.map(|v6| Pool::new(None, Some(v6))).transpose();
+        }
+        match (settings.pool_v4, settings.pool_v6) {
+            (None, None) => Ok(None),
+            (v4, v6) => Pool::with_range(v4, settings.pool_v4_range, v6).map(Some),
         }
     }
 
@@ -121,7 +125,7 @@ impl PacketMode {
                     .map_or_else(Vec::new, |ha| ha.shoot_networks.clone());
                 // After a start a shoot connection is expected: packets to the shoot wait for
                 // it as they would had the server kept running.
-                Registry::ha(shoot_networks.clone())
+                Registry::ha(shoot_networks.clone(), pool, settings.max_routes_per_client)
                     .hold_for(settings.hold_timeout, HoldLimits::default())
                     .expecting(shoot_networks, Instant::now())
             }
@@ -275,6 +279,9 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
     let now = Instant::now();
     // The registry is held for the decision (and a hold) only, not for the copy and the send.
     let mut reg = lock(&shared.registry);
+    if reg.is_layer2(from) {
+        return switch_layer2(shared, &mut reg, from, drops, packet);
+    }
     let verdict = reg.switch_ha(from, packet, now).map(|to| {
         to.map(|c| {
             c.conn.traffic.mark_referenced();
@@ -318,6 +325,41 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
             suppressed,
             "packet from the client dropped by the HA switch"
         );
+    }
+}
+
+/// HA: a frame from vpn2's layer-2 connection `from` goes to the layer-2 connection owning its
+/// destination MAC address, or (a group destination) to every other layer-2 connection, as
+/// vpn2's server switches with `client-to-client`; never to a layer-3 connection. An unknown
+/// unicast, which vpn2's server hands its `tap0` (whose kernel drops it), is dropped and
+/// counted as no route.
+fn switch_layer2(
+    shared: &Shared,
+    reg: &mut Registry,
+    from: ClientId,
+    drops: &mut LogLimiter,
+    frame: &[u8],
+) {
+    let metrics = &shared.metrics;
+    let send =
+        |to: &crate::registry::ClientEntry| match to.conn.tx.try_send(laid_out_for_send(frame)) {
+            Ok(()) => metrics.packet_client_to_client(),
+            Err(_) => metrics.queue_overflowed(),
+        };
+    match reg.switch_layer2(from, frame, unix_now()) {
+        Some(FromClient::Client(to)) => {
+            to.conn.traffic.mark_referenced();
+            send(to);
+        }
+        Some(FromClient::Flood) => reg.layer2_flood_targets(from).for_each(send),
+        Some(FromClient::Tap) => metrics.packet_no_route(),
+        Some(FromClient::Drop(Dropped::Short)) | None => metrics.packet_malformed(),
+        Some(FromClient::Drop(why)) => {
+            let total = metrics.packet_spoofed();
+            if let Some(suppressed) = drops.allow(Instant::now()) {
+                warn!(reason = %why, dropped_total = total, suppressed, "frame from a layer-2 client dropped");
+            }
+        }
     }
 }
 

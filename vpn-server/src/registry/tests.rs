@@ -1273,7 +1273,6 @@ fn an_ha_server_carries_tap_clients_at_layer_2_apart_from_its_tun_clients() {
     // A duplicate CN at layer 2 (vpn2's `duplicate-cn`) does not replace our shoot client 1,
     // nor is it replaced by it.
     assert!(reg.get(4).is_some() && reg.get(6).is_some());
-
     // Layer 2: a group destination to every other layer-2 connection, never to ours.
     let (kapi_mac, shoot0_mac, shoot1_mac) = (
         [2, 0, 0, 0x0a, 0, 1],
@@ -1375,15 +1374,6 @@ fn an_ha_server_carries_tap_clients_at_layer_2_apart_from_its_tun_clients() {
         ifconfig_ipv6_args(&a.settings).as_deref(),
         Some("fd8f:6d53:b97a:1::100:4/112 fd8f:6d53:b97a:1::100:1")
     );
-    // Any other CN has no place in the layout, at layer 2 too.
-    let who = ClientIdentity {
-        options: upstream_options("tap", 1587),
-        ..identity("vpn-shoot-client")
-    };
-    assert!(matches!(
-        reg.admit(&s, 8, &who, conn(8), now),
-        Err(Refused::NotHaClient { .. })
-    ));
 }
 
 #[test]
@@ -1446,6 +1436,15 @@ fn an_ha_server_is_ready_only_on_a_pair_it_carries() {
     reg.admit(&s, 4, &tun_seed, kapi, now).expect("tun seed");
     reg.established(4, "AES-256-GCM", now);
     assert_eq!(ready(&mut reg), Ok(()));
+    // Any other CN has no place in the layout, at layer 2 too.
+    let who = ClientIdentity {
+        options: upstream_options("tap", 1587),
+        ..identity("vpn-shoot-client")
+    };
+    assert!(matches!(
+        reg.admit(&s, 8, &who, conn(8), now),
+        Err(Refused::NotHaClient { .. })
+    ));
 }
 
 #[test]

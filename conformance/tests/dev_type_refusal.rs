@@ -8,9 +8,12 @@
 //!   `dev tap0`), with a shoot pod's CN (`vpn-shoot-client-0`), then with the
 //!   kube-apiserver's (`vpn-seed-client`). The tap clients are carried at layer 2: their
 //!   tunnel comes up with the `ifconfig-ipv6` vpn2's server pushes (the server's /112), the
-//!   status file lists them with it; `vpn-server readiness` is not Ready on our seed client
-//!   and vpn2's shoot client (a pair the server does not carry between each other), Ready
-//!   once vpn2's seed client is there (a layer-2 pair). The refusal at a server that cannot
+//!   status file lists them with it; `vpn-server readiness` is Ready on our seed client and
+//!   vpn2's shoot client (a pair through the server's gateway, `vpn_server::gateway`: with
+//!   the shoot pod's bond address on its `tap0`, the pod's kernel answers the server's
+//!   neighbour solicitation and gets the path controller's hello, UDP 5400, from our
+//!   kube-apiserver's vpn2 identity with its pod IP), and with vpn2's seed client next to
+//!   them (a layer-2 pair). The refusal at a server that cannot
 //!   carry the other device type is unit-tested (`vpn-server/src/registry/tests.rs`).
 //! * [`our_ha_client_drops_a_vpn2_tap_server_and_keeps_retrying`]: upstream OpenVPN 2.6 as
 //!   vpn2's HA `vpn-seed-server-0` (vpn2's server config: `dev tap0`, `client-to-client`,
@@ -184,14 +187,50 @@ fn vpn2_tap_clients_join_our_ha_server_at_layer_2_and_count_only_in_a_pair() {
             && text.contains(",fd8f:6d53:b97a:1::100:2,"),
         "the tap client listed with its address:\n{text}"
     );
+    // Our seed client and vpn2's shoot client: a pair through the gateway, Ready.
     let (ready, out) = server_ready(&bins, root, &server_ns);
-    assert!(!ready, "Ready on a pair it cannot carry: {out}\n{text}");
     assert!(
-        out.contains("no seed and shoot client of the same layer"),
-        "{out}"
+        ready,
+        "Ready on our seed and vpn2's shoot client: {out}\n{text}"
+    );
+    // The gateway plays a vpn2 kube-apiserver pod for ours: with the shoot pod's bond
+    // address on its tap0, the pod's kernel answers the server's solicitation and gets the
+    // path controller's hello from our kube-apiserver's identity, its pod IP as text.
+    let bond = vpn_server::gateway::shoot_address("fd8f:6d53:b97a:1::/96".parse().unwrap(), 0);
+    let me = vpn_server::gateway::identity(
+        "fd8f:6d53:b97a:1::/96".parse().unwrap(),
+        std::net::IpAddr::V4(KAPI[0]),
+    );
+    shoot0
+        .run([
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{bond}/104"),
+            "dev",
+            "tap0",
+            "nodad",
+        ])
+        .expect("the bond address");
+    let hello = shoot0
+        .run_in(move || {
+            let socket = std::net::UdpSocket::bind((bond, vpn_server::gateway::HELLO_PORT))?;
+            socket.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let mut buf = [0u8; 64];
+            let (n, from) = socket.recv_from(&mut buf)?;
+            Ok::<_, std::io::Error>((String::from_utf8_lossy(&buf[..n]).into_owned(), from))
+        })
+        .expect("in the shoot pod")
+        .expect("a hello within 10 s");
+    assert_eq!(hello.0, KAPI[0].to_string());
+    assert_eq!(
+        hello.1.ip(),
+        std::net::IpAddr::V6(me.addr),
+        "from the identity"
     );
 
-    // vpn2's kube-apiserver client (tap) next to them: a layer-2 pair, Ready.
+    // vpn2's kube-apiserver client (tap) next to them: a layer-2 pair too.
     let seed = UpstreamOpenvpn::start(&kapi1, &seed_tap, 3).expect("vpn2 seed client");
     assert!(
         poll(UP, || seed

@@ -1,6 +1,11 @@
 //! The HA server's gateway between our layer-3 kube-apiservers and vpn2's layer-2 shoot pods
 //! (`docs/ha.md` §7, issue 30: the mixed window of an in-place switch), without I/O; time is
-//! an argument. Not wired into the packet path yet: the registry does not call it.
+//! an argument. The registry keeps one ([`crate::registry::Registry::with_gateway`], fed by
+//! admission and the connections' ends); the packet mode hands it a layer-3 kube-apiserver's
+//! packet to the shoot while no layer-3 shoot connection is up, and every group frame and
+//! unknown unicast from a layer-2 connection, and sends what it returns; the held packets'
+//! task calls [`Gateway::tick`]. The other direction (vpn2's kube-apiservers to our shoot
+//! pods) has no gateway.
 //!
 //! vpn2's kube-apiserver pod reaches shoot pod `j` by an `ip6tnl` from its bond address
 //! (`…::a:X` of `VPN_NETWORK`'s /104) to `j`'s (`…::b:j`), IPv4 (next header 4) or IPv6

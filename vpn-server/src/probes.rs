@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `liveness` | the file parses and its `TIME` is at most [`STALE_AFTER`] (17 s) before now (a `TIME` in the future counts as fresh) |
 //! | `readiness`, not HA | the file parses and has no `CLIENT_LIST` row, or one whose CN starts with `vpn-shoot-client` (clients still in the handshake, CN `UNDEF`, alone are not enough) |
-//! | `readiness`, HA | the file parses and has at least 2 `CLIENT_LIST` rows, at least one CN starting with `vpn-seed-client` and one starting with `vpn-shoot-client` (vpn2's rule), and among them a pair the server carries ([`check_carried`]): a layer-2 seed client next to a layer-2 shoot client, or a layer-3 seed client next to a layer-3 shoot client |
+//! | `readiness`, HA | the file parses and has at least 2 `CLIENT_LIST` rows, at least one CN starting with `vpn-seed-client` and one starting with `vpn-shoot-client` (vpn2's rule), and among them a pair the server carries ([`check_carried`]): a layer-2 seed client next to a layer-2 shoot client, or a layer-3 seed client next to a layer-3 shoot client or (through the gateway, `crate::gateway`) a layer-2 one |
 //!
 //! Otherwise the verb prints why, as one line on stdout, and exits 1 (vpn2 prints its errors
 //! with `fmt.Println`, so stdout: the kubelet shows it as the probe's output). A file without
@@ -103,10 +103,11 @@ pub enum NotReady {
         clients: usize,
     },
     /// HA: seed and shoot clients are connected, but none that the server carries between
-    /// each other (a layer-2 pair or a layer-3 pair, [`check_carried`]).
+    /// each other ([`check_carried`]): vpn2's seed clients next to our shoot clients only.
     #[error(
-        "not ready (HA): no seed and shoot client of the same layer (layer 2, vpn2's tap clients: \
-         {l2_seed} seed, {l2_shoot} shoot; layer 3: {l3_seed} seed, {l3_shoot} shoot)"
+        "not ready (HA): no seed and shoot client the server carries between each other \
+         (layer 2, vpn2's tap clients: {l2_seed} seed, {l2_shoot} shoot; layer 3: {l3_seed} \
+         seed, {l3_shoot} shoot)"
     )]
     NoCarriedPair {
         /// Layer-2 `vpn-seed-client*` rows.
@@ -249,7 +250,8 @@ pub fn check_ready(status: &Status, ha: bool) -> Result<(), NotReady> {
 
 /// HA: whether the file lists a pair of clients the server carries between each other
 /// (module docs): a layer-2 seed client and a layer-2 shoot client, or a layer-3 seed client
-/// and a layer-3 shoot client. A client is layer 2 when its virtual IPv6 address lies in
+/// and a shoot client of either layer (a layer-2 one through the gateway). A layer-2 seed
+/// client next to layer-3 shoot clients only is no pair (that direction has no gateway). A client is layer 2 when its virtual IPv6 address lies in
 /// `layer2`, the server's `server-ipv6` network.
 pub fn check_carried(status: &Status, layer2: Ipv6Net) -> Result<(), NotReady> {
     let is_layer2 = |c: &read::Client| matches!(c.virtual_ipv6, Some(std::net::IpAddr::V6(a)) if layer2.contains(&a));
@@ -268,7 +270,7 @@ pub fn check_carried(status: &Status, layer2: Ipv6Net) -> Result<(), NotReady> {
         count(SEED_CLIENT_PREFIX, false),
         count(SHOOT_CLIENT_PREFIX, false),
     );
-    if (l2_seed > 0 && l2_shoot > 0) || (l3_seed > 0 && l3_shoot > 0) {
+    if (l2_seed > 0 && l2_shoot > 0) || (l3_seed > 0 && l3_shoot + l2_shoot > 0) {
         return Ok(());
     }
     Err(NotReady::NoCarriedPair {

@@ -49,6 +49,7 @@ use protocol::session::{ClientIdentity, ClientSettings, SEND_HEADROOM};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::Gateway;
 use crate::ha::{self, HaSwitch, Switched};
 use crate::pool::{Pool, PoolError};
 use crate::routing::{Forward, RoutingTable};
@@ -279,6 +280,9 @@ pub struct Registry {
     /// Changes whenever a client's tunnel comes up (its routes usable): what held CONNECTs
     /// of the sidecar wait on.
     route_changes: watch::Sender<u64>,
+    /// HA mode: the gateway from our layer-3 kube-apiservers to vpn2's layer-2 shoot pods
+    /// ([`crate::gateway`]; none without `VPN_NETWORK`).
+    gateway: Option<Gateway<ClientId>>,
 }
 
 /// Where a packet read from the tun device goes ([`Registry::route_from_device`]).
@@ -343,7 +347,22 @@ impl Registry {
             clients: HashMap::new(),
             hold: TunHold::new(Duration::ZERO, HoldLimits::default()),
             route_changes: watch::Sender::new(0),
+            gateway: None,
         }
+    }
+
+    /// HA mode: our kube-apiservers reach vpn2's layer-2 shoot pods through a gateway in
+    /// `vpn_network` (vpn2's `VPN_NETWORK`; [`crate::gateway`]) while no layer-3 shoot
+    /// connection is up.
+    #[must_use]
+    pub fn with_gateway(mut self, vpn_network: Option<Ipv6Net>) -> Registry {
+        self.gateway = vpn_network.map(Gateway::new);
+        self
+    }
+
+    /// HA mode: the gateway, if any.
+    pub fn gateway_mut(&mut self) -> Option<&mut Gateway<ClientId>> {
+        self.gateway.as_mut()
     }
 
     /// Holds packets from the device for reconnecting clients (in HA mode, packets to the
@@ -816,7 +835,13 @@ impl Registry {
         let (v4, v6) = if cn == ha::SEED_CLIENT_CN {
             let addr = conn.peer.ip().to_canonical();
             let transfer = settings.ha.as_ref().and_then(|h| h.transfer_v6);
-            switch.seed_connected(id, &ha::seed_addresses(addr, transfer));
+            let addresses = ha::seed_addresses(addr, transfer);
+            switch.seed_connected(id, &addresses);
+            if let Some(g) = self.gateway.as_mut() {
+                if let Err(collision) = g.kapi_connected(id, addr, addresses, Instant::now()) {
+                    tracing::warn!(%collision, "no way to vpn2's shoot pods for this kube-apiserver");
+                }
+            }
             match addr {
                 IpAddr::V4(a) => (Some(a), None),
                 IpAddr::V6(a) => (None, Some(a)),
@@ -865,8 +890,16 @@ impl Registry {
         e.cipher = cipher.to_owned();
         e.since = now_unix;
         e.last_ref = now_unix;
-        // A layer-2 connection joins no layer-3 switch (its frames teach the MAC table).
+        // A layer-2 connection joins no layer-3 switch (its frames teach the MAC table); a
+        // layer-2 shoot connection joins the gateway.
         let shoot_index = ha::shoot_index(&e.common_name).filter(|_| !e.layer2);
+        if let (Some(g), Some(j), true) = (
+            self.gateway.as_mut(),
+            ha::shoot_index(&e.common_name),
+            e.layer2,
+        ) {
+            g.shoot_connected(id, j, Instant::now());
+        }
         // Each released packet with the connection it goes to.
         let released: Vec<(ClientId, BytesMut)> = match &mut self.table {
             Table::Routes(routes) => self
@@ -995,6 +1028,10 @@ impl Registry {
             Table::Ha(..) | Table::Macs(_) => {}
         }
         self.table.forget(id);
+        if let Some(g) = self.gateway.as_mut() {
+            g.kapi_disconnected(id);
+            g.shoot_disconnected(id);
+        }
         Some(entry)
     }
 

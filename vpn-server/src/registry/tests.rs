@@ -1408,8 +1408,8 @@ fn an_ha_server_is_ready_only_on_a_pair_it_carries() {
     assert_eq!(
         ready(&mut reg),
         Err(
-            "not ready (HA): no seed and shoot client of the same layer (layer 2, vpn2's tap \
-             clients: 1 seed, 0 shoot; layer 3: 0 seed, 1 shoot)"
+            "not ready (HA): no seed and shoot client the server carries between each other \
+             (layer 2, vpn2's tap clients: 1 seed, 0 shoot; layer 3: 0 seed, 1 shoot)"
                 .to_owned()
         )
     );

@@ -24,16 +24,21 @@
 //! connect and get vpn2's push, `ifconfig-ipv6` of the server's /112 included, and it turns
 //! Ready on them); `vpn-seed-server-0` replaced by ours (every bond to `tap1`, through our
 //! server 1, then back to `tap0`, our server 0); our server 0 killed (`kill -9`): through our
-//! server 1; server 0 back. A kube-apiserver → kubelet request (a new TCP connection, a line
-//! echoed) runs every 100 ms throughout; the test prints per step the requests started,
-//! failed and the longest time without an answer (`ha layer 2:` lines). Before this change
+//! server 1; server 0 back; then our kube-apiserver pod beside vpn2's, with no shoot pod of
+//! ours: a datagram of it reaches a vpn2 shoot pod through the servers' gateway (IPv4 inside
+//! IPv6 from its vpn2 identity, read by a raw socket for protocol 4 standing in for `ip6tnl`)
+//! and the pod's answer, sent back the same way, reaches it. A kube-apiserver → kubelet
+//! request (a new TCP connection, a line echoed) runs every 100 ms through the first three
+//! steps; the test prints per step the requests started, failed and the longest time without
+//! an answer (`ha layer 2:` lines). Before this change
 //! our HA server closed vpn2's tap clients (DEVIATIONS W4): `tap1` never came up at our
 //! server 1, which never turned Ready, and the test fails there.
 
 // One scenario read top to bottom.
 #![allow(clippy::too_many_lines)]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -43,7 +48,9 @@ use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::load::{ms, tcp_request, INTERVAL};
 use conformance::gardener::pods::{Binaries, Container};
 use conformance::gardener::vpn2_ha_pods::bond::{ipv4_sent, Bond};
-use conformance::gardener::vpn2_ha_pods::{start_kapi_pod, start_server, start_shoot_pod};
+use conformance::gardener::vpn2_ha_pods::{
+    shoot_bond_address, start_kapi_pod, start_server, start_shoot_pod,
+};
 use conformance::netns::Netns;
 use conformance::require_lab;
 use conformance::wait::{wait_until, wait_until_every};
@@ -119,7 +126,7 @@ fn tx_packets(ns: &Netns) -> (u64, u64) {
 }
 
 /// `vpn-server readiness` of server `i` (the kubelet's exec probe), its output.
-fn readiness(l: &HaLandscape, bins: &Binaries, root: &std::path::Path, i: usize) -> (bool, String) {
+fn readiness(l: &HaLandscape, bins: &Binaries, root: &Path, i: usize) -> (bool, String) {
     let out = l.server[i]
         .command(&bins.server.display().to_string())
         .arg("readiness")
@@ -411,6 +418,9 @@ fn our_ha_servers_carry_vpn2s_tap_clients() {
                 all_back.1,
                 ms(gap)
             );
+
+            // 4. Our kube-apiserver pod beside vpn2's: through the gateway.
+            eprintln!("ha layer 2: {}", through_the_gateway(&l, &bins, root));
         }));
         stop.store(true, Ordering::Relaxed);
         if let Err(panic) = result {
@@ -423,6 +433,156 @@ fn our_ha_servers_carry_vpn2s_tap_clients() {
             std::panic::resume_unwind(panic);
         }
     });
+}
+
+/// vpn2's `VPN_NETWORK`.
+fn vpn_network() -> ipnet::Ipv6Net {
+    "fd8f:6d53:b97a:1::/96".parse().expect("net")
+}
+
+/// Our kube-apiserver pod (replica 1, `tun0`/`tun1`) beside vpn2's, both servers ours, no
+/// shoot pod of ours: a UDP datagram from it to the node reaches one of vpn2's shoot pods
+/// through the server's gateway as vpn2's `ip6tnl` would receive it (IPv4 inside IPv6 from
+/// the kube-apiserver's vpn2 identity to the pod's bond address, read by a raw socket for
+/// protocol 4 in the shoot pod: the stand-in for the tunnel device this kernel lacks), and a
+/// reply the shoot pod sends the same way reaches the kube-apiserver's socket. What it saw.
+fn through_the_gateway(l: &HaLandscape, bins: &Binaries, root: &Path) -> String {
+    PODS.kapi_init_spec(bins, 1)
+        .run(&l.kapi[1], root)
+        .expect("vpn-client-init");
+    let clients: Vec<Container<'_>> = (0..2)
+        .map(|i| {
+            PODS.seed_client_spec(bins, root, 1, i)
+                .start(&l.kapi[1], root)
+                .expect("our vpn-client")
+        })
+        .collect();
+    clients[0]
+        .wait_log("tunnel up", UP)
+        .expect("our kube-apiserver's tunnel to server 0");
+    let pod = KAPI[1];
+    let me = vpn_server::gateway::identity(vpn_network(), IpAddr::V4(pod));
+    let arrived = AtomicBool::new(false);
+    let started = Instant::now();
+    let (seen, reply) = std::thread::scope(|s| {
+        let listeners: Vec<_> = (0..2)
+            .map(|j| {
+                let arrived = &arrived;
+                s.spawn(move || {
+                    l.shoot[j]
+                        .run_in(move || shoot_pod_tunnel(j, me.addr, arrived))
+                        .expect("in the shoot pod")
+                })
+            })
+            .collect();
+        let reply = l.kapi[1]
+            .run_in(|| {
+                let socket = std::net::UdpSocket::bind((pod, 40000))?;
+                socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+                let mut buf = [0u8; 64];
+                for _ in 0..100 {
+                    socket.send_to(b"to the kubelet", (NODE, 9))?;
+                    if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                        return Ok((String::from_utf8_lossy(&buf[..n]).into_owned(), from));
+                    }
+                }
+                Err(std::io::Error::other("no reply within 20 s"))
+            })
+            .expect("in our kube-apiserver pod");
+        arrived.store(true, Ordering::Relaxed);
+        let seen: Vec<_> = listeners
+            .into_iter()
+            .filter_map(|h| h.join().expect("listener"))
+            .collect();
+        (seen, reply)
+    });
+    let (j, inner) = seen.first().cloned().expect("a packet at a shoot pod");
+    // The inner packet: our kube-apiserver's datagram to the node, as it left tun0.
+    assert_eq!(inner[0] >> 4, 4, "IPv4 inside: {inner:02x?}");
+    assert_eq!(&inner[12..16], &pod.octets(), "from the pod IP");
+    assert_eq!(&inner[16..20], &NODE.octets());
+    assert!(inner.ends_with(b"to the kubelet"), "{inner:02x?}");
+    let (text, from) = reply.expect("the shoot pod's reply through the gateway");
+    assert_eq!(text, "from the kubelet");
+    assert_eq!(from, SocketAddr::from((NODE, 9)));
+    format!(
+        "our kube-apiserver beside vpn2's: its datagram at vpn2's shoot pod {j} inside IPv6 \
+         from {} (its vpn2 identity), the reply back through the gateway, {} after its \
+         tunnel was up",
+        me.addr,
+        ms(started.elapsed())
+    )
+}
+
+/// In vpn2's shoot pod `j`: the first IPv4 packet inside IPv6 from `identity` to the pod's
+/// bond address (the raw socket gets what `ip6tnl` would), answered by a UDP datagram from
+/// the node inside IPv6 to `identity`; `None` once `stop` is set (at most 30 s).
+fn shoot_pod_tunnel(j: usize, identity: Ipv6Addr, stop: &AtomicBool) -> Option<(usize, Vec<u8>)> {
+    use rustix::net::{
+        bind, ipproto, recvfrom, sendto, socket, sockopt, AddressFamily, RecvFlags, SendFlags,
+        SocketType,
+    };
+    let bond = shoot_bond_address(j);
+    let fd = socket(AddressFamily::INET6, SocketType::RAW, Some(ipproto::IPIP)).ok()?;
+    bind(&fd, &SocketAddrV6::new(bond, 0, 0, 0)).ok()?;
+    sockopt::set_socket_timeout(
+        &fd,
+        sockopt::Timeout::Recv,
+        Some(Duration::from_millis(200)),
+    )
+    .ok()?;
+    let mut buf = [0u8; 2048];
+    let until = Instant::now() + Duration::from_secs(30);
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+        let Ok((n, _, Some(from))) = recvfrom(&fd, &mut buf[..], RecvFlags::empty()) else {
+            continue;
+        };
+        if SocketAddr::try_from(from).map(|a| a.ip()) != Ok(IpAddr::V6(identity)) {
+            continue;
+        }
+        let inner = buf[..n].to_vec();
+        // The node's answer, from port 9 to the datagram's source port.
+        let sport = [inner[20], inner[21]];
+        let reply = ipv4_udp(
+            NODE,
+            Ipv4Addr::from(<[u8; 4]>::try_from(&inner[12..16]).ok()?),
+            9,
+            u16::from_be_bytes(sport),
+            b"from the kubelet",
+        );
+        sendto(
+            &fd,
+            &reply,
+            SendFlags::empty(),
+            &SocketAddrV6::new(identity, 0, 0, 0),
+        )
+        .ok()?;
+        return Some((j, inner));
+    }
+    None
+}
+
+/// An IPv4 UDP datagram (header checksum set, UDP checksum 0: none).
+fn ipv4_udp(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let total = 28 + payload.len();
+    let mut p = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    let mut sum: u32 = p
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    p.extend_from_slice(&sport.to_be_bytes());
+    p.extend_from_slice(&dport.to_be_bytes());
+    p.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    p
 }
 
 /// Waits until every bond of `bonds` is on `tap0` again after `since`: when the last one

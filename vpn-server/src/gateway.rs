@@ -4,8 +4,18 @@
 //! admission and the connections' ends); the packet mode hands it a layer-3 kube-apiserver's
 //! packet to the shoot while no layer-3 shoot connection is up, and every group frame and
 //! unknown unicast from a layer-2 connection, and sends what it returns; the held packets'
-//! task calls [`Gateway::tick`]. The other direction (vpn2's kube-apiservers to our shoot
-//! pods) has no gateway.
+//! task calls [`Gateway::tick`].
+//!
+//! Direction 1, vpn2's kube-apiservers to our layer-3 shoot pods (pure, **not wired yet**:
+//! the registry does not call [`Gateway::l3_shoot_connected`] nor
+//! [`Gateway::from_l3_shoot`]): while our shoot pod `j` is connected the gateway owns
+//! `…::b:j` with the MAC address `02:76:70:0b:00:<j>` ([`shoot_identity`], the same on both
+//! servers, as vpn2's pod keeps its neighbour entry across a bond failover); it answers
+//! solicitations and the path controller's pings for it, swallows the hellos to it and
+//! records their pod IP with the sender's bond address, MAC address and connection; a packet
+//! inside IPv6 from that bond address to `…::b:j` whose inner source is that pod IP goes to
+//! `j`'s connection as it is; `j`'s answers to that pod IP go back inside IPv6 from `…::b:j`
+//! (never one that opens something: the shoot opens nothing into the seed).
 //!
 //! vpn2's kube-apiserver pod reaches shoot pod `j` by an `ip6tnl` from its bond address
 //! (`…::a:X` of `VPN_NETWORK`'s /104) to `j`'s (`…::b:j`), IPv4 (next header 4) or IPv6
@@ -67,6 +77,8 @@ const NH_UDP: u8 = 17;
 const NH_ICMPV6: u8 = 58;
 const NH_TCP: u8 = 6;
 const ND_SOLICIT: u8 = 135;
+const ICMPV6_ECHO_REQUEST: u8 = 128;
+const ICMPV6_ECHO_REPLY: u8 = 129;
 const ND_ADVERT: u8 = 136;
 const ND_OPT_SOURCE_LL: u8 = 1;
 const ND_OPT_TARGET_LL: u8 = 2;
@@ -82,6 +94,15 @@ fn bond_address(vpn_network: Ipv6Net, low: u32) -> Ipv6Addr {
 /// Shoot pod `j`'s bond address, `…::b:j` (vpn2: from the pod name's index).
 pub fn shoot_address(vpn_network: Ipv6Net, j: u8) -> Ipv6Addr {
     bond_address(vpn_network, 0x0b_0000 | u32::from(j))
+}
+
+/// The vpn2 identity the gateway gives our layer-3 shoot pod `j` (direction 1, module docs):
+/// `…::b:j` and the MAC address `02:76:70:0b:00:<j>`, the same on both servers.
+pub fn shoot_identity(vpn_network: Ipv6Net, j: u8) -> Identity {
+    Identity {
+        addr: shoot_address(vpn_network, j),
+        mac: MacAddr([0x02, 0x76, 0x70, 0x0b, 0x00, j]),
+    }
 }
 
 /// A kube-apiserver's emulated vpn2 identity (module docs).
@@ -193,6 +214,17 @@ pub fn neighbor_advertisement(me: &Identity, to: MacAddr, to_ip: Ipv6Addr) -> Ve
     body.extend_from_slice(&[ND_OPT_TARGET_LL, 1]);
     body.extend_from_slice(&me.mac.0);
     icmpv6_frame(me, to, to_ip, body)
+}
+
+/// The echo reply of `me` to the echo request `request` (the ICMPv6 message, type first)
+/// from `to_ip` at `to`: the same identifier, sequence number and data.
+pub fn echo_reply(me: &Identity, to: MacAddr, to_ip: Ipv6Addr, request: &[u8]) -> Vec<u8> {
+    let mut body = request.to_vec();
+    body[0] = ICMPV6_ECHO_REPLY;
+    body[2..4].copy_from_slice(&[0, 0]);
+    let sum = upper_checksum(me.addr, to_ip, NH_ICMPV6, &body);
+    body[2..4].copy_from_slice(&sum.to_be_bytes());
+    ipv6_frame(to, me.mac, (me.addr, to_ip), NH_ICMPV6, 64, &body)
 }
 
 /// The path controller's hello from `me` to the shoot pod at `shoot` (`shoot_ip`): UDP to
@@ -314,6 +346,29 @@ pub enum Inbound<'a> {
         /// Its MAC address (the target link-layer option, else the frame's source).
         mac: MacAddr,
     },
+    /// An ICMPv6 echo request from `src` at `from` to `dst`; `body` from the type on.
+    EchoRequest {
+        /// The sender.
+        src: Ipv6Addr,
+        /// Its MAC address.
+        from: MacAddr,
+        /// The address pinged.
+        dst: Ipv6Addr,
+        /// The ICMPv6 message.
+        body: &'a [u8],
+    },
+    /// A UDP datagram from `src` at `from` to `[dst]:`[`HELLO_PORT`]: a path controller's
+    /// hello, `payload` its pod IP as text.
+    Hello {
+        /// The sender.
+        src: Ipv6Addr,
+        /// Its MAC address.
+        from: MacAddr,
+        /// The shoot pod's address.
+        dst: Ipv6Addr,
+        /// The datagram's payload.
+        payload: &'a [u8],
+    },
     /// IPv4 or IPv6 inside IPv6 from `src` to `dst` (next header 4 or 41).
     Tunnelled {
         /// The outer source.
@@ -356,6 +411,24 @@ pub fn classify(frame: &[u8]) -> Inbound<'_> {
             dst,
             inner: payload,
         },
+        NH_ICMPV6 if payload.first() == Some(&ICMPV6_ECHO_REQUEST) && payload.len() >= 8 => {
+            Inbound::EchoRequest {
+                src,
+                from: eth_src,
+                dst,
+                body: payload,
+            }
+        }
+        NH_UDP
+            if payload.len() >= 8 && u16::from_be_bytes([payload[2], payload[3]]) == HELLO_PORT =>
+        {
+            Inbound::Hello {
+                src,
+                from: eth_src,
+                dst,
+                payload: &payload[8..],
+            }
+        }
         NH_ICMPV6 if payload.len() >= 24 && matches!(payload[0], ND_SOLICIT | ND_ADVERT) => {
             let target = addr(&payload[8..24]);
             let wanted = if payload[0] == ND_SOLICIT {
@@ -447,6 +520,14 @@ struct Kapi<C> {
     shoot: Option<u8>,
 }
 
+/// vpn2's kube-apiserver pod as its path controller's hellos told the gateway.
+#[derive(Debug, Clone, Copy)]
+struct Vpn2Kapi<C> {
+    addr: Ipv6Addr,
+    mac: MacAddr,
+    conn: C,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Shoot<C> {
     conn: C,
@@ -463,6 +544,10 @@ pub struct Gateway<C> {
     shoots: BTreeMap<u8, Shoot<C>>,
     /// When the next hellos (and solicitations for unknown shoot pods) are due.
     due: Option<Instant>,
+    /// Direction 1: our layer-3 shoot connections, by index.
+    l3_shoots: BTreeMap<u8, C>,
+    /// Direction 1: vpn2's kube-apiservers by the pod IP their hellos carry.
+    vpn2_kapis: HashMap<IpAddr, Vpn2Kapi<C>>,
 }
 
 impl<C: Copy + Eq + Hash> Gateway<C> {
@@ -473,7 +558,28 @@ impl<C: Copy + Eq + Hash> Gateway<C> {
             kapis: HashMap::new(),
             shoots: BTreeMap::new(),
             due: None,
+            l3_shoots: BTreeMap::new(),
+            vpn2_kapis: HashMap::new(),
         }
+    }
+
+    /// Direction 1: our layer-3 shoot connection `conn` with index `j` is up; the gateway
+    /// answers for `…::b:j` towards vpn2's kube-apiservers.
+    pub fn l3_shoot_connected(&mut self, conn: C, j: u8) {
+        self.l3_shoots.insert(j, conn);
+    }
+
+    /// Direction 1: a layer-3 shoot connection is gone.
+    pub fn l3_shoot_disconnected(&mut self, conn: C) {
+        self.l3_shoots.retain(|_, c| *c != conn);
+    }
+
+    /// Direction 1: the layer-3 shoot pod owning `addr` (`…::b:j`), if connected.
+    fn l3_shoot_at(&self, addr: Ipv6Addr) -> Option<(u8, C)> {
+        self.l3_shoots
+            .iter()
+            .find(|(&j, _)| shoot_address(self.vpn_network, j) == addr)
+            .map(|(&j, &c)| (j, c))
     }
 
     /// Our kube-apiserver connection `conn` with pod IP `pod_ip` owning `addresses` is up at
@@ -521,8 +627,10 @@ impl<C: Copy + Eq + Hash> Gateway<C> {
         self.due = Some(now);
     }
 
-    /// A shoot connection is gone; kube-apiservers on it pick again.
+    /// A layer-2 connection is gone: a shoot connection (kube-apiservers on it pick again),
+    /// or vpn2's kube-apiserver's (its hellos forgotten).
     pub fn shoot_disconnected(&mut self, conn: C) {
+        self.vpn2_kapis.retain(|_, k| k.conn != conn);
         let gone: Vec<u8> = self
             .shoots
             .iter()
@@ -573,42 +681,113 @@ impl<C: Copy + Eq + Hash> Gateway<C> {
 
     /// A frame from layer-2 connection `from` (a group frame's copy included): an answer to a
     /// solicitation for an identity, a shoot pod's MAC address learned (and hellos to it at
-    /// once), or a tunnelled reply to a kube-apiserver.
+    /// once), a tunnelled reply to a kube-apiserver; direction 1: an answer to vpn2's
+    /// kube-apiserver's solicitation or ping of one of our shoot pods, its hello recorded,
+    /// its tunnelled packet to that shoot pod.
     pub fn from_layer2(&mut self, from: C, frame: &[u8]) -> Vec<Out<C>> {
         match classify(frame) {
             Inbound::Solicitation {
                 target,
                 from_ip,
                 from: mac,
-            } => self
-                .kapis
-                .get(&target)
-                .map(|k| Out::Frame {
+            } => {
+                let me = self.kapis.get(&target).map(|k| k.me).or_else(|| {
+                    self.l3_shoot_at(target)
+                        .map(|(j, _)| shoot_identity(self.vpn_network, j))
+                });
+                me.map(|me| Out::Frame {
                     to: from,
-                    frame: neighbor_advertisement(&k.me, mac, from_ip),
+                    frame: neighbor_advertisement(&me, mac, from_ip),
+                })
+                .into_iter()
+                .collect()
+            }
+            Inbound::Advertisement { target, mac } => self.learn(from, target, mac),
+            Inbound::EchoRequest {
+                src,
+                from: mac,
+                dst,
+                body,
+            } => self
+                .l3_shoot_at(dst)
+                .map(|(j, _)| Out::Frame {
+                    to: from,
+                    frame: echo_reply(&shoot_identity(self.vpn_network, j), mac, src, body),
                 })
                 .into_iter()
                 .collect(),
-            Inbound::Advertisement { target, mac } => self.learn(from, target, mac),
-            Inbound::Tunnelled { src, dst, inner } => {
-                let Some(k) = self.kapis.get(&dst) else {
-                    return Vec::new();
-                };
-                let from_shoot = self
-                    .shoots
-                    .iter()
-                    .any(|(&j, s)| s.conn == from && shoot_address(self.vpn_network, j) == src);
-                let inner_dst = crate::spoof::addresses(inner).ok().map(|(_, d)| d);
-                if !from_shoot || !inner_dst.is_some_and(|d| k.addresses.contains(&d)) {
-                    return Vec::new();
+            Inbound::Hello {
+                src,
+                from: mac,
+                dst,
+                payload,
+            } => {
+                let pod = std::str::from_utf8(payload)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<IpAddr>().ok());
+                if let (Some(pod), Some(_)) = (pod, self.l3_shoot_at(dst)) {
+                    self.vpn2_kapis.insert(
+                        pod,
+                        Vpn2Kapi {
+                            addr: src,
+                            mac,
+                            conn: from,
+                        },
+                    );
                 }
-                vec![Out::Packet {
-                    to: k.conn,
-                    packet: inner.to_vec(),
-                }]
+                Vec::new()
             }
+            Inbound::Tunnelled { src, dst, inner } => self.tunnelled(from, src, dst, inner),
             Inbound::Other => Vec::new(),
         }
+    }
+
+    /// IP inside IPv6 from `src` to `dst` on layer-2 connection `from`: a shoot pod's reply
+    /// to one of our kube-apiservers, or (direction 1) vpn2's kube-apiserver's packet to one
+    /// of our shoot pods, from the pod IP its hellos carry.
+    fn tunnelled(&self, from: C, src: Ipv6Addr, dst: Ipv6Addr, inner: &[u8]) -> Vec<Out<C>> {
+        let Ok((inner_src, inner_dst)) = crate::spoof::addresses(inner) else {
+            return Vec::new();
+        };
+        if let Some(k) = self.kapis.get(&dst) {
+            let from_shoot = self
+                .shoots
+                .iter()
+                .any(|(&j, s)| s.conn == from && shoot_address(self.vpn_network, j) == src);
+            if !from_shoot || !k.addresses.contains(&inner_dst) {
+                return Vec::new();
+            }
+            return vec![Out::Packet {
+                to: k.conn,
+                packet: inner.to_vec(),
+            }];
+        }
+        let Some((_, shoot)) = self.l3_shoot_at(dst) else {
+            return Vec::new();
+        };
+        let sender = self.vpn2_kapis.get(&inner_src);
+        if !sender.is_some_and(|k| k.conn == from && k.addr == src) {
+            return Vec::new();
+        }
+        vec![Out::Packet {
+            to: shoot,
+            packet: inner.to_vec(),
+        }]
+    }
+
+    /// Direction 1: a packet from our layer-3 shoot connection `from` to a vpn2
+    /// kube-apiserver's pod IP (known from its hellos): inside IPv6 from `…::b:j` to its bond
+    /// address, to its connection. `None` when it is no vpn2 kube-apiserver's, when the
+    /// packet opens something (the shoot opens nothing into the seed), or does not fit.
+    pub fn from_l3_shoot(&self, from: C, packet: &[u8]) -> Option<Out<C>> {
+        let (&j, _) = self.l3_shoots.iter().find(|(_, c)| **c == from)?;
+        let (_, dst) = crate::spoof::addresses(packet).ok()?;
+        let k = self.vpn2_kapis.get(&dst)?;
+        if crate::ha::opens_connection(packet) {
+            return None;
+        }
+        let frame = encapsulate(&shoot_identity(self.vpn_network, j), k.mac, k.addr, packet)?;
+        Some(Out::Frame { to: k.conn, frame })
     }
 
     /// Shoot pod `j` (at connection `from`) announced `mac` for `target`: learned if

@@ -398,3 +398,119 @@ fn a_second_pod_ip_with_the_same_identity_gets_none() {
     // The same pod IP again (a reconnect) takes its identity over.
     g.kapi_connected(3, first, vec![first], t0).expect("again");
 }
+
+/// An IPv4 UDP datagram from `src` to `dst` (no checksums: the gateway reads addresses).
+fn udp4(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let mut p = vec![0x45, 0, 0, 32, 0, 0, 0x40, 0, 64, 17, 0, 0];
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&[0x9c, 0x40, 0x27, 0x1a, 0, 12, 0, 0, b'p', b'i', b'n', b'g']);
+    p
+}
+
+#[test]
+fn direction_1_vpn2s_kube_apiserver_reaches_our_shoot_pod_and_back() {
+    const OUR_SHOOT_1: u32 = 21;
+    const VPN2_KAPI: u32 = 30;
+    let mut g = Gateway::new(vpn_network());
+    g.l3_shoot_connected(OUR_SHOOT_1, 1);
+    let b1 = shoot_address(vpn_network(), 1);
+    let ours = shoot_identity(vpn_network(), 1);
+    assert_eq!(ours.mac, MacAddr([0x02, 0x76, 0x70, 0x0b, 0x00, 0x01]));
+    let kapi = Identity {
+        addr: ip6("fd8f:6d53:b97a:1::a:1"),
+        mac: MacAddr([0x5a, 0, 0, 0, 0x0a, 0x01]),
+    };
+    // vpn2's kube-apiserver asks for …::b:1: answered with our shoot pod's identity.
+    let out = g.from_layer2(VPN2_KAPI, &neighbor_solicitation(&kapi, b1));
+    let answers = frames(&out);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].0, VPN2_KAPI);
+    assert!(answers[0].1.starts_with(&kapi.mac.0));
+    assert_eq!(
+        classify(answers[0].1),
+        Inbound::Advertisement {
+            target: b1,
+            mac: ours.mac
+        }
+    );
+    // …::b:0 is no shoot pod of ours: no answer.
+    let b0 = shoot_address(vpn_network(), 0);
+    assert!(g
+        .from_layer2(VPN2_KAPI, &neighbor_solicitation(&kapi, b0))
+        .is_empty());
+    // Its path controller's ping: answered with the same identifier, sequence and data.
+    let mut body = vec![ICMPV6_ECHO_REQUEST, 0, 0, 0, 0x12, 0x34, 0, 7];
+    body.extend_from_slice(b"HELLO-R-U-THERE");
+    let sum = upper_checksum(kapi.addr, b1, NH_ICMPV6, &body);
+    body[2..4].copy_from_slice(&sum.to_be_bytes());
+    let ping = ipv6_frame(ours.mac, kapi.mac, (kapi.addr, b1), NH_ICMPV6, 64, &body);
+    let out = g.from_layer2(VPN2_KAPI, &ping);
+    let replies = frames(&out);
+    assert_eq!(replies.len(), 1);
+    let reply = replies[0].1;
+    assert!(reply.starts_with(&kapi.mac.0));
+    let icmp = &reply[ETH_HEADER_LEN + 40..];
+    assert_eq!(icmp[0], ICMPV6_ECHO_REPLY);
+    assert_eq!(&icmp[4..], &body[4..]);
+    assert_eq!(verify(reply), 0);
+    // Its hello (pod IP 10.1.1.20) is swallowed and recorded; then its tunnelled packets
+    // from that pod IP go to our shoot pod 1's connection as they are.
+    let pod = Ipv4Addr::new(10, 1, 1, 20);
+    let hi = hello(&kapi, ours.mac, b1, IpAddr::V4(pod));
+    assert!(matches!(classify(&hi), Inbound::Hello { .. }));
+    assert!(g.from_layer2(VPN2_KAPI, &hi).is_empty());
+    let request = udp4(pod, Ipv4Addr::new(10, 250, 0, 5));
+    let tunnelled = encapsulate(&kapi, ours.mac, b1, &request).expect("fits");
+    assert_eq!(
+        g.from_layer2(VPN2_KAPI, &tunnelled),
+        [Out::Packet {
+            to: OUR_SHOOT_1,
+            packet: request.clone()
+        }]
+    );
+    // Not from the pod IP its hellos carry, not on its connection, not from its address, or
+    // to a shoot pod that is not ours: nothing.
+    let spoofed = udp4(Ipv4Addr::new(10, 1, 1, 21), Ipv4Addr::new(10, 250, 0, 5));
+    let t = encapsulate(&kapi, ours.mac, b1, &spoofed).expect("fits");
+    assert!(g.from_layer2(VPN2_KAPI, &t).is_empty());
+    assert!(g.from_layer2(99, &tunnelled).is_empty());
+    let other = Identity {
+        addr: ip6("fd8f:6d53:b97a:1::a:2"),
+        mac: kapi.mac,
+    };
+    let t = encapsulate(&other, ours.mac, b1, &request).expect("fits");
+    assert!(g.from_layer2(VPN2_KAPI, &t).is_empty());
+    let t = encapsulate(&kapi, ours.mac, b0, &request).expect("fits");
+    assert!(g.from_layer2(VPN2_KAPI, &t).is_empty());
+    // Our shoot pod's answer to the pod IP: inside IPv6 from …::b:1 to its bond address.
+    let answer = udp4(Ipv4Addr::new(10, 250, 0, 5), pod);
+    let Some(Out::Frame { to, frame }) = g.from_l3_shoot(OUR_SHOOT_1, &answer) else {
+        panic!("to vpn2's kube-apiserver")
+    };
+    assert_eq!(to, VPN2_KAPI);
+    assert!(frame.starts_with(&kapi.mac.0) && frame[6..12] == ours.mac.0);
+    assert_eq!(
+        classify(&frame),
+        Inbound::Tunnelled {
+            src: b1,
+            dst: kapi.addr,
+            inner: &answer
+        }
+    );
+    // The shoot opens nothing into the seed; a pod IP no hello told, or a connection that
+    // is no shoot pod of ours: nothing.
+    let syn_into_seed = syn(Ipv4Addr::new(10, 250, 0, 5), pod, 1400);
+    assert_eq!(g.from_l3_shoot(OUR_SHOOT_1, &syn_into_seed), None);
+    let elsewhere = udp4(Ipv4Addr::new(10, 250, 0, 5), Ipv4Addr::new(10, 1, 1, 21));
+    assert_eq!(g.from_l3_shoot(OUR_SHOOT_1, &elsewhere), None);
+    assert_eq!(g.from_l3_shoot(VPN2_KAPI, &answer), None);
+    // vpn2's kube-apiserver gone: its hellos forgotten.
+    g.shoot_disconnected(VPN2_KAPI);
+    assert_eq!(g.from_l3_shoot(OUR_SHOOT_1, &answer), None);
+    // Our shoot pod gone: …::b:1 no longer answered.
+    g.l3_shoot_disconnected(OUR_SHOOT_1);
+    assert!(g
+        .from_layer2(VPN2_KAPI, &neighbor_solicitation(&kapi, b1))
+        .is_empty());
+}

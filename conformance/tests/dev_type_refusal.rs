@@ -1,7 +1,7 @@
 //! vpn2's HA generation (`dev tap`, bonding) and ours (layer 3, `tun`) at each other's
 //! servers, going by the OCC `dev-type` (conformance/DEVIATIONS.md W4, H9; `docs/ha.md` §7):
 //!
-//! * [`vpn2_tap_clients_join_our_ha_server_at_layer_2_and_count_only_in_a_pair`]: our HA
+//! * [`vpn2_tap_clients_join_our_ha_server_at_layer_2`]: our HA
 //!   server as Gardener starts `vpn-seed-server-0` (`IS_HA=true`, vpn2's environment); our
 //!   kube-apiserver client (`vpn-client-0` with Gardener's environment, `tun0`) and upstream
 //!   OpenVPN 2.6 as vpn2's HA clients (the config vpn2 renders for `vpn-client-0`, with its
@@ -135,7 +135,7 @@ fn vpn2_tap_client_config(bins: &Binaries, root: &Path) -> String {
 }
 
 #[test]
-fn vpn2_tap_clients_join_our_ha_server_at_layer_2_and_count_only_in_a_pair() {
+fn vpn2_tap_clients_join_our_ha_server_at_layer_2() {
     require_lab(&["openvpn"]);
     let bins = Binaries::locate().expect("our binaries, built and current");
     let root = secrets_dir(NS_PREFIX).expect("secrets");
@@ -153,7 +153,7 @@ fn vpn2_tap_clients_join_our_ha_server_at_layer_2_and_count_only_in_a_pair() {
         .expect("our HA server");
 
     // Our kube-apiserver client (tun) and vpn2's shoot client (tap, shoot pod 0's
-    // certificate): both admitted, but no pair the server carries between each other.
+    // certificate): both admitted.
     let ours = PODS
         .seed_client_spec(&bins, root, 0, 0)
         .start(&kapi0, root)

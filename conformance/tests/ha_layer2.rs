@@ -27,7 +27,10 @@
 //! server 1; server 0 back; then our kube-apiserver pod beside vpn2's, with no shoot pod of
 //! ours: a datagram of it reaches a vpn2 shoot pod through the servers' gateway (IPv4 inside
 //! IPv6 from its vpn2 identity, read by a raw socket for protocol 4 standing in for `ip6tnl`)
-//! and the pod's answer, sent back the same way, reaches it. A kube-apiserver → kubelet
+//! and the pod's answer, sent back the same way, reaches it; last, vpn2's shoot pod 1
+//! replaced by ours: vpn2's kube-apiserver pod's hello and datagram to `…::b:1` (a raw
+//! socket again) reach our shoot pod through the gateway, and the node's echo comes back
+//! inside IPv6 from `…::b:1`. A kube-apiserver → kubelet
 //! request (a new TCP connection, a line echoed) runs every 100 ms through the first three
 //! steps; the test prints per step the requests started, failed and the longest time without
 //! an answer (`ha layer 2:` lines). Before this change
@@ -43,16 +46,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use conformance::gardener::ha::{max_gap, HaLandscape, KAPI, NODE, TCP_ECHO};
+use conformance::gardener::ha::{clear_pod, max_gap, HaLandscape, KAPI, NODE, TCP_ECHO, UDP_ECHO};
 use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::load::{ms, tcp_request, INTERVAL};
 use conformance::gardener::pods::{Binaries, Container};
 use conformance::gardener::vpn2_ha_pods::bond::{ipv4_sent, Bond};
 use conformance::gardener::vpn2_ha_pods::{
-    shoot_bond_address, start_kapi_pod, start_server, start_shoot_pod,
+    kapi_bond_address, shoot_bond_address, start_kapi_pod, start_server, start_shoot_pod,
 };
 use conformance::netns::Netns;
 use conformance::require_lab;
+use conformance::upstream::UpstreamOpenvpn;
 use conformance::wait::{wait_until, wait_until_every};
 
 const PODS: HaPods = HaPods {
@@ -421,6 +425,12 @@ fn our_ha_servers_carry_vpn2s_tap_clients() {
 
             // 4. Our kube-apiserver pod beside vpn2's: through the gateway.
             eprintln!("ha layer 2: {}", through_the_gateway(&l, &bins, root));
+            // 5. vpn2's shoot pod 1 replaced by ours: vpn2's kube-apiserver reaches it through
+            // the gateway.
+            eprintln!(
+                "ha layer 2: {}",
+                to_our_shoot_pod(&l, &bins, root, &shoots[1].clients)
+            );
         }));
         stop.store(true, Ordering::Relaxed);
         if let Err(panic) = result {
@@ -433,6 +443,87 @@ fn our_ha_servers_carry_vpn2s_tap_clients() {
             std::panic::resume_unwind(panic);
         }
     });
+}
+
+/// vpn2's shoot pod 1 replaced by ours (its clients stopped, its namespace cleared, ours
+/// started: `tun0`/`tun1`): vpn2's kube-apiserver pod (replica 0, bond address `…::a:1`)
+/// says hello to `[…::b:1]:5400` with its pod IP, as its path controller does, and sends a
+/// UDP datagram to the node's echo inside IPv6 to `…::b:1` (a raw socket for protocol 4
+/// standing in for its `ip6tnl`); the servers' gateway hands it to our shoot pod, and the
+/// node's echo comes back inside IPv6 from `…::b:1`. What it saw.
+fn to_our_shoot_pod(
+    l: &HaLandscape,
+    bins: &Binaries,
+    root: &Path,
+    vpn2_clients: &[UpstreamOpenvpn<'_>],
+) -> String {
+    use rustix::net::{
+        bind, ipproto, recvfrom, sendto, socket, sockopt, AddressFamily, RecvFlags, SendFlags,
+        SocketType,
+    };
+    let ns = &l.shoot[1];
+    for c in vpn2_clients {
+        ns.stop(c.pid());
+    }
+    clear_pod(ns).expect("a new pod's namespace");
+    PODS.shoot_init_spec(bins, 1)
+        .run(ns, root)
+        .expect("vpn-shoot-init");
+    let ours: Vec<Container<'_>> = (0..2)
+        .map(|i| {
+            PODS.shoot_client_spec(bins, root, 1, i)
+                .start(ns, root)
+                .expect("our vpn-shoot")
+        })
+        .collect();
+    ours[0]
+        .wait_log("tunnel up", UP)
+        .expect("our shoot pod's tunnel to server 0");
+    let started = Instant::now();
+    let (pod, a1, b1) = (KAPI[0], kapi_bond_address(0), shoot_bond_address(1));
+    let echoed = l.kapi[0]
+        .run_in(move || -> std::io::Result<Vec<u8>> {
+            let hello = std::net::UdpSocket::bind((a1, 0))?;
+            let fd = socket(AddressFamily::INET6, SocketType::RAW, Some(ipproto::IPIP))?;
+            bind(&fd, &SocketAddrV6::new(a1, 0, 0, 0))?;
+            sockopt::set_socket_timeout(
+                &fd,
+                sockopt::Timeout::Recv,
+                Some(Duration::from_millis(200)),
+            )?;
+            let datagram = ipv4_udp(pod, NODE, 40001, UDP_ECHO, b"through the gateway");
+            let mut buf = [0u8; 2048];
+            for _ in 0..100 {
+                hello.send_to(
+                    pod.to_string().as_bytes(),
+                    (b1, vpn_server::gateway::HELLO_PORT),
+                )?;
+                sendto(
+                    &fd,
+                    &datagram,
+                    SendFlags::empty(),
+                    &SocketAddrV6::new(b1, 0, 0, 0),
+                )?;
+                if let Ok((n, _, Some(from))) = recvfrom(&fd, &mut buf[..], RecvFlags::empty()) {
+                    if SocketAddr::try_from(from).map(|a| a.ip()) == Ok(IpAddr::V6(b1)) {
+                        return Ok(buf[..n].to_vec());
+                    }
+                }
+            }
+            Err(std::io::Error::other("no echo within 20 s"))
+        })
+        .expect("in vpn2's kube-apiserver pod")
+        .expect("the node's echo inside IPv6 from …::b:1");
+    // The node's echo to the pod IP, as our shoot pod sent it back (un-NATed).
+    assert_eq!(&echoed[12..16], &NODE.octets(), "{echoed:02x?}");
+    assert_eq!(&echoed[16..20], &pod.octets());
+    assert!(echoed.ends_with(b"through the gateway"), "{echoed:02x?}");
+    format!(
+        "vpn2's kube-apiserver to our shoot pod 1: its datagram inside IPv6 to {b1} echoed by \
+         the node through our shoot pod and back inside IPv6 from {b1}, {} after our pod's \
+         tunnel was up",
+        ms(started.elapsed())
+    )
 }
 
 /// vpn2's `VPN_NETWORK`.

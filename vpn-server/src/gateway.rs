@@ -1,14 +1,17 @@
 //! The HA server's gateway between our layer-3 kube-apiservers and vpn2's layer-2 shoot pods
-//! (`docs/ha.md` §7, issue 30: the mixed window of an in-place switch), without I/O; time is
+//! (direction 2) and between vpn2's layer-2 kube-apiservers and our layer-3 shoot pods
+//! (direction 1) (`docs/ha.md` §7, issue 30: the mixed window of an in-place switch), without
+//! I/O; time is
 //! an argument. The registry keeps one ([`crate::registry::Registry::with_gateway`], fed by
 //! admission and the connections' ends); the packet mode hands it a layer-3 kube-apiserver's
 //! packet to the shoot while no layer-3 shoot connection is up, and every group frame and
 //! unknown unicast from a layer-2 connection, and sends what it returns; the held packets'
 //! task calls [`Gateway::tick`].
 //!
-//! Direction 1, vpn2's kube-apiservers to our layer-3 shoot pods (pure, **not wired yet**:
-//! the registry does not call [`Gateway::l3_shoot_connected`] nor
-//! [`Gateway::from_l3_shoot`]): while our shoot pod `j` is connected the gateway owns
+//! Direction 1, vpn2's kube-apiservers to our layer-3 shoot pods (the registry calls
+//! [`Gateway::l3_shoot_connected`]; the packet mode hands it a shoot connection's packet to
+//! an address no kube-apiserver connection of ours owns, [`Gateway::from_l3_shoot`]): while
+//! our shoot pod `j` is connected the gateway owns
 //! `…::b:j` with the MAC address `02:76:70:0b:00:<j>` ([`shoot_identity`], the same on both
 //! servers, as vpn2's pod keeps its neighbour entry across a bond failover); it answers
 //! solicitations and the path controller's pings for it, swallows the hellos to it and

@@ -15,22 +15,14 @@
 //! |---|---|
 //! | `liveness` | the file parses and its `TIME` is at most [`STALE_AFTER`] (17 s) before now (a `TIME` in the future counts as fresh) |
 //! | `readiness`, not HA | the file parses and has no `CLIENT_LIST` row, or one whose CN starts with `vpn-shoot-client` (clients still in the handshake, CN `UNDEF`, alone are not enough) |
-//! | `readiness`, HA | the file parses and has at least 2 `CLIENT_LIST` rows, at least one CN starting with `vpn-seed-client` and one starting with `vpn-shoot-client` (vpn2's rule), and among them a pair the server carries ([`check_carried`]): a layer-2 seed client next to a layer-2 shoot client, or a layer-3 seed client next to a layer-3 shoot client or (through the gateway, `crate::gateway`) a layer-2 one |
+//! | `readiness`, HA | the file parses and has at least 2 `CLIENT_LIST` rows, at least one CN starting with `vpn-seed-client` and one starting with `vpn-shoot-client` |
 //!
 //! Otherwise the verb prints why, as one line on stdout, and exits 1 (vpn2 prints its errors
 //! with `fmt.Println`, so stdout: the kubelet shows it as the probe's output). A file without
 //! a `TIME` line is stale (vpn2 compares against the zero time). Nothing else is written and
 //! no runtime is started: one environment parse and one file read.
 //!
-//! Layer 2 or 3: our HA server carries vpn2's clients (`dev tap`) at layer 2, switched among
-//! themselves, and ours at layer 3 (`docs/ha.md` §7). A client whose `Virtual IPv6 Address`
-//! lies in the server's `server-ipv6` network (its /112 of `VPN_NETWORK`, from `POD_NAME`'s
-//! index) is a layer-2 one: that pool leases only to tap clients, as vpn2's server leases to
-//! every client. So on vpn2's own status file every client is layer 2 and the rule is vpn2's.
-//!
-//! Differences from vpn2, on purpose: the pair rule above (vpn2 counts CNs only, so our
-//! server would be Ready on a vpn2 seed client and one of our shoot clients, which it cannot
-//! carry between each other; DEVIATIONS H9); an invalid environment is reported with the variable
+//! Differences from vpn2, on purpose: an invalid environment is reported with the variable
 //! at fault (vpn2 prints only "could not parse environment"); not-ready and stale states are
 //! printed on stdout (vpn2 logs them); the file is opened by its path (vpn2 refuses a symbolic
 //! link leading out of its directory); with `IS_HA` the `POD_NAME` suffix is checked here as
@@ -39,7 +31,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ipnet::Ipv6Net;
 use protocol::config::env::{EnvError, Vpn2ServerEnv};
 
 use crate::status::read::{self, ParseError, Status, Timestamp, MAX_STATUS_BYTES};
@@ -102,23 +93,6 @@ pub enum NotReady {
         /// `CLIENT_LIST` rows.
         clients: usize,
     },
-    /// HA: seed and shoot clients are connected, but none that the server carries between
-    /// each other ([`check_carried`]): vpn2's seed clients next to our shoot clients only.
-    #[error(
-        "not ready (HA): no seed and shoot client the server carries between each other \
-         (layer 2, vpn2's tap clients: {l2_seed} seed, {l2_shoot} shoot; layer 3: {l3_seed} \
-         seed, {l3_shoot} shoot)"
-    )]
-    NoCarriedPair {
-        /// Layer-2 `vpn-seed-client*` rows.
-        l2_seed: usize,
-        /// Layer-2 `vpn-shoot-client*` rows.
-        l2_shoot: usize,
-        /// Layer-3 `vpn-seed-client*` rows.
-        l3_seed: usize,
-        /// Layer-3 `vpn-shoot-client*` rows.
-        l3_shoot: usize,
-    },
     /// HA: a seed or a shoot client is missing.
     #[error(
         "not ready (HA): {clients} client(s) connected, {}",
@@ -176,11 +150,7 @@ where
     V: AsRef<str>,
 {
     let (env, status) = env_and_status(vars)?;
-    check_ready(&status, env.is_ha)?;
-    if env.is_ha {
-        check_carried(&status, env.server_ipv6_network())?;
-    }
-    Ok(())
+    Ok(check_ready(&status, env.is_ha)?)
 }
 
 /// `vpn-server liveness` on the environment `vars` at wall-clock time `now`.
@@ -245,39 +215,6 @@ pub fn check_ready(status: &Status, ha: bool) -> Result<(), NotReady> {
         clients,
         seed_client,
         shoot_client,
-    })
-}
-
-/// HA: whether the file lists a pair of clients the server carries between each other
-/// (module docs): a layer-2 seed client and a layer-2 shoot client, or a layer-3 seed client
-/// and a shoot client of either layer (a layer-2 one through the gateway). A layer-2 seed
-/// client next to layer-3 shoot clients only is no pair (that direction has no gateway). A client is layer 2 when its virtual IPv6 address lies in
-/// `layer2`, the server's `server-ipv6` network.
-pub fn check_carried(status: &Status, layer2: Ipv6Net) -> Result<(), NotReady> {
-    let is_layer2 = |c: &read::Client| matches!(c.virtual_ipv6, Some(std::net::IpAddr::V6(a)) if layer2.contains(&a));
-    let count = |prefix: &str, l2: bool| {
-        status
-            .clients
-            .iter()
-            .filter(|c| c.common_name.starts_with(prefix) && is_layer2(c) == l2)
-            .count()
-    };
-    let (l2_seed, l2_shoot) = (
-        count(SEED_CLIENT_PREFIX, true),
-        count(SHOOT_CLIENT_PREFIX, true),
-    );
-    let (l3_seed, l3_shoot) = (
-        count(SEED_CLIENT_PREFIX, false),
-        count(SHOOT_CLIENT_PREFIX, false),
-    );
-    if (l2_seed > 0 && l2_shoot > 0) || (l3_seed > 0 && l3_shoot + l2_shoot > 0) {
-        return Ok(());
-    }
-    Err(NotReady::NoCarriedPair {
-        l2_seed,
-        l2_shoot,
-        l3_seed,
-        l3_shoot,
     })
 }
 

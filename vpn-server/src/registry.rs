@@ -893,12 +893,12 @@ impl Registry {
         // A layer-2 connection joins no layer-3 switch (its frames teach the MAC table); a
         // layer-2 shoot connection joins the gateway.
         let shoot_index = ha::shoot_index(&e.common_name).filter(|_| !e.layer2);
-        if let (Some(g), Some(j), true) = (
-            self.gateway.as_mut(),
-            ha::shoot_index(&e.common_name),
-            e.layer2,
-        ) {
-            g.shoot_connected(id, j, Instant::now());
+        if let (Some(g), Some(j)) = (self.gateway.as_mut(), ha::shoot_index(&e.common_name)) {
+            if e.layer2 {
+                g.shoot_connected(id, j, Instant::now());
+            } else {
+                g.l3_shoot_connected(id, j);
+            }
         }
         // Each released packet with the connection it goes to.
         let released: Vec<(ClientId, BytesMut)> = match &mut self.table {
@@ -1031,6 +1031,7 @@ impl Registry {
         if let Some(g) = self.gateway.as_mut() {
             g.kapi_disconnected(id);
             g.shoot_disconnected(id);
+            g.l3_shoot_disconnected(id);
         }
         Some(entry)
     }

@@ -7,7 +7,7 @@
 //! |---|---|---|---|---|
 //! | [`Routed`](PacketMode::Routed) | `dev tun` | tun | IP packet: source check ([`crate::spoof`]), then the tun device or, with `client-to-client`, the client routing its destination | to the client whose address or iroute is the longest prefix of the destination ([`crate::routing`]); held while that client's tunnel is not up yet or its client left less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable |
 //! | [`Switched`](PacketMode::Switched) | `dev tap` | tap | Ethernet frame: its source learned ([`crate::switch`]), then the tap device, another client, or (a group destination, `client-to-client`) every other client and the tap device | to the owner of the destination MAC address, every client (a group destination), or nowhere |
-//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device; from vpn2's layer-2 (tap) connections an Ethernet frame, switched among them only ([`switch_layer2`]), group frames and unknown unicasts also to the gateway ([`crate::gateway`]: neighbour discovery and the replies to our kube-apiservers); a kube-apiserver's packet to the shoot with no layer-3 shoot connection up goes to vpn2's shoot pods through the gateway when one is known; to the shoot while no shoot connection is up: held for the first one to come up if one left (or the server started) less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable back to the kube-apiserver connection ([`expire_ha_held`]) | (there is no device) |
+//! | [`Ha`](PacketMode::Ha) | vpn2 HA | none | IP packet: switched between kube-apiserver and shoot connections ([`crate::ha`]), never to a device; from vpn2's layer-2 (tap) connections an Ethernet frame, switched among them only ([`switch_layer2`]), group frames and unknown unicasts also to the gateway ([`crate::gateway`]: neighbour discovery and the replies to our kube-apiservers); a kube-apiserver's packet to the shoot with no layer-3 shoot connection up goes to vpn2's shoot pods through the gateway when one is known, and a shoot connection's packet to a vpn2 kube-apiserver's pod IP (known from its hellos) through the gateway too; to the shoot while no shoot connection is up: held for the first one to come up if one left (or the server started) less than `hold_timeout` ago ([`crate::registry::hold`]); none (or the bound passed): ICMP unreachable back to the kube-apiserver connection ([`expire_ha_held`]) | (there is no device) |
 //!
 //! The tables these decisions read (the routing table, the MAC table, the HA switch) are the
 //! registry's, under its lock: the one the mode chose ([`PacketMode::registry`]). A packet
@@ -317,6 +317,17 @@ fn switch_ha(shared: &Shared, from: ClientId, drops: &mut LogLimiter, packet: &[
         Some(Err(HaDropped::Settling)) => {
             hold_for_shoot(shared, &mut reg, from, packet, now);
             return;
+        }
+        Some(Err(HaDropped::NotSeed)) => {
+            // From our shoot pod to a vpn2 kube-apiserver's pod IP: through the gateway.
+            let out = reg
+                .gateway_mut()
+                .and_then(|g| g.from_l3_shoot(from, packet));
+            if let Some(out) = out {
+                send_gateway(shared, &reg, [out]);
+                return;
+            }
+            HaDropped::NotSeed
         }
         Some(Err(why)) => why,
         None => return,

@@ -38,7 +38,8 @@
 //!   not: `j`'s bond takes the active tap's MAC on a failover and announces it), and answers
 //!   solicitations for its identities.
 //! - **Hellos**: once `j`'s MAC address is known, a UDP datagram `[identity]:5400 →
-//!   [j]:5400` with the pod IP as text, at once and every [`HELLO_EVERY`].
+//!   [j]:5400` with the pod IP as text (its 241/8 image on overlapping networks, as vpn2's:
+//!   [`Gateway::hello_images`]), at once and every [`HELLO_EVERY`].
 //! - **Which `j`**: the lowest index whose MAC address is known, kept while it stays known
 //!   and connected (vpn2's path controller keeps a good pod too; its new pick is any good
 //!   one, ours the lowest, which both servers agree on). A flow's NAT state is in its shoot
@@ -516,6 +517,7 @@ pub enum ToShoot {
 #[derive(Debug, Clone)]
 struct Kapi<C> {
     conn: C,
+    /// What its hellos carry: the pod IP or its 241/8 image.
     pod_ip: IpAddr,
     addresses: Vec<IpAddr>,
     me: Identity,
@@ -547,6 +549,8 @@ pub struct Gateway<C> {
     shoots: BTreeMap<u8, Shoot<C>>,
     /// When the next hellos (and solicitations for unknown shoot pods) are due.
     due: Option<Instant>,
+    /// Hellos carry the 241/8 image of an IPv4 pod IP (vpn2 on overlapping networks).
+    images: bool,
     /// Direction 1: our layer-3 shoot connections, by index.
     l3_shoots: BTreeMap<u8, C>,
     /// Direction 1: vpn2's kube-apiservers by the pod IP their hellos carry.
@@ -561,9 +565,18 @@ impl<C: Copy + Eq + Hash> Gateway<C> {
             kapis: HashMap::new(),
             shoots: BTreeMap::new(),
             due: None,
+            images: false,
             l3_shoots: BTreeMap::new(),
             vpn2_kapis: HashMap::new(),
         }
+    }
+
+    /// With `images`, hellos carry the 241/8 image of an IPv4 pod IP instead of the pod IP,
+    /// as vpn2's path controller's do when the seed's pod network overlaps the shoot's.
+    #[must_use]
+    pub fn hello_images(mut self, images: bool) -> Self {
+        self.images = images;
+        self
     }
 
     /// Direction 1: our layer-3 shoot connection `conn` with index `j` is up; the gateway
@@ -595,6 +608,12 @@ impl<C: Copy + Eq + Hash> Gateway<C> {
         now: Instant,
     ) -> Result<Identity, Collision> {
         let me = identity(self.vpn_network, pod_ip);
+        let pod_ip = match pod_ip.to_canonical() {
+            IpAddr::V4(v4) if self.images => IpAddr::V4(std::net::Ipv4Addr::from(
+                (241 << 24) | (u32::from(v4) & 0xff_ffff),
+            )),
+            ip => ip,
+        };
         if let Some(k) = self.kapis.get(&me.addr) {
             if k.pod_ip != pod_ip {
                 return Err(Collision {

@@ -353,10 +353,10 @@ impl Registry {
 
     /// HA mode: our kube-apiservers reach vpn2's layer-2 shoot pods through a gateway in
     /// `vpn_network` (vpn2's `VPN_NETWORK`; [`crate::gateway`]) while no layer-3 shoot
-    /// connection is up.
+    /// connection is up; with `overlap` their hellos carry the 241/8 image of the pod IP.
     #[must_use]
-    pub fn with_gateway(mut self, vpn_network: Option<Ipv6Net>) -> Registry {
-        self.gateway = vpn_network.map(Gateway::new);
+    pub fn with_gateway(mut self, vpn_network: Option<Ipv6Net>, overlap: bool) -> Registry {
+        self.gateway = vpn_network.map(|n| Gateway::new(n).hello_images(overlap));
         self
     }
 

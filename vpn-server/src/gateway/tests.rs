@@ -514,3 +514,30 @@ fn direction_1_vpn2s_kube_apiserver_reaches_our_shoot_pod_and_back() {
         .from_layer2(VPN2_KAPI, &neighbor_solicitation(&kapi, b1))
         .is_empty());
 }
+
+#[test]
+fn on_overlapping_networks_the_hello_carries_the_pod_ips_241_image() {
+    let t0 = Instant::now();
+    let mut g = Gateway::new(vpn_network()).hello_images(true);
+    let pod = ip("10.1.1.20");
+    let me = g
+        .kapi_connected(KAPI, pod, vec![pod, ip("241.1.1.20")], t0)
+        .expect("identity");
+    // The identity is the pod IP's, as without overlap.
+    assert_eq!(me, identity(vpn_network(), pod));
+    g.shoot_connected(SHOOT_0, 0, t0);
+    let out = g.from_layer2(SHOOT_0, &advert(0, MAC_0));
+    let hellos = frames(&out);
+    assert_eq!(hellos.len(), 1);
+    assert!(hellos[0].1.ends_with(b"241.1.1.20"), "{:?}", hellos[0].1);
+    // Its packets from the image go through; the image's replies come back to it.
+    let from_image = syn(
+        Ipv4Addr::new(241, 1, 1, 20),
+        Ipv4Addr::new(10, 250, 0, 5),
+        1400,
+    );
+    assert!(matches!(
+        g.from_layer3(KAPI, &from_image),
+        Ok(Out::Frame { to: SHOOT_0, .. })
+    ));
+}

@@ -620,6 +620,7 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
         shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
         transfer_v6: None,
         layer2_v6: None,
+        overlap: false,
     });
     let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone(), None, 8);
     let apiserver = |port: u16, ip: [u8; 4]| ConnHandle {
@@ -797,6 +798,7 @@ fn ha_registry(bound: Duration, limits: HoldLimits, t0: Instant) -> (Settings, R
         shoot_networks: nets.clone(),
         transfer_v6: None,
         layer2_v6: None,
+        overlap: false,
     });
     let mut reg = Registry::ha(nets.clone(), None, 8)
         .hold_for(bound, limits)
@@ -1179,6 +1181,7 @@ fn ha_layer2_registry() -> (Settings, Registry) {
         shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
         transfer_v6: None,
         layer2_v6: Some(layer2),
+        overlap: false,
     });
     let pool = Pool::new(None, Some(layer2)).expect("pool");
     let nets = s.ha.as_ref().expect("ha").shoot_networks.clone();

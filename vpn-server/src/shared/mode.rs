@@ -127,8 +127,9 @@ impl PacketMode {
                 // After a start a shoot connection is expected: packets to the shoot wait for
                 // it as they would had the server kept running.
                 let vpn_network = settings.ha.as_ref().and_then(|ha| ha.transfer_v6);
+                let overlap = settings.ha.as_ref().is_some_and(|ha| ha.overlap);
                 Registry::ha(shoot_networks.clone(), pool, settings.max_routes_per_client)
-                    .with_gateway(vpn_network)
+                    .with_gateway(vpn_network, overlap)
                     .hold_for(settings.hold_timeout, HoldLimits::default())
                     .expecting(shoot_networks, Instant::now())
             }

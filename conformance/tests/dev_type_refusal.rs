@@ -1,17 +1,20 @@
-//! vpn2's HA generation (`dev tap`, bonding) and ours (layer 3, `tun`) refuse each other at
-//! key-method 2, going by the OCC `dev-type` (conformance/DEVIATIONS.md W4; `docs/ha.md` §7):
+//! vpn2's HA generation (`dev tap`, bonding) and ours (layer 3, `tun`) at each other's
+//! servers, going by the OCC `dev-type` (conformance/DEVIATIONS.md W4, H9; `docs/ha.md` §7):
 //!
-//! * [`vpn2_tap_clients_are_refused_by_our_ha_server_and_a_tun_client_is_still_admitted`]:
-//!   our HA server as Gardener starts `vpn-seed-server-0` (`IS_HA=true`, vpn2's environment);
-//!   upstream OpenVPN 2.6 as vpn2's HA clients (the config vpn2 renders for
-//!   `vpn-client-0`, with its `dev tap0`), one with the kube-apiserver's CN
-//!   (`vpn-seed-client`), one with a shoot pod's (`vpn-shoot-client-0`). Both have their
-//!   connection closed at key-method 2, without `AUTH_FAILED` (upstream's client exits on
-//!   it), and keep trying in their process; the server logs one warning a minute per CN with
-//!   the peer and the reason; the status file written after the refusals lists
-//!   neither, and `vpn-server readiness` (vpn2's exec probe, vpn2's environment) is not Ready.
-//!   Then our own kube-apiserver client (`vpn-client-0` with Gardener's environment, `tun0`)
-//!   connects next to them, is listed with its pod IP and its tunnel comes up.
+//! * [`vpn2_tap_clients_join_our_ha_server_at_layer_2`]: our HA
+//!   server as Gardener starts `vpn-seed-server-0` (`IS_HA=true`, vpn2's environment); our
+//!   kube-apiserver client (`vpn-client-0` with Gardener's environment, `tun0`) and upstream
+//!   OpenVPN 2.6 as vpn2's HA clients (the config vpn2 renders for `vpn-client-0`, with its
+//!   `dev tap0`), with a shoot pod's CN (`vpn-shoot-client-0`), then with the
+//!   kube-apiserver's (`vpn-seed-client`). The tap clients are carried at layer 2: their
+//!   tunnel comes up with the `ifconfig-ipv6` vpn2's server pushes (the server's /112), the
+//!   status file lists them with it; `vpn-server readiness` is Ready on our seed client and
+//!   vpn2's shoot client (a pair through the server's gateway, `vpn_server::gateway`: with
+//!   the shoot pod's bond address on its `tap0`, the pod's kernel answers the server's
+//!   neighbour solicitation and gets the path controller's hello, UDP 5400, from our
+//!   kube-apiserver's vpn2 identity with its pod IP), and with vpn2's seed client next to
+//!   them (a layer-2 pair). The refusal at a server that cannot
+//!   carry the other device type is unit-tested (`vpn-server/src/registry/tests.rs`).
 //! * [`our_ha_client_drops_a_vpn2_tap_server_and_keeps_retrying`]: upstream OpenVPN 2.6 as
 //!   vpn2's HA `vpn-seed-server-0` (vpn2's server config: `dev tap0`, `client-to-client`,
 //!   `duplicate-cn`) and our kube-apiserver client (`vpn-client-0`, `tun0`): the client logs
@@ -132,7 +135,7 @@ fn vpn2_tap_client_config(bins: &Binaries, root: &Path) -> String {
 }
 
 #[test]
-fn vpn2_tap_clients_are_refused_by_our_ha_server_and_a_tun_client_is_still_admitted() {
+fn vpn2_tap_clients_join_our_ha_server_at_layer_2() {
     require_lab(&["openvpn"]);
     let bins = Binaries::locate().expect("our binaries, built and current");
     let root = secrets_dir(NS_PREFIX).expect("secrets");
@@ -149,102 +152,108 @@ fn vpn2_tap_clients_are_refused_by_our_ha_server_and_a_tun_client_is_still_admit
         .start_server(&bins, &server_ns, root, 0, UP)
         .expect("our HA server");
 
-    // vpn2's HA clients: kube-apiserver 1's vpn-client-0 and shoot pod 0's (its certificate).
-    let seed_tap = vpn2_tap_client_config(&bins, root);
-    let seed_dir = format!("{}/", root.join("seed/vpn-client").display());
-    let shoot_dir = format!("{}/", root.join("shoot/vpn-client-0").display());
-    assert!(seed_tap.contains(&seed_dir), "{seed_tap}");
-    let shoot_tap = seed_tap.replace(&seed_dir, &shoot_dir);
-    let tap_clients = [
-        UpstreamOpenvpn::start(&kapi1, &seed_tap, 3).expect("vpn2 seed client"),
-        UpstreamOpenvpn::start(&shoot0, &shoot_tap, 3).expect("vpn2 shoot client"),
-    ];
-    // Refused by a closed connection, not AUTH_FAILED (on which upstream's client exits):
-    // each keeps trying in its process, its connection closed each time.
-    for c in &tap_clients {
-        assert!(
-            poll(UP, || c
-                .log()
-                .matches("Connection reset, restarting")
-                .count()
-                >= 2),
-            "the tap client tries again:\n{}",
-            c.log()
-        );
-    }
-    let refused_at = unix_now();
-    for c in &tap_clients {
-        let log = c.log();
-        assert!(
-            std::path::Path::new(&format!("/proc/{}", c.pid())).exists()
-                && !log.contains("process exiting"),
-            "still running:\n{log}"
-        );
-        assert!(!log.contains("AUTH_FAILED"), "no AUTH_FAILED:\n{log}");
-        assert!(
-            !log.contains("Initialization Sequence Completed") && !log.contains("TUN/TAP device"),
-            "no tunnel, no tap device opened:\n{log}"
-        );
-    }
-    // The server: one warning per refused client in a minute, with its peer and CN.
-    let log = server.log();
-    for (peer, cn) in [
-        (KAPI[1].to_string(), "vpn-seed-client"),
-        (SHOOT_POD.to_owned(), "vpn-shoot-client-0"),
-    ] {
-        let lines: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("refusing client: its device type is not this server's"))
-            .filter(|l| l.contains(&format!("cn=\"{cn}\"")))
-            .collect();
-        assert_eq!(lines.len(), 1, "one warning for {cn}:\n{log}");
-        assert!(
-            lines[0].contains("WARN")
-                && lines[0].contains("dev-type tap, this server is tun")
-                && lines[0].contains(&format!("{peer}]:")),
-            "{}",
-            lines[0]
-        );
-    }
-    assert!(!log.contains("client refused"), "logged once:\n{log}");
-
-    // A status file written after the refusals lists neither; the server is not Ready.
-    let text = status_after(root, refused_at + 1);
-    assert!(
-        !text.lines().any(|l| l.starts_with("CLIENT_LIST,")),
-        "no client listed:\n{text}"
-    );
-    assert!(!text.contains("vpn-shoot-client-0"), "{text}");
-    let (ready, out) = server_ready(&bins, root, &server_ns);
-    assert!(!ready, "Ready on refused tap clients: {out}\n{text}");
-
-    // Our kube-apiserver client (tun) next to them: admitted, its tunnel up.
+    // Our kube-apiserver client (tun) and vpn2's shoot client (tap, shoot pod 0's
+    // certificate): both admitted.
     let ours = PODS
         .seed_client_spec(&bins, root, 0, 0)
         .start(&kapi0, root)
         .expect("our vpn-client-0");
     ours.wait_log("tunnel up", UP)
         .expect("our tun client's tunnel up");
-    let up_at = unix_now();
-    let text = status_after(root, up_at + 1);
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("CLIENT_LIST,vpn-seed-client,"))
-        .unwrap_or_else(|| panic!("our client listed:\n{text}"));
-    assert!(row.contains(&format!(",{},", KAPI[0])), "its pod IP: {row}");
-    assert!(row.contains("AES-256-GCM"), "tunnel up: {row}");
+    let seed_tap = vpn2_tap_client_config(&bins, root);
+    let seed_dir = format!("{}/", root.join("seed/vpn-client").display());
+    let shoot_dir = format!("{}/", root.join("shoot/vpn-client-0").display());
+    assert!(seed_tap.contains(&seed_dir), "{seed_tap}");
+    let shoot_tap = seed_tap.replace(&seed_dir, &shoot_dir);
+    let shoot = UpstreamOpenvpn::start(&shoot0, &shoot_tap, 3).expect("vpn2 shoot client");
+    assert!(
+        poll(UP, || shoot
+            .log()
+            .contains("Initialization Sequence Completed")),
+        "the tap client's tunnel up:\n{}",
+        shoot.log()
+    );
+    // What vpn2's server-0 pushes: an address of its /112 and its own, on tap0.
+    let log = shoot.log();
+    assert!(
+        log.contains("ifconfig-ipv6 fd8f:6d53:b97a:1::100:2/112 fd8f:6d53:b97a:1::100:1")
+            && log.contains("net_addr_v6_add: fd8f:6d53:b97a:1::100:2/112 dev tap0"),
+        "{log}"
+    );
+    assert!(!log.contains("AUTH_FAILED"), "{log}");
+    let text = status_after(root, unix_now() + 1);
+    assert!(
+        text.contains("CLIENT_LIST,vpn-shoot-client-0,")
+            && text.contains(",fd8f:6d53:b97a:1::100:2,"),
+        "the tap client listed with its address:\n{text}"
+    );
+    // Our seed client and vpn2's shoot client: a pair through the gateway, Ready.
+    let (ready, out) = server_ready(&bins, root, &server_ns);
+    assert!(
+        ready,
+        "Ready on our seed and vpn2's shoot client: {out}\n{text}"
+    );
+    // The gateway plays a vpn2 kube-apiserver pod for ours: with the shoot pod's bond
+    // address on its tap0, the pod's kernel answers the server's solicitation and gets the
+    // path controller's hello from our kube-apiserver's identity, its pod IP as text.
+    let bond = vpn_server::gateway::shoot_address("fd8f:6d53:b97a:1::/96".parse().unwrap(), 0);
+    let me = vpn_server::gateway::identity(
+        "fd8f:6d53:b97a:1::/96".parse().unwrap(),
+        std::net::IpAddr::V4(KAPI[0]),
+    );
+    shoot0
+        .run([
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{bond}/104"),
+            "dev",
+            "tap0",
+            "nodad",
+        ])
+        .expect("the bond address");
+    let hello = shoot0
+        .run_in(move || {
+            let socket = std::net::UdpSocket::bind((bond, vpn_server::gateway::HELLO_PORT))?;
+            socket.set_read_timeout(Some(Duration::from_secs(10)))?;
+            let mut buf = [0u8; 64];
+            let (n, from) = socket.recv_from(&mut buf)?;
+            Ok::<_, std::io::Error>((String::from_utf8_lossy(&buf[..n]).into_owned(), from))
+        })
+        .expect("in the shoot pod")
+        .expect("a hello within 10 s");
+    assert_eq!(hello.0, KAPI[0].to_string());
+    assert_eq!(
+        hello.1.ip(),
+        std::net::IpAddr::V6(me.addr),
+        "from the identity"
+    );
+
+    // vpn2's kube-apiserver client (tap) next to them: a layer-2 pair too.
+    let seed = UpstreamOpenvpn::start(&kapi1, &seed_tap, 3).expect("vpn2 seed client");
+    assert!(
+        poll(UP, || seed
+            .log()
+            .contains("Initialization Sequence Completed")),
+        "{}",
+        seed.log()
+    );
+    let text = status_after(root, unix_now() + 1);
     assert_eq!(
         text.lines()
             .filter(|l| l.starts_with("CLIENT_LIST,"))
             .count(),
-        1,
-        "only ours:\n{text}"
+        3,
+        "{text}"
     );
-    assert!(!text.contains(&KAPI[1].to_string()), "{text}");
-    // Still not Ready: vpn2's rule asks for a shoot client too, and the only one was tap.
     let (ready, out) = server_ready(&bins, root, &server_ns);
-    assert!(!ready, "{out}\n{text}");
-    assert!(server.log().contains("tunnel established"));
+    assert!(ready, "Ready on the layer-2 pair: {out}\n{text}");
+    assert!(
+        !server.log().contains("refusing client"),
+        "{}",
+        server.log()
+    );
 }
 
 #[test]

@@ -578,16 +578,21 @@ const VPN2_KEEPALIVE: ConfigKeepalive = ConfigKeepalive {
     timeout: 30,
 };
 
+/// Whether the seed's pod network overlaps one of the shoot's networks (vpn2 then maps the
+/// IPv4 ones, and a kube-apiserver's pod IP into 241/8).
+pub fn vpn2_overlap(env: &Vpn2ServerEnv) -> bool {
+    env.seed_pod_network.is_some_and(|seed| {
+        env.shoot_networks()
+            .iter()
+            .any(|n| n.contains(&seed.network()) || seed.contains(&n.network()))
+    })
+}
+
 /// vpn2's shoot networks as its `firewall` hook names them: IPv4 ones replaced by their
 /// mapped /8 (always without HA; with HA only where the seed's pod network overlaps one),
 /// IPv6 ones kept, sorted as strings, without duplicates (vpn2's `BuildValues`).
 pub fn vpn2_shoot_networks(env: &Vpn2ServerEnv) -> Vec<IpNet> {
-    let all = env.shoot_networks();
-    let overlap = env.seed_pod_network.is_some_and(|seed| {
-        all.iter()
-            .any(|n| n.contains(&seed.network()) || seed.contains(&n.network()))
-    });
-    let map = !env.is_ha || overlap;
+    let map = !env.is_ha || vpn2_overlap(env);
     let mut out: Vec<IpNet> = Vec::new();
     for (nets, mapped) in [
         (&env.shoot_service_networks, MAPPED_SERVICE_NETWORK),
@@ -711,6 +716,8 @@ fn from_vpn2_env_ha(env: &Vpn2ServerEnv, secrets: &Path) -> Result<Loaded, LoadE
     s.ha = Some(crate::settings::HaSettings {
         shoot_networks,
         transfer_v6: Some(env.vpn_network),
+        layer2_v6: s.pool_v6,
+        overlap: vpn2_overlap(env),
     });
     s.dev_type = OccDevType::Tun;
     s.pool_v4 = None;
@@ -1380,6 +1387,11 @@ mod tests {
         }
         assert_eq!(nets.len(), 6, "{nets:?}");
         assert_eq!((s.pool_v4, s.pool_v6), (None, None));
+        // vpn2's `server-ipv6` of server 1: the pool of vpn2's layer-2 clients only.
+        assert_eq!(
+            s.ha.as_ref().and_then(|h| h.layer2_v6),
+            Some("fd8f:6d53:b97a:1::101:0/112".parse().unwrap())
+        );
         assert!(s.routes.is_empty(), "{:?}", s.routes);
         assert!(s.duplicate_cn && !s.client_to_client);
         assert!(!s.is_tap());

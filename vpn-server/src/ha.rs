@@ -344,7 +344,7 @@ impl<C: Copy + Eq + Hash> HaSwitch<C> {
 /// Whether `packet` (a readable IP packet) starts something: a TCP SYN without ACK, or an
 /// ICMP / ICMPv6 echo request. Only the first fragment of an IPv4 packet and IPv6 packets
 /// whose next header is the transport are read.
-fn opens_connection(packet: &[u8]) -> bool {
+pub(crate) fn opens_connection(packet: &[u8]) -> bool {
     let (proto, transport) = match packet.first().map(|b| b >> 4) {
         Some(4) => {
             let ihl = usize::from(packet[0] & 0x0f) * 4;

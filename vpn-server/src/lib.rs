@@ -67,6 +67,7 @@
 //! | [`spoof`] | the source-address check on packets from clients |
 //! | [`ha`] | the HA server's packet switch between kube-apiserver and shoot connections (`docs/ha.md`): HA mode opens no device |
 //! | [`switch`] | tap mode: MAC learning and where a frame goes (unicast, flood, drop) |
+//! | [`gateway`] | HA: our layer-3 kube-apiservers as vpn2 kube-apiserver pods towards vpn2's layer-2 shoot pods (identity, NDP, hellos, IPv6 encapsulation), and vpn2's kube-apiservers towards our shoot pods, pure; the registry keeps it, the packet mode feeds it |
 //! | [`status`] | the `status-version 2` status file; [`status::read`] reads it as vpn2's probes do |
 //! | [`probes`] | `vpn-server readiness` / `liveness` |
 //! | [`exporter`] | `vpn-server exporter`: kumina's and vpn2's series from the status file |
@@ -81,6 +82,7 @@ pub mod drain;
 pub mod exporter;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod gateway;
 pub mod ha;
 pub mod launch;
 pub mod metrics;

@@ -9,8 +9,8 @@
 //! * [`Slots`]: `max-clients`, counted per authenticated client (TLS and key-method 2 done),
 //!   never per pending connection.
 //! * [`Registry::admit`]: the client's device type (its OCC `dev-type` must not be the other
-//!   of `tun` and `tap`: a vpn2 HA client, `dev tap`, is refused by our layer-3 HA server;
-//!   conformance/DEVIATIONS.md W4), an identified client's client-config-dir entry (`disable`,
+//!   of `tun` and `tap`, conformance/DEVIATIONS.md W4; but a vpn2 HA client, `dev tap`, is
+//!   carried by our HA server at layer 2, H9), an identified client's client-config-dir entry (`disable`,
 //!   `ifconfig-push`, `iroute`, per-client `push`), `duplicate-cn` (without it a newer
 //!   connection with the same CN replaces the older one), its addresses from the pool, its
 //!   routes; the [`Admitted`] settings to push, or why it is [`Refused`] (the reason goes to the
@@ -24,7 +24,11 @@
 //!   once its tunnel is up, and [`Registry::switch_ha`] says where a packet goes
 //!   ([`crate::ha`]). While no shoot connection is up, packets to the shoot are held for the
 //!   hold bound after the last one left (or after the start) ([`Registry::hold_ha`]) and go,
-//!   in order, to the first shoot connection whose tunnel comes up.
+//!   in order, to the first shoot connection whose tunnel comes up. vpn2's HA clients (OCC
+//!   `dev-type tap`) are layer-2 connections beside those: an address of the pool (vpn2's
+//!   `server-ipv6`) each, their frames switched among themselves by MAC address
+//!   ([`Registry::switch_layer2`], as vpn2's server with `client-to-client`), never to or
+//!   from a layer-3 connection.
 //! * [`Registry::remove`]: a client left; its lease and routes are freed, and packets to its
 //!   routes are held for the hold bound ([`hold`], [`Registry::route_from_device`]) until a
 //!   client's tunnel comes up with them ([`Registry::established`]).
@@ -39,11 +43,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use protocol::key::Role;
-use protocol::km2::occ::{check_dev_type, DevTypeMismatch, OccOptions};
+use protocol::km2::occ::{check_dev_type, DevType, DevTypeMismatch, OccOptions};
+use protocol::push::{PushItem, PushedOption};
 use protocol::session::{ClientIdentity, ClientSettings, SEND_HEADROOM};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::gateway::Gateway;
 use crate::ha::{self, HaSwitch, Switched};
 use crate::pool::{Pool, PoolError};
 use crate::routing::{Forward, RoutingTable};
@@ -224,6 +230,9 @@ pub struct ClientEntry {
     last_ref: u64,
     /// HA mode: `conn.traffic.received` when the status was last taken.
     received_seen: u64,
+    /// HA mode: one of vpn2's clients (OCC `dev-type tap`), whose frames are switched by
+    /// MAC address among the other layer-2 connections ([`Registry::switch_layer2`]).
+    pub layer2: bool,
 }
 
 impl ClientEntry {
@@ -271,6 +280,9 @@ pub struct Registry {
     /// Changes whenever a client's tunnel comes up (its routes usable): what held CONNECTs
     /// of the sidecar wait on.
     route_changes: watch::Sender<u64>,
+    /// HA mode: the gateway from our layer-3 kube-apiservers to vpn2's layer-2 shoot pods
+    /// ([`crate::gateway`]; none without `VPN_NETWORK`).
+    gateway: Option<Gateway<ClientId>>,
 }
 
 /// Where a packet read from the tun device goes ([`Registry::route_from_device`]).
@@ -295,8 +307,11 @@ enum Table {
     /// Switched (tap): the MAC addresses learned from each client. No IP routes: upstream
     /// learns neither addresses nor iroutes there.
     Macs(MacTable<ClientId>),
-    /// HA: the switch between kube-apiserver and shoot connections. No pool, no routes.
-    Ha(HaSwitch<ClientId>),
+    /// HA: the switch between our (layer 3) kube-apiserver and shoot connections, and the
+    /// MAC table of vpn2's (layer 2, `dev tap`) connections, switched among themselves as
+    /// vpn2's server does with `client-to-client` ([`Registry::switch_layer2`]). No routes;
+    /// the pool (if any) leases the layer-2 connections' addresses.
+    Ha(HaSwitch<ClientId>, MacTable<ClientId>),
 }
 
 impl Table {
@@ -305,9 +320,10 @@ impl Table {
         match self {
             Table::Routes(routes) => routes.remove_owner(id),
             Table::Macs(macs) => macs.remove_owner(id),
-            Table::Ha(switch) => {
+            Table::Ha(switch, macs) => {
                 switch.seed_disconnected(id);
                 switch.shoot_disconnected(id);
+                macs.remove_owner(id);
             }
         }
     }
@@ -317,7 +333,7 @@ impl Table {
     fn ip_routes(&self) -> Vec<(IpNet, ClientId)> {
         match self {
             Table::Routes(routes) => routes.entries().collect(),
-            Table::Macs(_) | Table::Ha(_) => Vec::new(),
+            Table::Macs(_) | Table::Ha(..) => Vec::new(),
         }
     }
 }
@@ -331,7 +347,22 @@ impl Registry {
             clients: HashMap::new(),
             hold: TunHold::new(Duration::ZERO, HoldLimits::default()),
             route_changes: watch::Sender::new(0),
+            gateway: None,
         }
+    }
+
+    /// HA mode: our kube-apiservers reach vpn2's layer-2 shoot pods through a gateway in
+    /// `vpn_network` (vpn2's `VPN_NETWORK`; [`crate::gateway`]) while no layer-3 shoot
+    /// connection is up; with `overlap` their hellos carry the 241/8 image of the pod IP.
+    #[must_use]
+    pub fn with_gateway(mut self, vpn_network: Option<Ipv6Net>, overlap: bool) -> Registry {
+        self.gateway = vpn_network.map(|n| Gateway::new(n).hello_images(overlap));
+        self
+    }
+
+    /// HA mode: the gateway, if any.
+    pub fn gateway_mut(&mut self) -> Option<&mut Gateway<ClientId>> {
+        self.gateway.as_mut()
     }
 
     /// Holds packets from the device for reconnecting clients (in HA mode, packets to the
@@ -436,11 +467,21 @@ impl Registry {
     }
 
     /// An empty registry for HA mode over the shoot's networks (as the tunnel sees them): no
-    /// pool, no routes; packets are switched by [`Registry::switch_ha`].
-    pub fn ha(shoot_networks: Vec<IpNet>) -> Registry {
+    /// routes; packets are switched by [`Registry::switch_ha`], and frames of vpn2's layer-2
+    /// connections by [`Registry::switch_layer2`] (at most `max_macs_per_client` addresses
+    /// each). `pool` leases the layer-2 connections' addresses (vpn2's `server-ipv6`); our
+    /// layer-3 connections get none.
+    pub fn ha(
+        shoot_networks: Vec<IpNet>,
+        pool: Option<Pool>,
+        max_macs_per_client: usize,
+    ) -> Registry {
         Registry {
-            table: Table::Ha(HaSwitch::new(shoot_networks)),
-            ..Registry::new(None)
+            table: Table::Ha(
+                HaSwitch::new(shoot_networks),
+                MacTable::new(max_macs_per_client),
+            ),
+            ..Registry::new(pool)
         }
     }
 
@@ -451,7 +492,7 @@ impl Registry {
         packet: &[u8],
         now: Instant,
     ) -> Option<Result<&ClientEntry, ha::Dropped>> {
-        let Table::Ha(switch) = &mut self.table else {
+        let Table::Ha(switch, _) = &mut self.table else {
             return None;
         };
         Some(match switch.switch(from, packet, now) {
@@ -462,6 +503,43 @@ impl Registry {
             },
             Switched::Dropped(why) => Err(why),
         })
+    }
+
+    /// HA mode: whether client `id` is one of vpn2's layer-2 connections.
+    pub fn is_layer2(&self, id: ClientId) -> bool {
+        self.clients.get(&id).is_some_and(|c| c.layer2)
+    }
+
+    /// HA mode: learns the source of `frame` from layer-2 connection `from` and says where
+    /// it goes among the layer-2 connections, as vpn2's server with `client-to-client` (a
+    /// group destination to every other layer-2 connection, [`Registry::layer2_flood_targets`];
+    /// a learned one to its owner). What vpn2's server hands its `tap0` ([`FromClient::Tap`]:
+    /// an unknown unicast) has no device here and is dropped by the caller. `None` outside
+    /// HA mode.
+    pub fn switch_layer2(
+        &mut self,
+        from: ClientId,
+        frame: &[u8],
+        now_unix: u64,
+    ) -> Option<FromClient<&ClientEntry>> {
+        let Table::Ha(_, macs) = &mut self.table else {
+            return None;
+        };
+        Some(match macs.from_client(from, frame, true, now_unix) {
+            FromClient::Client(id) => self
+                .clients
+                .get(&id)
+                .map_or(FromClient::Tap, FromClient::Client),
+            FromClient::Tap => FromClient::Tap,
+            FromClient::Flood => FromClient::Flood,
+            FromClient::Drop(why) => FromClient::Drop(why),
+        })
+    }
+
+    /// HA mode: the layer-2 connections a flooded frame goes to: every one with its tunnel
+    /// up but `except`.
+    pub fn layer2_flood_targets(&self, except: ClientId) -> impl Iterator<Item = &ClientEntry> {
+        self.flood_targets(Some(except)).filter(|c| c.layer2)
     }
 
     /// An empty registry for tap mode: frames are switched by learned MAC addresses, at most
@@ -577,12 +655,12 @@ impl Registry {
         conn: ConnHandle,
         now_unix: u64,
     ) -> Result<Admitted, Refused> {
-        check_dev_type(
-            settings.dev_type,
-            Role::Server,
-            &OccOptions::parse(&identity.options),
-        )
-        .map_err(Refused::DevType)?;
+        let peer = OccOptions::parse(&identity.options);
+        // HA: vpn2's clients (`dev tap`) are carried at layer 2 (DEVIATIONS W4, H9).
+        let layer2 = matches!(self.table, Table::Ha(..)) && peer.dev_type() == Some(DevType::Tap);
+        if !layer2 {
+            check_dev_type(settings.dev_type, Role::Server, &peer).map_err(Refused::DevType)?;
+        }
         if let Some(cn) = identity
             .common_name
             .as_deref()
@@ -598,7 +676,10 @@ impl Registry {
         if opts.disable {
             return Err(Refused::Disabled);
         }
-        if let Table::Ha(_) = self.table {
+        if layer2 {
+            return self.admit_layer2(settings, id, cn, &opts, conn, now_unix);
+        }
+        if let Table::Ha(..) = self.table {
             return self.admit_ha(settings, id, cn, &opts, conn, now_unix);
         }
         if !settings.duplicate_cn {
@@ -665,6 +746,7 @@ impl Registry {
                 cipher: String::new(),
                 last_ref: now_unix,
                 received_seen: 0,
+                layer2: false,
             },
         );
         Ok(Admitted {
@@ -674,6 +756,63 @@ impl Registry {
                 ifconfig: v4.zip(v4_mask),
             },
             filter: SourceFilter::new(addresses, opts.iroutes.clone()),
+        })
+    }
+
+    /// HA mode's admission of one of vpn2's clients (OCC `dev-type tap`): a kube-apiserver's
+    /// (`vpn-seed-client`) or a shoot pod's (`vpn-shoot-client-<j>`) tap connection, switched
+    /// by MAC address among the other layer-2 connections, never into the layer-3 switch. As
+    /// vpn2's HA server (`duplicate-cn`), an older connection with the same CN stays. It gets
+    /// what vpn2's server pushes it: an address from the pool of its `server-ipv6` (this
+    /// server's /112 of `VPN_NETWORK`) with the server's address, and `tun-ipv6`.
+    fn admit_layer2(
+        &mut self,
+        settings: &Settings,
+        id: ClientId,
+        cn: String,
+        opts: &ClientOptions,
+        conn: ConnHandle,
+        now_unix: u64,
+    ) -> Result<Admitted, Refused> {
+        if cn != ha::SEED_CLIENT_CN && ha::shoot_index(&cn).is_none() {
+            return Err(Refused::NotHaClient { cn });
+        }
+        let lease = match self.pool.as_mut() {
+            Some(pool) => Some(
+                pool.acquire(Some(&cn), settings.duplicate_cn)
+                    .map_err(|source| Refused::PoolExhausted { source })?
+                    .index,
+            ),
+            None => None,
+        };
+        let (v6, ifconfig_ipv6) = self.ipv6_for(opts, lease);
+        let mut push = settings.push_for(Some(opts));
+        if ifconfig_ipv6.is_some() {
+            push.push(PushItem::Typed(PushedOption::TunIpv6));
+        }
+        self.clients.insert(
+            id,
+            ClientEntry {
+                common_name: cn,
+                v4: None,
+                v6,
+                lease,
+                conn,
+                since: now_unix,
+                cipher: String::new(),
+                last_ref: now_unix,
+                received_seen: 0,
+                layer2: true,
+            },
+        );
+        Ok(Admitted {
+            settings: ClientSettings {
+                push,
+                ifconfig_ipv6,
+                ifconfig: None,
+            },
+            // No IP source check at layer 2 (upstream has none in tap mode).
+            filter: SourceFilter::new(Vec::new(), Vec::new()),
         })
     }
 
@@ -690,13 +829,19 @@ impl Registry {
         conn: ConnHandle,
         now_unix: u64,
     ) -> Result<Admitted, Refused> {
-        let Table::Ha(switch) = &mut self.table else {
+        let Table::Ha(switch, _) = &mut self.table else {
             return Err(Refused::NotHaClient { cn });
         };
         let (v4, v6) = if cn == ha::SEED_CLIENT_CN {
             let addr = conn.peer.ip().to_canonical();
             let transfer = settings.ha.as_ref().and_then(|h| h.transfer_v6);
-            switch.seed_connected(id, &ha::seed_addresses(addr, transfer));
+            let addresses = ha::seed_addresses(addr, transfer);
+            switch.seed_connected(id, &addresses);
+            if let Some(g) = self.gateway.as_mut() {
+                if let Err(collision) = g.kapi_connected(id, addr, addresses, Instant::now()) {
+                    tracing::warn!(%collision, "no way to vpn2's shoot pods for this kube-apiserver");
+                }
+            }
             match addr {
                 IpAddr::V4(a) => (Some(a), None),
                 IpAddr::V6(a) => (None, Some(a)),
@@ -720,6 +865,7 @@ impl Registry {
                 cipher: String::new(),
                 last_ref: now_unix,
                 received_seen: 0,
+                layer2: false,
             },
         );
         Ok(Admitted {
@@ -744,7 +890,16 @@ impl Registry {
         e.cipher = cipher.to_owned();
         e.since = now_unix;
         e.last_ref = now_unix;
-        let shoot_index = ha::shoot_index(&e.common_name);
+        // A layer-2 connection joins no layer-3 switch (its frames teach the MAC table); a
+        // layer-2 shoot connection joins the gateway.
+        let shoot_index = ha::shoot_index(&e.common_name).filter(|_| !e.layer2);
+        if let (Some(g), Some(j)) = (self.gateway.as_mut(), ha::shoot_index(&e.common_name)) {
+            if e.layer2 {
+                g.shoot_connected(id, j, Instant::now());
+            } else {
+                g.l3_shoot_connected(id, j);
+            }
+        }
         // Each released packet with the connection it goes to.
         let released: Vec<(ClientId, BytesMut)> = match &mut self.table {
             Table::Routes(routes) => self
@@ -753,7 +908,7 @@ impl Registry {
                 .into_iter()
                 .map(|(_, packet)| (id, packet))
                 .collect(),
-            Table::Ha(switch) => match shoot_index {
+            Table::Ha(switch, _) => match shoot_index {
                 Some(index) => {
                     let now = Instant::now();
                     switch.shoot_connected(id, index, now);
@@ -789,7 +944,7 @@ impl Registry {
     /// since sends nothing); the ones the switch still lets wait ([`ha::Dropped::Settling`])
     /// are held again. Returns each packet to send with its connection.
     pub fn switch_held_ha(&mut self, now: Instant) -> Vec<(ClientId, BytesMut)> {
-        let Table::Ha(switch) = &mut self.table else {
+        let Table::Ha(switch, _) = &mut self.table else {
             return Vec::new();
         };
         let mut waiting = Vec::new();
@@ -827,7 +982,7 @@ impl Registry {
     /// held ones are switched again then ([`Registry::switch_held_ha`]).
     pub fn ha_settles_until(&self) -> Option<Instant> {
         match &self.table {
-            Table::Ha(switch) => switch.settles_until(),
+            Table::Ha(switch, _) => switch.settles_until(),
             _ => None,
         }
     }
@@ -864,13 +1019,20 @@ impl Registry {
             }
             // A shoot connection left: packets to the shoot are held (while none is up) for
             // the bound from now.
-            Table::Ha(switch) if ha::shoot_index(&entry.common_name).is_some() => {
+            Table::Ha(switch, _)
+                if !entry.layer2 && ha::shoot_index(&entry.common_name).is_some() =>
+            {
                 self.hold
                     .routes_left(switch.shoot_networks().to_vec(), Instant::now());
             }
-            Table::Ha(_) | Table::Macs(_) => {}
+            Table::Ha(..) | Table::Macs(_) => {}
         }
         self.table.forget(id);
+        if let Some(g) = self.gateway.as_mut() {
+            g.kapi_disconnected(id);
+            g.shoot_disconnected(id);
+            g.l3_shoot_disconnected(id);
+        }
         Some(entry)
     }
 
@@ -884,12 +1046,13 @@ impl Registry {
         let mut clients: Vec<(&ClientId, &ClientEntry)> = self.clients.iter().collect();
         clients.sort_by_key(|(id, _)| **id);
         let (routes, shoot_routes) = match &self.table {
-            Table::Ha(_) => self.ha_rows(),
+            Table::Ha(..) => self.ha_rows(),
             Table::Routes(_) | Table::Macs(_) => (self.ip_rows(), Vec::new()),
         };
+        // Tap mode's MAC addresses, and in HA mode those of vpn2's layer-2 connections.
         let macs = match &self.table {
-            Table::Macs(macs) => Some(macs),
-            Table::Routes(_) | Table::Ha(_) => None,
+            Table::Macs(macs) | Table::Ha(_, macs) => Some(macs),
+            Table::Routes(_) => None,
         };
         let mac_routes = macs
             .into_iter()
@@ -936,7 +1099,7 @@ impl Registry {
     /// Turns the marks of the packet path (and, in HA mode, moved receive counters) into
     /// `now_unix`.
     fn take_references(&mut self, now_unix: u64) {
-        let ha = matches!(self.table, Table::Ha(_));
+        let ha = matches!(self.table, Table::Ha(..));
         for c in self.clients.values_mut() {
             let mut referenced = c.conn.traffic.take_referenced();
             if ha {
@@ -971,13 +1134,14 @@ impl Registry {
             .collect()
     }
 
-    /// HA mode's rows: one per connection, as vpn2's tap server learns one MAC address per
-    /// client: a kube-apiserver by the pod IP it connected from, a shoot connection by its
-    /// index (`shoot-<j>`).
+    /// HA mode's rows of the layer-3 connections: one per connection, as vpn2's tap server
+    /// learns one MAC address per client: a kube-apiserver by the pod IP it connected from, a
+    /// shoot connection by its index (`shoot-<j>`). The layer-2 connections' rows are their
+    /// learned MAC addresses, as upstream's in tap mode.
     fn ha_rows(&self) -> (Vec<RouteStatus>, Vec<ShootRouteStatus>) {
         let mut seeds = Vec::new();
         let mut shoots = Vec::new();
-        for c in self.clients.values() {
+        for c in self.clients.values().filter(|c| !c.layer2) {
             if let Some(addr) = c.v4.map(IpAddr::V4).or(c.v6.map(IpAddr::V6)) {
                 seeds.push(RouteStatus {
                     prefix: IpNet::from(addr),
@@ -997,13 +1161,14 @@ impl Registry {
         (seeds, shoots)
     }
 
-    /// Without `duplicate-cn`: removes every other client with this CN and tells its
-    /// connection.
+    /// Without `duplicate-cn` (in HA mode for a layer-3 shoot connection): removes every
+    /// other client with this CN and tells its connection. vpn2's layer-2 connections are
+    /// left alone (vpn2's server runs with `duplicate-cn`).
     fn replace_same_cn(&mut self, id: ClientId, cn: &str) {
         let same: Vec<ClientId> = self
             .clients
             .iter()
-            .filter(|(other, c)| **other != id && c.common_name == cn)
+            .filter(|(other, c)| **other != id && c.common_name == cn && !c.layer2)
             .map(|(other, _)| *other)
             .collect();
         for other in same {

@@ -217,6 +217,13 @@ pub struct HaSettings {
     /// vpn2's `VPN_NETWORK` (a /96): an IPv4 kube-apiserver also owns its address there
     /// ([`crate::ha::seed_addresses`]), its source towards IPv6 shoot networks.
     pub transfer_v6: Option<Ipv6Net>,
+    /// vpn2's `server-ipv6` of this server (its /112 of `VPN_NETWORK`): the pool vpn2's
+    /// layer-2 (`dev tap`) clients get their `ifconfig-ipv6` from, as from vpn2's server.
+    pub layer2_v6: Option<Ipv6Net>,
+    /// The seed's pod network overlaps a shoot network: vpn2 maps a kube-apiserver's IPv4
+    /// pod IP into 241/8, and its path controller's hellos carry that image (the gateway's
+    /// do too, [`crate::gateway`]).
+    pub overlap: bool,
 }
 
 impl std::fmt::Debug for Settings {

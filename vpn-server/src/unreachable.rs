@@ -143,7 +143,7 @@ fn reply_v6(p: &[u8], out: &mut [u8; IPV6_ERROR_MAX]) -> Option<usize> {
 
 /// The Internet checksum (RFC 1071) over the concatenation of `parts` (each but the last of
 /// even length).
-fn checksum(parts: &[&[u8]]) -> u16 {
+pub(crate) fn checksum(parts: &[&[u8]]) -> u16 {
     let mut sum: u32 = 0;
     for part in parts {
         let mut chunks = part.chunks_exact(2);

@@ -619,8 +619,10 @@ fn ha_admission_learns_the_pod_ip_and_switches_between_the_sides() {
     s.ha = Some(crate::settings::HaSettings {
         shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
         transfer_v6: None,
+        layer2_v6: None,
+        overlap: false,
     });
-    let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone());
+    let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone(), None, 8);
     let apiserver = |port: u16, ip: [u8; 4]| ConnHandle {
         peer: SocketAddr::from((ip, port)),
         ..conn(port)
@@ -795,8 +797,10 @@ fn ha_registry(bound: Duration, limits: HoldLimits, t0: Instant) -> (Settings, R
     s.ha = Some(crate::settings::HaSettings {
         shoot_networks: nets.clone(),
         transfer_v6: None,
+        layer2_v6: None,
+        overlap: false,
     });
-    let mut reg = Registry::ha(nets.clone())
+    let mut reg = Registry::ha(nets.clone(), None, 8)
         .hold_for(bound, limits)
         .expecting(nets, t0);
     let seed = ConnHandle {
@@ -1026,7 +1030,7 @@ fn ha_last_ref_follows_packets_switched_to_a_connection_and_what_it_receives() {
     let mut s = settings("192.168.123.0/24");
     s.pool_v4 = None;
     s.duplicate_cn = true;
-    let mut reg = Registry::ha(vec!["100.64.0.0/13".parse().expect("net")]);
+    let mut reg = Registry::ha(vec!["100.64.0.0/13".parse().expect("net")], None, 8);
     let apiserver = ConnHandle {
         peer: SocketAddr::from(([10, 1, 1, 20], 40000)),
         ..conn(1)
@@ -1164,65 +1168,251 @@ fn upstream_options(dev_type: &str, link_mtu: u32) -> String {
     )
 }
 
-#[test]
-fn an_ha_server_refuses_tap_clients_before_they_count() {
+/// An HA server's settings and registry as `config::from_vpn2_env_ha` and the packet mode
+/// make them for `vpn-seed-server-0`: no IPv4 pool, duplicate-cn, tun semantics, vpn2's
+/// `server-ipv6` (`…:1::100:0/112`) as the layer-2 clients' pool.
+fn ha_layer2_registry() -> (Settings, Registry) {
     let mut s = settings("192.168.123.0/24");
-    // As `config::from_vpn2_env_ha` makes them: no pool, duplicate-cn, tun semantics.
     s.pool_v4 = None;
     s.duplicate_cn = true;
     s.dev_type = protocol::km2::occ::DevType::Tun;
+    let layer2: Ipv6Net = "fd8f:6d53:b97a:1::100:0/112".parse().expect("net");
     s.ha = Some(crate::settings::HaSettings {
         shoot_networks: vec!["100.64.0.0/13".parse().expect("net")],
         transfer_v6: None,
+        layer2_v6: Some(layer2),
+        overlap: false,
     });
-    let mut reg = Registry::ha(s.ha.as_ref().expect("ha").shoot_networks.clone());
+    let pool = Pool::new(None, Some(layer2)).expect("pool");
+    let nets = s.ha.as_ref().expect("ha").shoot_networks.clone();
+    (s, Registry::ha(nets, Some(pool), 8))
+}
+
+/// An Ethernet frame from `src` to `dst` (IPv6 ethertype, padded).
+fn frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(&[0x86, 0xdd]);
+    f.resize(60, 0);
+    f
+}
+
+/// Where a frame from layer-2 connection `from` goes: the CNs and ids of the connections.
+fn layer2_targets(reg: &mut Registry, from: ClientId, f: &[u8]) -> Vec<ClientId> {
+    let now = 1_700_000_010;
+    let flood = match reg.switch_layer2(from, f, now).expect("HA") {
+        FromClient::Client(c) => return vec![c.conn.peer_id.into()],
+        FromClient::Flood => true,
+        FromClient::Tap | FromClient::Drop(_) => return Vec::new(),
+    };
+    assert!(flood);
+    let mut ids: Vec<ClientId> = reg
+        .layer2_flood_targets(from)
+        .map(|c| c.conn.peer_id.into())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[test]
+fn an_ha_server_carries_tap_clients_at_layer_2_apart_from_its_tun_clients() {
+    let (s, mut reg) = ha_layer2_registry();
     let now = 1_700_000_000;
     let tap = upstream_options("tap", 1587);
-    // vpn2's HA clients: a kube-apiserver's and a shoot pod's, both `dev tap`.
-    for (id, cn) in [(1, "vpn-seed-client"), (2, "vpn-shoot-client-0")] {
+    // vpn2's HA clients: two kube-apiservers' and two shoot pods' tap connections.
+    for (id, cn) in [
+        (1, "vpn-seed-client"),
+        (2, "vpn-seed-client"),
+        (3, "vpn-shoot-client-0"),
+        (4, "vpn-shoot-client-1"),
+    ] {
         let who = ClientIdentity {
             options: tap.clone(),
             ..identity(cn)
         };
-        let refused = reg
+        let a = reg
             .admit(&s, id, &who, conn(id as u16), now)
-            .expect_err("a tap client at the HA server");
-        assert!(matches!(refused, Refused::DevType(_)), "{refused:?}");
-        // What the client gets with AUTH_FAILED.
-        assert_eq!(refused.to_string(), "dev-type tap, this server is tun");
+            .expect("a tap client at the HA server");
+        // What vpn2's server-0 pushes: an address of its /112 (from +2) and its own (+1),
+        // with tun-ipv6.
+        assert_eq!(
+            ifconfig_ipv6_args(&a.settings),
+            Some(format!(
+                "fd8f:6d53:b97a:1::100:{}/112 fd8f:6d53:b97a:1::100:1",
+                id + 1
+            ))
+        );
+        assert!(a.settings.ifconfig.is_none());
+        assert!(
+            a.settings
+                .push
+                .iter()
+                .any(|p| matches!(p, PushItem::Typed(PushedOption::TunIpv6))),
+            "{:?}",
+            a.settings.push
+        );
+        assert!(reg.is_layer2(id));
         reg.established(id, "AES-256-GCM", now);
     }
-    assert_eq!(reg.len(), 0, "nothing registered");
-    let text = crate::status::render(&reg.status(now));
-    assert!(!text.contains("vpn-seed-client"), "{text}");
-    assert!(!text.contains("vpn-shoot-client-0"), "{text}");
-    let parsed = crate::status::read::parse(text.as_bytes()).expect("status file");
-    assert!(
-        crate::probes::check_ready(&parsed, true).is_err(),
-        "not Ready on refused clients"
+    // Ours, next to them: a kube-apiserver and a shoot pod at layer 3.
+    let ours = |cn: &str| ClientIdentity {
+        options: upstream_options("tun", 1555),
+        ..identity(cn)
+    };
+    let kapi = ConnHandle {
+        peer: SocketAddr::from(([10, 1, 1, 20], 5)),
+        ..conn(5)
+    };
+    let a = reg
+        .admit(&s, 5, &ours("vpn-seed-client"), kapi, now)
+        .expect("our seed client");
+    assert_eq!(a.settings.ifconfig_ipv6, None, "layer 3: nothing assigned");
+    reg.admit(&s, 6, &ours("vpn-shoot-client-1"), conn(6), now)
+        .expect("our shoot client");
+    for id in [5, 6] {
+        assert!(!reg.is_layer2(id));
+        reg.established(id, "AES-256-GCM", now);
+    }
+    // A duplicate CN at layer 2 (vpn2's `duplicate-cn`) does not replace our shoot client 1,
+    // nor is it replaced by it.
+    assert!(reg.get(4).is_some() && reg.get(6).is_some());
+    // Layer 2: a group destination to every other layer-2 connection, never to ours.
+    let (kapi_mac, shoot0_mac, shoot1_mac) = (
+        [2, 0, 0, 0x0a, 0, 1],
+        [2, 0, 0, 0x0b, 0, 0],
+        [2, 0, 0, 0x0b, 0, 1],
     );
-    // The same CNs with `dev tun` (ours), and one with no dev-type at all (as before the
-    // check), are admitted next to them; then the server is Ready.
-    for (id, cn, options) in [
-        (3, "vpn-seed-client", upstream_options("tun", 1555)),
-        (
-            4,
-            "vpn-shoot-client-0",
-            "V4,link-mtu 1555,tun-mtu 1500,key-method 2,tls-client".to_owned(),
-        ),
+    let ns_for_shoot0 = frame([0x33, 0x33, 0xff, 0x0b, 0, 0], kapi_mac);
+    assert_eq!(layer2_targets(&mut reg, 1, &ns_for_shoot0), [2, 3, 4]);
+    // Learned unicast to its owner only; unknown unicast nowhere (no device).
+    assert_eq!(
+        layer2_targets(&mut reg, 3, &frame(kapi_mac, shoot0_mac)),
+        [1]
+    );
+    assert_eq!(
+        layer2_targets(&mut reg, 1, &frame(shoot0_mac, kapi_mac)),
+        [3]
+    );
+    assert!(matches!(
+        reg.switch_layer2(1, &frame(shoot1_mac, kapi_mac), now),
+        Some(FromClient::Tap)
+    ));
+    assert_eq!(
+        layer2_targets(&mut reg, 4, &frame([0xff; 6], shoot1_mac)),
+        [1, 2, 3]
+    );
+    assert_eq!(
+        layer2_targets(&mut reg, 1, &frame(shoot1_mac, kapi_mac)),
+        [4]
+    );
+
+    // Layer 3: our kube-apiserver's packets go to our shoot connection, never to a layer-2
+    // one (vpn2's shoot pod 0 is connected, ours has index 1 only).
+    let t = Instant::now();
+    let to_shoot = udp([10, 1, 1, 20], [100, 64, 0, 10]);
+    let target = reg
+        .switch_ha(5, &to_shoot, t)
+        .expect("HA")
+        .map(|c| c.conn.peer_id);
+    assert_eq!(target, Ok(6));
+    let back = udp([100, 64, 0, 10], [10, 1, 1, 20]);
+    let target = reg
+        .switch_ha(6, &back, t)
+        .expect("HA")
+        .map(|c| c.conn.peer_id);
+    assert_eq!(target, Ok(5));
+    // The layer-3 switch knows no layer-2 connection: a packet from one is nobody's.
+    assert!(matches!(
+        reg.switch_ha(3, &back, t),
+        Some(Err(
+            crate::ha::Dropped::NotSeed | crate::ha::Dropped::Spoofed
+        ))
+    ));
+    // Our shoot client gone: our kube-apiserver's packets wait (held), they never go to
+    // vpn2's shoot connections.
+    reg.remove(6);
+    assert!(matches!(
+        reg.switch_ha(5, &to_shoot, t),
+        Some(Err(crate::ha::Dropped::NoShoot))
+    ));
+
+    // The status file: layer-2 clients with their leased address and MAC rows (as upstream's
+    // tap server), ours as before; Ready on the layer-2 pair.
+    let status = reg.status(now + 5);
+    let text = crate::status::render(&status);
+    assert!(
+        text.contains("CLIENT_LIST,vpn-shoot-client-0,192.0.2.1:3,,fd8f:6d53:b97a:1::100:4,"),
+        "{text}"
+    );
+    for mac in [
+        "02:00:00:0a:00:01@0",
+        "02:00:00:0b:00:00@0",
+        "02:00:00:0b:00:01@0",
     ] {
-        let who = ClientIdentity {
-            options,
-            ..identity(cn)
-        };
-        reg.admit(&s, id, &who, conn(id as u16), now)
-            .expect("a tun client, or one without dev-type");
-        reg.established(id, "AES-256-GCM", now);
+        assert!(
+            text.contains(&format!("ROUTING_TABLE,{mac},")),
+            "{mac}: {text}"
+        );
     }
-    assert_eq!(reg.len(), 2);
-    let parsed = crate::status::read::parse(crate::status::render(&reg.status(now)).as_bytes())
-        .expect("status file");
-    crate::probes::check_ready(&parsed, true).expect("Ready with the tun clients");
+    assert!(
+        text.contains("ROUTING_TABLE,10.1.1.20,vpn-seed-client,"),
+        "{text}"
+    );
+    let parsed = crate::status::read::parse(text.as_bytes()).expect("status file");
+    crate::probes::check_ready(&parsed, true).expect("Ready on the layer-2 pair");
+    // A client that leaves frees its lease and its MAC rows.
+    reg.remove(3);
+    assert_eq!(reg.status(now + 6).mac_routes.len(), 2);
+    assert!(matches!(
+        reg.switch_layer2(1, &frame(shoot0_mac, kapi_mac), now),
+        Some(FromClient::Tap)
+    ));
+    let who = ClientIdentity {
+        options: tap,
+        ..identity("vpn-shoot-client-0")
+    };
+    let a = reg.admit(&s, 7, &who, conn(7), now).expect("again");
+    assert_eq!(
+        ifconfig_ipv6_args(&a.settings).as_deref(),
+        Some("fd8f:6d53:b97a:1::100:4/112 fd8f:6d53:b97a:1::100:1")
+    );
+}
+
+#[test]
+fn an_ha_server_is_ready_on_a_seed_and_a_shoot_client_of_either_layer() {
+    let (s, mut reg) = ha_layer2_registry();
+    let now = 1_700_000_000;
+    let ready = |reg: &mut Registry| {
+        let text = crate::status::render(&reg.status(now));
+        let parsed = crate::status::read::parse(text.as_bytes()).expect("status file");
+        crate::probes::check_ready(&parsed, true).map_err(|e| e.to_string())
+    };
+    // A vpn2 kube-apiserver (layer 2) and our shoot pod (layer 3): carried between each
+    // other through the gateway (`crate::gateway`, direction 1), so vpn2's rule holds.
+    let tap_seed = ClientIdentity {
+        options: upstream_options("tap", 1587),
+        ..identity("vpn-seed-client")
+    };
+    reg.admit(&s, 1, &tap_seed, conn(1), now).expect("tap seed");
+    reg.established(1, "AES-256-GCM", now);
+    assert!(ready(&mut reg).is_err(), "a seed client alone");
+    let tun_shoot = ClientIdentity {
+        options: upstream_options("tun", 1555),
+        ..identity("vpn-shoot-client-0")
+    };
+    reg.admit(&s, 2, &tun_shoot, conn(2), now)
+        .expect("tun shoot");
+    reg.established(2, "AES-256-GCM", now);
+    assert_eq!(ready(&mut reg), Ok(()));
+    // Any other CN has no place in the layout, at layer 2 too.
+    let who = ClientIdentity {
+        options: upstream_options("tap", 1587),
+        ..identity("vpn-shoot-client")
+    };
+    assert!(matches!(
+        reg.admit(&s, 8, &who, conn(8), now),
+        Err(Refused::NotHaClient { .. })
+    ));
 }
 
 #[test]

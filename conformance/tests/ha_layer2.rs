@@ -50,7 +50,7 @@ use conformance::gardener::ha::{clear_pod, max_gap, HaLandscape, KAPI, NODE, TCP
 use conformance::gardener::ha_pods::{secrets_dir, status_path, HaPods};
 use conformance::gardener::load::{ms, tcp_request, INTERVAL};
 use conformance::gardener::pods::{Binaries, Container};
-use conformance::gardener::vpn2_ha_pods::bond::{ipv4_sent, Bond};
+use conformance::gardener::vpn2_ha_pods::bond::{tunnelled_sent, Bond};
 use conformance::gardener::vpn2_ha_pods::{
     kapi_bond_address, shoot_bond_address, start_kapi_pod, start_server, start_shoot_pod,
 };
@@ -123,9 +123,10 @@ fn figure(reqs: &[Req], from: Instant, to: Instant) -> (usize, usize, Duration) 
     )
 }
 
-/// The IPv4 frames the kube-apiserver pod's bond stand-in has sent by `tap0` and `tap1`.
+/// The tunnelled frames (IPv4 in IPv6) the kube-apiserver pod's bond stand-in has sent by
+/// `tap0` and `tap1`.
 fn tx_packets(ns: &Netns) -> (u64, u64) {
-    let sent = |i| ipv4_sent(ns, i).expect("bond counters");
+    let sent = |i| tunnelled_sent(ns, i).expect("bond counters");
     (sent(0), sent(1))
 }
 
@@ -199,9 +200,7 @@ fn our_ha_servers_carry_vpn2s_tap_clients() {
     let begun = Instant::now();
     let kapi = start_kapi_pod(&l.kapi[0], &PODS, &bins, root, 0, 2).expect("kube-apiserver pod");
     let shoots: Vec<_> = (0..2)
-        .map(|j| {
-            start_shoot_pod(&l.shoot[j], &PODS, &bins, root, j, &[(KAPI[0], 0)]).expect("shoot pod")
-        })
+        .map(|j| start_shoot_pod(&l.shoot[j], &PODS, &bins, root, j).expect("shoot pod"))
         .collect();
     let bonds = || -> [(&str, &Bond); 3] {
         [

@@ -40,7 +40,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -298,8 +298,15 @@ fn gate(bound: Duration, mut ready: impl FnMut() -> bool) -> Option<Duration> {
 }
 
 /// The kube-apiserver's load: every [`INTERVAL`] a request from each pod in `kapis` whose
-/// flag in `serving` is set, each on a thread of its own, until `stop`.
-fn load(kapis: &[&Netns; 2], serving: &[AtomicBool; 2], stop: &AtomicBool, out: &Mutex<Vec<Req>>) {
+/// flag in `serving` is set, each on a thread of its own, until `stop`; `in_flight` counts
+/// each pod's requests under way.
+fn load(
+    kapis: &[&Netns; 2],
+    serving: &[AtomicBool; 2],
+    in_flight: &[AtomicUsize; 2],
+    stop: &AtomicBool,
+    out: &Mutex<Vec<Req>>,
+) {
     let target = SocketAddr::from((NODE, TCP_ECHO));
     std::thread::scope(|s| {
         let mut next = Instant::now();
@@ -311,6 +318,7 @@ fn load(kapis: &[&Netns; 2], serving: &[AtomicBool; 2], stop: &AtomicBool, out: 
                 }
                 count += 1;
                 let n = count;
+                in_flight[pod].fetch_add(1, Ordering::Relaxed);
                 s.spawn(move || {
                     let started = Instant::now();
                     let ok = ns
@@ -323,6 +331,7 @@ fn load(kapis: &[&Netns; 2], serving: &[AtomicBool; 2], stop: &AtomicBool, out: 
                         ended,
                         ok,
                     });
+                    in_flight[pod].fetch_sub(1, Ordering::Relaxed);
                 });
             }
             next += INTERVAL;
@@ -474,12 +483,13 @@ fn replay(old: Gen) {
     );
 
     let serving = [AtomicBool::new(true), AtomicBool::new(false)];
+    let in_flight = [AtomicUsize::new(0), AtomicUsize::new(0)];
     let stop = AtomicBool::new(false);
     let reqs = Mutex::new(Vec::<Req>::new());
     let mut steps: Vec<(String, Instant)> = Vec::new();
     let kapi_ns = [&l.kapi[0], &l.kapi[1]];
     std::thread::scope(|s| {
-        s.spawn(|| load(&kapi_ns, &serving, &stop, &reqs));
+        s.spawn(|| load(&kapi_ns, &serving, &in_flight, &stop, &reqs));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut step = |name: String| {
                 eprintln!("switch HA: {direction}: {name}");
@@ -522,6 +532,17 @@ fn replay(old: Gen) {
             std::thread::sleep(MIN_READY);
             step(format!("kube-apiserver: {} pod deleted", old.whose()));
             serving[0].store(false, Ordering::Relaxed);
+            // The old kube-apiserver finishes the requests it has under way before its pod's
+            // containers end (its graceful shutdown); one cut by the pod's end would be cut in
+            // any landscape, whatever the switch (seen once in CI: our old pod's request under way at
+            // its deletion, cut at the 5 s bound).
+            std::thread::sleep(INTERVAL);
+            wait_until_every(
+                "the old kube-apiserver's requests ended",
+                REQUEST + Duration::from_secs(1),
+                Duration::from_millis(10),
+                || in_flight[0].load(Ordering::Relaxed) == 0,
+            );
             kapis[0] = None;
             for j in [1, 0] {
                 if j == 0 && !server0_done && !servers_last {
